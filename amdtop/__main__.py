@@ -1,0 +1,5 @@
+"""``python -m amdtop``."""
+
+from amdtop.cli.main import main
+
+raise SystemExit(main())

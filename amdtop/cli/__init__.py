@@ -1,0 +1,1 @@
+"""The ``amdtop`` command line (headless commands and the TUI launcher)."""

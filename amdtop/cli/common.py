@@ -1,0 +1,86 @@
+"""Global options shared by every command, and opening the telemetry backend from them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from amdtop.errors import InputError
+from amdtop.telemetry import BACKENDS, open_backend
+from amdtop.telemetry.base import BackendOptions, TelemetryBackend
+
+
+def default_config() -> Path:
+    """``$XDG_CONFIG_HOME/amdtop/config.toml``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "amdtop" / "config.toml"
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/amdtop``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "amdtop"
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Add the contract's global options; ``suppress`` keeps a subcommand from overriding the top-level value."""
+
+    def d(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    g = parser.add_argument_group("global options")
+    g.add_argument("--backend", choices=BACKENDS, default=d("auto"), help="telemetry source (default auto)")
+    g.add_argument("--sysfs-root", type=Path, default=d(Path("/sys")), help="root of the sysfs tree to read")
+    g.add_argument("--demo", action="store_true", default=d(False), help="simulated 8x MI300X node with workers")
+    g.add_argument("--config", type=Path, default=d(None), help="worker profiles (TOML)")
+    g.add_argument("--state-dir", type=Path, default=d(None), help="worker state and logs")
+    g.add_argument("--interval", type=_positive_float, default=d(1.0), help="refresh period in seconds")
+    g.add_argument("--readonly", action="store_true", default=d(False), help="disable every control action")
+    g.add_argument("--seed", type=int, default=d(0), help="seed of the simulated node")
+
+
+def config_path(args: argparse.Namespace) -> Path:
+    """The profile path from ``--config`` or the XDG default."""
+    return Path(args.config) if args.config else default_config()
+
+
+def state_dir(args: argparse.Namespace) -> Path:
+    """The state dir from ``--state-dir`` or the XDG default."""
+    return Path(args.state_dir) if args.state_dir else default_state_dir()
+
+
+def backend_options(args: argparse.Namespace) -> BackendOptions:
+    """Backend options from the parsed arguments."""
+    root = Path(args.sysfs_root)
+    if args.backend in ("sysfs", "auto") and root != Path("/sys"):
+        if not root.exists():
+            raise InputError(f"--sysfs-root: {root} does not exist; point it at a sysfs tree (default /sys)")
+        if not os.access(root, os.R_OK | os.X_OK):
+            raise InputError(f"--sysfs-root: {root} is not readable; fix its permissions or pick another tree")
+    return BackendOptions(sysfs_root=root, seed=args.seed)
+
+
+def open_from_args(args: argparse.Namespace) -> TelemetryBackend:
+    """Open the backend the arguments ask for (``--demo`` means ``sim``)."""
+    name = "sim" if args.demo else args.backend
+    return open_backend(name, backend_options(args))
+
+
+def print_json(doc: Any) -> None:
+    """Write one JSON document to stdout (and nothing else)."""
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")

@@ -1,0 +1,79 @@
+"""``amdtop snapshot`` and ``amdtop topo``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from amdtop.cli.common import open_from_args, print_json
+from amdtop.model import NodeSnapshot
+from amdtop.report import snapshot_json
+from amdtop.topo_text import render_topology
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the ``snapshot`` and ``topo`` commands."""
+    p = sub.add_parser("snapshot", parents=[parent], help="one sample of the node")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=run_snapshot)
+    t = sub.add_parser("topo", parents=[parent], help="the topology matrix")
+    fmt = t.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="JSON (gpus, links, numa_nodes)")
+    fmt.add_argument("--text", action="store_true", help="text matrix (default)")
+    t.set_defaults(func=run_topo)
+
+
+def _take(args: argparse.Namespace) -> NodeSnapshot:
+    backend = open_from_args(args)
+    try:
+        return backend.sample()
+    finally:
+        backend.close()
+
+
+def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
+    return "N/A" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def render_snapshot(snap: NodeSnapshot) -> str:
+    """A compact human table of one snapshot."""
+    lines = [f"{snap.hostname}  backend={snap.backend}  gpus={len(snap.gpus)}"]
+    lines.append(f"{'GPU':<4}{'NAME':<24}{'NUMA':<6}{'UTIL':>6}{'VRAM USED/TOTAL':>22}{'POWER':>8}{'TEMP':>7}")
+    for info in snap.topology.gpus:
+        s = snap.sample(info.index)
+        if s is None or s.lost:
+            lines.append(f"{info.index:<4}{info.name[:23]:<24}{'-':<6}  LOST {'' if s is None else s.error or ''}")
+            continue
+        used = None if s.vram_used_bytes is None else s.vram_used_bytes / 1e9
+        total = None if s.vram_total_bytes is None else s.vram_total_bytes / 1e9
+        vram = f"{_fmt(used, '', 1)}/{_fmt(total, ' GB', 1)}"
+        numa = "N/A" if info.numa_node is None else str(info.numa_node)
+        lines.append(
+            f"{info.index:<4}{info.name[:23]:<24}{numa:<6}{_fmt(s.util_pct, '%'):>6}{vram:>22}"
+            f"{_fmt(s.power_w, ' W'):>8}{_fmt(s.temp_c, ' C'):>7}"
+        )
+    for flag in snap.flags:
+        lines.append(f"! {flag.kind.value}: {flag.message}")
+    return "\n".join(lines) + "\n"
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    """Print one sample of the node."""
+    snap = _take(args)
+    if args.json:
+        print_json(snapshot_json(snap))
+    else:
+        print(render_snapshot(snap), end="")
+    return 0
+
+
+def run_topo(args: argparse.Namespace) -> int:
+    """Print the topology matrix."""
+    snap = _take(args)
+    if args.json:
+        doc = snapshot_json(snap, with_metrics=False)
+        doc.pop("workers", None)
+        print_json(doc)
+    else:
+        print(render_topology(snap.topology), end="")
+    return 0

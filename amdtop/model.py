@@ -1,0 +1,281 @@
+"""Domain values shared by every part of amdtop.
+
+All values are frozen: one poll yields one immutable :class:`NodeSnapshot`, built in one pass, that the TUI, the
+headless commands and the exporter read without locks. A metric a source cannot give is ``None``, never a made-up
+number and never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class LinkType(str, Enum):
+    """Class of the interconnect between two GPUs, as in the CLI contract."""
+
+    XGMI = "XGMI"
+    NVLINK = "NVLINK"
+    PCIE = "PCIE"
+    UNKNOWN = "UNKNOWN"
+
+
+class FlagKind(str, Enum):
+    """Kinds of problems amdtop raises (``flags[].kind`` in JSON)."""
+
+    TP_IMBALANCE = "tp_imbalance"
+    NUMA_MISMATCH = "numa_mismatch"
+    GPU_LOST = "gpu_lost"
+    LINK_DEGRADED = "link_degraded"
+    TRANSPORT_FALLBACK = "transport_fallback"
+    NUMA_BALANCING = "numa_balancing"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """Static facts about one GPU, read once."""
+
+    index: int
+    """amdtop's index: the SMI/driver enumeration order."""
+    name: str
+    """Marketing name, e.g. ``AMD Instinct MI300X``."""
+    bdf: str
+    """PCI address, lowercase ``dddd:bb:dd.f``."""
+    numa_node: int | None
+    """Host NUMA node the GPU is attached to; ``None`` when the platform says -1 or cannot tell."""
+    vendor: str = "AMD"
+    """``AMD`` or ``NVIDIA``."""
+    uuid: str | None = None
+    """Unique id where the source gives one."""
+    vram_total_bytes: int | None = None
+    """Total VRAM in bytes."""
+    cpu_affinity: tuple[int, ...] = ()
+    """Host CPUs local to the GPU (its NUMA node's CPUs, or the driver's local_cpulist)."""
+    power_cap_w: float | None = None
+    """Power cap in watts."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding memory on a GPU."""
+
+    pid: int
+    """Host PID (may be 0 or foreign when the process lives in another PID namespace)."""
+    name: str | None
+    """Process name, ``None`` when the source hides it."""
+    vram_bytes: int | None
+    """VRAM held by the process on this GPU."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU at one poll."""
+
+    index: int
+    """GPU index (matches :attr:`GpuInfo.index`)."""
+    util_pct: float | None = None
+    """Graphics/compute engine activity, 0-100."""
+    vram_used_bytes: int | None = None
+    """VRAM in use, bytes."""
+    vram_total_bytes: int | None = None
+    """Total VRAM, bytes."""
+    power_w: float | None = None
+    """Current package/socket power, watts."""
+    temp_c: float | None = None
+    """Hottest meaningful sensor: junction (hotspot) on AMD, GPU core on NVIDIA, degrees Celsius."""
+    mem_temp_c: float | None = None
+    """Memory (HBM) temperature, degrees Celsius."""
+    sclk_mhz: float | None = None
+    """Current graphics/SM clock, MHz."""
+    mclk_mhz: float | None = None
+    """Current memory clock, MHz."""
+    mem_util_pct: float | None = None
+    """Memory controller activity, 0-100."""
+    processes: tuple[GpuProcess, ...] = ()
+    """Processes with memory on this GPU."""
+    lost: bool = False
+    """True when the GPU stopped answering; all metrics are then ``None``."""
+    error: str | None = None
+    """Why the GPU is lost, one line."""
+
+    @property
+    def vram_pct(self) -> float | None:
+        """VRAM in use as a percentage of the total, when both are known."""
+        if self.vram_used_bytes is None or not self.vram_total_bytes:
+            return None
+        return 100.0 * self.vram_used_bytes / self.vram_total_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """The connection between two GPUs (each unordered pair once, ``a < b``)."""
+
+    a: int
+    """Lower GPU index."""
+    b: int
+    """Higher GPU index."""
+    type: LinkType
+    """Link class."""
+    hops: int | None = None
+    """Abstract hop count (AMD: 1 XGMI, 2 PCIe same node, 3 across nodes); ``None`` when unknown."""
+    weight: int | None = None
+    """KFD/SMI link weight (15 per XGMI hop, 20 per PCIe segment); ``None`` when unknown."""
+    nvlinks: int | None = None
+    """Number of NVLink links between the pair (NVIDIA only)."""
+    max_bandwidth_mbs: int | None = None
+    """Driver-reported peak bandwidth in MB/s, where known."""
+
+    @property
+    def direct(self) -> bool:
+        """True for a direct GPU-to-GPU fabric link (XGMI or NVLink, one hop)."""
+        return self.type in (LinkType.XGMI, LinkType.NVLINK) and (self.hops is None or self.hops <= 1)
+
+
+@dataclass(frozen=True, slots=True)
+class NumaNode:
+    """A host NUMA node."""
+
+    id: int
+    """Node id as in /sys/devices/system/node."""
+    cpus: tuple[int, ...]
+    """CPUs of the node."""
+    mem_total_bytes: int | None = None
+    """Memory of the node, bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Static GPU and host topology."""
+
+    gpus: tuple[GpuInfo, ...]
+    """GPUs in index order."""
+    links: tuple[Link, ...]
+    """Every unordered GPU pair once."""
+    numa_nodes: tuple[NumaNode, ...]
+    """Host NUMA nodes."""
+
+    def link(self, a: int, b: int) -> Link | None:
+        """Return the link between GPUs ``a`` and ``b`` in either order."""
+        lo, hi = (a, b) if a < b else (b, a)
+        for link in self.links:
+            if link.a == lo and link.b == hi:
+                return link
+        return None
+
+    def gpu(self, index: int) -> GpuInfo | None:
+        """Return the GPU with ``index``."""
+        for info in self.gpus:
+            if info.index == index:
+                return info
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """A problem amdtop raises; serialised into ``flags`` of ``snapshot --json``."""
+
+    kind: FlagKind
+    """What kind of problem."""
+    message: str
+    """One line for humans."""
+    worker: str | None = None
+    """Worker (TP group) concerned, if any."""
+    gpus: tuple[int, ...] = ()
+    """GPUs concerned."""
+    metric: str | None = None
+    """Metric the flag is about (``util_pct``, ``vram_used_bytes``...)."""
+    spread_pct: float | None = None
+    """For imbalance: (max-min)/max in percent."""
+    extra: tuple[tuple[str, object], ...] = ()
+    """More key/value facts for JSON (kept as pairs so the value stays hashable and frozen)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """One timestamped sample of the whole node."""
+
+    backend: str
+    """Backend that produced it (``sysfs``, ``amdsmi``, ``nvml``, ``sim``)."""
+    hostname: str
+    """Host name."""
+    timestamp: float
+    """Wall-clock time of the poll, seconds since the epoch."""
+    topology: Topology
+    """Static topology (same object poll after poll)."""
+    gpus: tuple[GpuSample, ...]
+    """Per-GPU samples in index order."""
+    flags: tuple[Flag, ...] = field(default=())
+    """Problems the backend itself detected (lost GPUs); analysis adds more."""
+
+    def sample(self, index: int) -> GpuSample | None:
+        """Return the sample of GPU ``index``."""
+        for s in self.gpus:
+            if s.index == index:
+                return s
+        return None
+
+
+class WorkerState(str, Enum):
+    """Life cycle of a worker (``state`` in ``workers status --json``)."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """The vLLM engine's own numbers, scraped from ``/metrics``; ``None`` where the server does not say."""
+
+    running: float | None = None
+    """Requests in the batch (``vllm:num_requests_running``)."""
+    waiting: float | None = None
+    """Requests queued (``vllm:num_requests_waiting``)."""
+    kv_cache_usage: float | None = None
+    """KV-cache usage 0..1 (``vllm:kv_cache_usage_perc``, old ``vllm:gpu_cache_usage_perc``)."""
+    gen_tokens_per_s: float | None = None
+    """Generation tokens/s from ``vllm:generation_tokens_total`` deltas."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """A worker (one vLLM server, one TP group) as seen now: amdtop's own or discovered from running processes."""
+
+    name: str
+    """Profile name, or ``vllm-<pid>`` for a discovered server."""
+    state: WorkerState
+    """Life-cycle state."""
+    gpus: tuple[int, ...]
+    """GPU indices of its TP group, rank order."""
+    port: int | None = None
+    """HTTP port."""
+    numa_node: int | None = None
+    """NUMA node it is pinned to (``None``: not pinned)."""
+    pid: int | None = None
+    """PID of the API server (the launched process)."""
+    pgid: int | None = None
+    """Process group."""
+    url: str | None = None
+    """Base URL, ``http://127.0.0.1:<port>``."""
+    pids: tuple[int, ...] = ()
+    """Every live process of the worker (API server, EngineCore, TP workers...)."""
+    rank_pids: tuple[tuple[int, int], ...] = ()
+    """(TP rank, pid) of the GPU worker processes where known."""
+    cpu_affinity: tuple[int, ...] = ()
+    """Union of the CPUs its processes may run on."""
+    mems_allowed: tuple[int, ...] = ()
+    """Union of the NUMA nodes its processes may allocate on."""
+    log: str | None = None
+    """Path of its log file."""
+    restarts: int = 0
+    """Restarts since the profile was first launched."""
+    started_at: float | None = None
+    """Wall-clock start time of the current run."""
+    source: str = "amdtop"
+    """``amdtop`` (launched by amdtop) or ``discovered`` (found among running processes)."""
+    engine: EngineStats | None = None
+    """Scraped engine numbers."""
+    last_log_lines: tuple[str, ...] = ()
+    """Last lines of the log, filled when the worker crashed."""

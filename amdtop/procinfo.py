@@ -1,0 +1,106 @@
+"""Reading processes from procfs: NUMA binding, titles, environment markers, trees.
+
+Everything here tolerates processes that exit while being read (returns empty values, never raises).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from amdtop.cpulist import parse_cpulist
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcBinding:
+    """Where a process may run and allocate."""
+
+    pid: int
+    """Process id."""
+    cpus: tuple[int, ...]
+    """``Cpus_allowed_list``."""
+    mems: tuple[int, ...]
+    """``Mems_allowed_list`` (NUMA nodes)."""
+
+
+def read_status(pid: int, proc: Path = PROC) -> dict[str, str]:
+    """``/proc/PID/status`` as a dict (empty if the process is gone or unreadable)."""
+    try:
+        text = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def read_binding(pid: int, proc: Path = PROC) -> ProcBinding | None:
+    """CPU and memory binding of ``pid`` from procfs, ``None`` when the process is gone."""
+    status = read_status(pid, proc)
+    if not status:
+        return None
+    try:
+        cpus = parse_cpulist(status.get("Cpus_allowed_list", ""))
+        mems = parse_cpulist(status.get("Mems_allowed_list", ""))
+    except ValueError:
+        return None
+    return ProcBinding(pid, cpus, mems)
+
+
+def read_cmdline(pid: int, proc: Path = PROC) -> tuple[str, ...]:
+    """argv of ``pid`` (a process title set by setproctitle shows as one element)."""
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return ()
+    return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+
+
+def read_environ(pid: int, proc: Path = PROC) -> dict[str, str]:
+    """Environment of ``pid`` (empty without permission or when gone)."""
+    try:
+        raw = (proc / str(pid) / "environ").read_bytes()
+    except OSError:
+        return {}
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def read_ppid_pgid(pid: int, proc: Path = PROC) -> tuple[int, int] | None:
+    """(ppid, pgid) from ``/proc/PID/stat``, ``None`` when gone."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: split after the last ')'.
+    fields = text[text.rfind(")") + 2 :].split()
+    try:
+        return int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def list_pids(proc: Path = PROC) -> list[int]:
+    """All numeric entries of procfs."""
+    try:
+        return sorted(int(name) for name in os.listdir(proc) if name.isdigit())
+    except OSError:
+        return []
+
+
+def numa_balancing_enabled(proc: Path = PROC) -> bool | None:
+    """State of ``/proc/sys/kernel/numa_balancing`` (``None`` when the kernel has no such knob)."""
+    try:
+        return (proc / "sys" / "kernel" / "numa_balancing").read_text().strip() not in ("", "0")
+    except OSError:
+        return None

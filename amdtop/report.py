@@ -1,0 +1,106 @@
+"""Snapshots to the JSON documents of the CLI contract."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from amdtop.cpulist import format_cpulist
+from amdtop.model import Flag, NodeSnapshot, Topology
+
+
+def flag_json(flag: Flag) -> dict[str, Any]:
+    """One flag as a ``flags[]`` entry."""
+    out: dict[str, Any] = {"kind": flag.kind.value, "message": flag.message}
+    if flag.worker is not None:
+        out["worker"] = flag.worker
+    if flag.gpus:
+        out["gpus"] = list(flag.gpus)
+    if flag.metric is not None:
+        out["metric"] = flag.metric
+    if flag.spread_pct is not None:
+        out["spread_pct"] = round(flag.spread_pct, 2)
+    for key, value in flag.extra:
+        out[key] = value
+    return out
+
+
+def topology_json(topology: Topology) -> dict[str, Any]:
+    """The ``links`` and ``numa_nodes`` keys shared by ``snapshot`` and ``topo``."""
+    return {
+        "links": [
+            {
+                "a": link.a,
+                "b": link.b,
+                "type": link.type.value,
+                "hops": link.hops,
+                "weight": link.weight,
+                "nvlinks": link.nvlinks,
+                "max_bandwidth_mbs": link.max_bandwidth_mbs,
+            }
+            for link in topology.links
+        ],
+        "numa_nodes": [
+            {
+                "id": node.id,
+                "cpus": list(node.cpus),
+                "cpulist": format_cpulist(node.cpus),
+                "mem_total_bytes": node.mem_total_bytes,
+            }
+            for node in topology.numa_nodes
+        ],
+    }
+
+
+def snapshot_json(
+    snap: NodeSnapshot,
+    workers: Sequence[Mapping[str, Any]] = (),
+    flags: Iterable[Flag] = (),
+    *,
+    with_metrics: bool = True,
+) -> dict[str, Any]:
+    """The ``snapshot --json`` document (``topo --json`` when ``with_metrics`` is false)."""
+    gpus: list[dict[str, Any]] = []
+    for info in snap.topology.gpus:
+        gpu: dict[str, Any] = {
+            "index": info.index,
+            "name": info.name,
+            "bdf": info.bdf,
+            "numa_node": info.numa_node,
+            "vendor": info.vendor,
+            "uuid": info.uuid,
+            "cpu_affinity": format_cpulist(info.cpu_affinity),
+        }
+        sample = snap.sample(info.index)
+        if with_metrics:
+            lost = sample is None or sample.lost
+            gpu.update(
+                {
+                    "util_pct": None if sample is None else sample.util_pct,
+                    "vram_used_bytes": None if sample is None else sample.vram_used_bytes,
+                    "vram_total_bytes": info.vram_total_bytes if sample is None else sample.vram_total_bytes,
+                    "power_w": None if sample is None else sample.power_w,
+                    "temp_c": None if sample is None else sample.temp_c,
+                    "mem_temp_c": None if sample is None else sample.mem_temp_c,
+                    "sclk_mhz": None if sample is None else sample.sclk_mhz,
+                    "mclk_mhz": None if sample is None else sample.mclk_mhz,
+                    "mem_util_pct": None if sample is None else sample.mem_util_pct,
+                    "power_cap_w": info.power_cap_w,
+                    "lost": lost,
+                    "processes": []
+                    if sample is None
+                    else [{"pid": p.pid, "name": p.name, "vram_bytes": p.vram_bytes} for p in sample.processes],
+                }
+            )
+        gpus.append(gpu)
+    all_flags = list(snap.flags) + [f for f in flags if f not in snap.flags]
+    doc: dict[str, Any] = {
+        "backend": snap.backend,
+        "hostname": snap.hostname,
+        "timestamp": snap.timestamp,
+        "gpus": gpus,
+    }
+    doc.update(topology_json(snap.topology))
+    doc["workers"] = [dict(w) for w in workers]
+    doc["flags"] = [flag_json(f) for f in all_flags]
+    return doc

@@ -1,0 +1,212 @@
+"""A simulated node: 8x MI300X by default, for ``--demo`` and for tests that need a known ground truth.
+
+Deterministic: the n-th sample depends only on the seed, the scenario, the demand set by the simulated workers
+and the injected clock, so SVG snapshots and assertions are stable run to run.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from amdtop.model import (
+    Flag,
+    FlagKind,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    Link,
+    LinkType,
+    NodeSnapshot,
+    NumaNode,
+    Topology,
+)
+from amdtop.telemetry.base import BackendOptions
+
+GIB = 1024**3
+MI300X_VRAM = 206_141_652_992  # what mem_info_vram_total reads on MI300X (192 GiB less 16 MiB)
+MI300X_BDFS = (
+    "0000:05:00.0",
+    "0000:26:00.0",
+    "0000:46:00.0",
+    "0000:65:00.0",
+    "0000:85:00.0",
+    "0000:a6:00.0",
+    "0000:c6:00.0",
+    "0000:e5:00.0",
+)
+SCENARIOS = ("mi300x-8", "pcie-4", "empty")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDemand:
+    """What a simulated workload asks of one GPU."""
+
+    util: float
+    """Engine activity 0..1."""
+    vram_bytes: int
+    """Memory held."""
+    pid: int | None = None
+    """Process holding it, shown in the process list."""
+    name: str | None = None
+    """Process name."""
+
+
+def _mi300x_topology() -> Topology:
+    node0 = tuple(range(0, 32)) + tuple(range(64, 96))
+    node1 = tuple(range(32, 64)) + tuple(range(96, 128))
+    numa = (
+        NumaNode(0, node0, 1536 * GIB // 2),
+        NumaNode(1, node1, 1536 * GIB // 2),
+    )
+    gpus = tuple(
+        GpuInfo(
+            index=i,
+            name="AMD Instinct MI300X",
+            bdf=MI300X_BDFS[i],
+            numa_node=0 if i < 4 else 1,
+            vendor="AMD",
+            uuid=f"sim-mi300x-{i}",
+            vram_total_bytes=MI300X_VRAM,
+            cpu_affinity=node0 if i < 4 else node1,
+            power_cap_w=750.0,
+        )
+        for i in range(8)
+    )
+    links = tuple(
+        Link(a, b, LinkType.XGMI, hops=1, weight=15, max_bandwidth_mbs=64000) for a in range(8) for b in range(a + 1, 8)
+    )
+    return Topology(gpus, links, numa)
+
+
+def _pcie4_topology() -> Topology:
+    node0 = tuple(range(0, 16))
+    node1 = tuple(range(16, 32))
+    numa = (NumaNode(0, node0, 256 * GIB), NumaNode(1, node1, 256 * GIB))
+    bdfs = ("0000:03:00.0", "0000:43:00.0", "0000:83:00.0", "0000:c3:00.0")
+    gpus = tuple(
+        GpuInfo(
+            index=i,
+            name="AMD Instinct MI210",
+            bdf=bdfs[i],
+            numa_node=0 if i < 2 else 1,
+            vendor="AMD",
+            uuid=f"sim-mi210-{i}",
+            vram_total_bytes=68_702_699_520,
+            cpu_affinity=node0 if i < 2 else node1,
+            power_cap_w=300.0,
+        )
+        for i in range(4)
+    )
+    links = []
+    for a in range(4):
+        for b in range(a + 1, 4):
+            same = (a < 2) == (b < 2)
+            links.append(Link(a, b, LinkType.PCIE, hops=2 if same else 3, weight=40 if same else 52))
+    return Topology(gpus, tuple(links), numa)
+
+
+def _empty_topology() -> Topology:
+    return Topology((), (), (NumaNode(0, tuple(range(0, 8)), 32 * GIB),))
+
+
+_TOPOLOGIES: dict[str, Callable[[], Topology]] = {
+    "mi300x-8": _mi300x_topology,
+    "pcie-4": _pcie4_topology,
+    "empty": _empty_topology,
+}
+
+
+class SimBackend:
+    """The simulated node. Thread-safe: workers set demand while the poller samples."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        scenario: str = "mi300x-8",
+        clock: Callable[[], float] = time.time,
+        hostname: str = "amdtop-demo",
+    ) -> None:
+        """Build the node ``scenario``; ``clock`` gives the snapshot timestamps."""
+        if scenario not in _TOPOLOGIES:
+            raise ValueError(f"unknown sim scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        self._topology = _TOPOLOGIES[scenario]()
+        self._rng = random.Random(seed)
+        self._clock = clock
+        self._hostname = hostname
+        self._lock = threading.Lock()
+        self._demand: dict[int, list[GpuDemand]] = {}
+        self._lost: dict[int, str] = {}
+        self._temps = {g.index: 35.0 for g in self._topology.gpus}
+
+    def topology(self) -> Topology:
+        """Return the static topology."""
+        return self._topology
+
+    def set_demand(self, source: str, gpus: dict[int, GpuDemand]) -> None:
+        """Replace what ``source`` (a simulated worker) asks of its GPUs; an empty dict removes it."""
+        with self._lock:
+            for idx in list(self._demand):
+                self._demand[idx] = [d for d in self._demand[idx] if d.name != source]
+            for idx, demand in gpus.items():
+                self._demand.setdefault(idx, []).append(GpuDemand(demand.util, demand.vram_bytes, demand.pid, source))
+
+    def lose_gpu(self, index: int, reason: str = "device stopped responding") -> None:
+        """Make GPU ``index`` stop answering (as a GPU that fell off the bus)."""
+        with self._lock:
+            self._lost[index] = reason
+
+    def sample(self) -> NodeSnapshot:
+        """Poll every simulated GPU once."""
+        with self._lock:
+            samples = tuple(self._sample_gpu(info) for info in self._topology.gpus)
+            flags = tuple(
+                Flag(FlagKind.GPU_LOST, f"GPU {i} lost: {why}", gpus=(i,)) for i, why in sorted(self._lost.items())
+            )
+        return NodeSnapshot("sim", self._hostname, self._clock(), self._topology, samples, flags)
+
+    def _sample_gpu(self, info: GpuInfo) -> GpuSample:
+        # Draw the noise even for a lost GPU so that losing one GPU does not shift the others' sequences.
+        noise = self._rng.uniform(-1.5, 1.5)
+        power_noise = self._rng.uniform(-4.0, 4.0)
+        if info.index in self._lost:
+            return GpuSample(info.index, lost=True, error=self._lost[info.index])
+        demands = self._demand.get(info.index, [])
+        util_frac = min(1.0, sum(d.util for d in demands))
+        vram_total = info.vram_total_bytes or 0
+        base_vram = 283 * 1024**2  # what an idle MI300X reports used (driver reservations)
+        vram_used = min(vram_total, base_vram + sum(d.vram_bytes for d in demands))
+        util = max(0.0, min(100.0, util_frac * 100.0 + (noise if util_frac > 0 else abs(noise) * 0.2)))
+        cap = info.power_cap_w or 750.0
+        idle_power = cap * 0.18
+        power = idle_power + (cap * 0.8 - idle_power) * (util / 100.0) + power_noise
+        target_temp = 35.0 + 50.0 * util / 100.0
+        self._temps[info.index] += (target_temp - self._temps[info.index]) * 0.3
+        temp = round(self._temps[info.index], 1)
+        processes = tuple(GpuProcess(d.pid or 0, d.name, d.vram_bytes) for d in demands if d.vram_bytes > 0)
+        return GpuSample(
+            index=info.index,
+            util_pct=round(util, 1),
+            vram_used_bytes=vram_used,
+            vram_total_bytes=vram_total,
+            power_w=round(power, 1),
+            temp_c=temp,
+            mem_temp_c=round(temp - 4.0, 1),
+            sclk_mhz=float(round(132 + 1968 * util / 100.0)),
+            mclk_mhz=1300.0,
+            mem_util_pct=round(util * 0.6, 1),
+            processes=processes,
+        )
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def open_backend(options: BackendOptions) -> SimBackend:
+    """Open the simulated node described by ``options``."""
+    return SimBackend(seed=options.seed, scenario=options.scenario)
