@@ -1,0 +1,86 @@
+"""Log lines as the tail hands them to the UI, and their level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ERROR = "error"
+WARN = "warn"
+INFO = "info"
+OTHER = "other"
+
+_ERROR_MARKS = (
+    "NCCL Error",
+    "unhandled system error",
+    "unhandled cuda error",
+    "Watchdog caught",
+    "DistBackendError",
+    "Traceback (most recent call last)",
+    "terminate called",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a worker's log, ready to show."""
+
+    worker: str
+    """Worker (profile) the line came from."""
+    file: str
+    """Path of the file it was read from."""
+    text: str
+    """The line without its newline (binary junk replaced)."""
+    level: str = INFO
+    """``error``, ``warn``, ``info`` or ``other`` (see :func:`classify`)."""
+    transport: bool = False
+    """True for lines that name a rank pair's transport (``... via P2P/IPC``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """What one :meth:`LogFollower.poll` returns."""
+
+    lines: tuple[LogLine, ...]
+    """New complete lines, oldest first."""
+    dropped: int = 0
+    """Lines read but not handed over since the last poll because the consumer lagged."""
+
+    @property
+    def dropped_count(self) -> int:
+        """Alias of :attr:`dropped` (interface name)."""
+        return self.dropped
+
+
+def classify(text: str) -> str:
+    """Level of a raw log line: cheap substring checks, no regex."""
+    if "NCCL WARN" in text or " WARN " in text or text.startswith("WARNING"):
+        return WARN
+    if " -> " in text and "NCCL INFO" in text and is_error_trail(text):
+        return ERROR
+    for mark in _ERROR_MARKS:
+        if mark in text:
+            return ERROR
+    if text.startswith(("ERROR", "CRITICAL")) or " ERROR " in text[:40]:
+        return ERROR
+    if "NCCL INFO" in text or text.startswith("INFO"):
+        return INFO
+    return OTHER
+
+
+def is_error_trail(text: str) -> bool:
+    """True for an error-trail hop: ``... NCCL INFO <file>.cc:<line> -> 3`` (optionally `` [Async thread]``)."""
+    tail = text.rstrip()
+    if tail.endswith("]"):
+        tail = tail[: tail.rfind("[")].rstrip()
+    head, sep, code = tail.rpartition(" -> ")
+    return bool(sep) and code.isdigit() and ":" in head[-12:]
+
+
+def is_transport_line(text: str) -> bool:
+    """True when the line names the transport of a rank pair or a ring/tree connect."""
+    return (" via " in text and "Channel" in text) or "Connected all" in text
+
+
+def make_line(worker: str, file: str, text: str) -> LogLine:
+    """Build a :class:`LogLine` with its level and transport mark filled in."""
+    return LogLine(worker, file, text, classify(text), is_transport_line(text))

@@ -1,0 +1,197 @@
+"""The RCCL/NCCL log tail pane: per-communicator summary above a coloured, filterable, capped tail."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from rich.highlighter import Highlighter
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Input, Log, Static
+
+from amdtop.rccl.lines import ERROR, WARN, LogLine, classify
+
+FILTERS = ("all", "problems", "transport")
+
+
+class LevelHighlighter(Highlighter):
+    """Colour a whole line by its level; transport fallbacks stand out."""
+
+    def highlight(self, text: Text) -> None:
+        plain = text.plain
+        level = classify(plain)
+        if level == ERROR:
+            text.stylize("bold red")
+        elif level == WARN:
+            text.stylize("yellow")
+        elif " via SHM" in plain or " via NET" in plain:
+            text.stylize("magenta")
+        elif " via P2P" in plain or "Connected all" in plain:
+            text.stylize("green")
+        elif "NCCL INFO" not in plain:
+            text.stylize("dim")
+
+
+class LogTailPane(Widget, can_focus=True):
+    """Tail of the workers' logs with a summary line on top.
+
+    Feed it batches with :meth:`feed`; set the communicator summary with :meth:`set_summary`.
+    Keys: ``e`` errors/warnings only, ``t`` transport lines, ``w`` cycle one worker, ``/`` search,
+    ``p`` pause/follow, ``c`` clear filters.
+    """
+
+    DEFAULT_CSS = """
+    LogTailPane { height: 1fr; layout: vertical; border: round $panel; }
+    LogTailPane > #logs-summary { height: auto; max-height: 8; color: $text; padding: 0 1; }
+    LogTailPane > #logs-status { height: 1; color: $text-muted; padding: 0 1; }
+    LogTailPane > #logs-search { display: none; height: 3; }
+    LogTailPane > #logs-search.-open { display: block; }
+    LogTailPane > Log { height: 1fr; }
+    """
+
+    BINDINGS = [
+        Binding("e", "filter('problems')", "Errors/warn", id="logs-errors"),
+        Binding("t", "filter('transport')", "Transport", id="logs-transport"),
+        Binding("w", "cycle_worker", "Worker", id="logs-worker"),
+        Binding("slash", "search", "Search", id="logs-search"),
+        Binding("p", "toggle_pause", "Pause", id="logs-pause"),
+        Binding("c", "clear_filters", "All lines", id="logs-clear"),
+    ]
+
+    mode: reactive[str] = reactive("all")
+    """Line filter: ``all``, ``problems`` (errors and warnings) or ``transport``."""
+    worker: reactive[str | None] = reactive(None)
+    """Show only this worker's lines (``None``: every worker)."""
+    search: reactive[str] = reactive("")
+    """Case-insensitive substring every shown line must contain."""
+    paused: reactive[bool] = reactive(False)
+    """When paused, lines are kept but the tail does not move."""
+
+    def __init__(
+        self, *, max_lines: int = 2000, name: str | None = None, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.max_lines = max_lines
+        self._buffer: deque[LogLine] = deque(maxlen=max_lines * 4)
+        self._workers: list[str] = []
+        self._pending = 0
+        self._dropped = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static("no communicator seen yet", id="logs-summary", markup=False)
+        yield Static("", id="logs-status", markup=False)
+        yield Input(placeholder="search (enter applies, empty clears)", id="logs-search")
+        log = Log(max_lines=self.max_lines, highlight=True, id="logs-log")
+        log.highlighter = LevelHighlighter()
+        yield log
+
+    def on_mount(self) -> None:
+        self.border_title = "logs"
+        self._update_status()
+
+    # -- data in ---------------------------------------------------------------------------------------------
+    def feed(self, lines: Sequence[LogLine], dropped: int = 0) -> None:
+        """Append a batch of lines (one write to the tail); ``dropped`` counts lines the follower skipped."""
+        if dropped:
+            self._dropped += dropped
+        if not lines and not dropped:
+            return
+        for line in lines:
+            if line.worker not in self._workers:
+                self._workers.append(line.worker)
+        self._buffer.extend(lines)
+        if self.paused:
+            self._pending += len(lines)
+            self._update_status()
+            return
+        shown = [self._format(line) for line in lines if self._match(line)]
+        if dropped:
+            shown.append(f"… {dropped} lines dropped (log flood; the tail is catching up)")
+        if shown:
+            self.query_one(Log).write_lines(shown[-self.max_lines :])
+        self._update_status()
+
+    def set_summary(self, text: str | Text) -> None:
+        """Show the per-communicator summary (plain text or a Rich renderable) above the tail."""
+        self.query_one("#logs-summary", Static).update(text)
+
+    # -- filtering -------------------------------------------------------------------------------------------
+    def _match(self, line: LogLine) -> bool:
+        if self.worker is not None and line.worker != self.worker:
+            return False
+        if self.mode == "problems" and line.level not in (ERROR, WARN):
+            return False
+        if self.mode == "transport" and not line.transport:
+            return False
+        return not self.search or self.search.lower() in line.text.lower()
+
+    def _format(self, line: LogLine) -> str:
+        return f"{line.worker}| {line.text}" if len(self._workers) > 1 else line.text
+
+    def _rebuild(self) -> None:
+        log = self.query_one(Log)
+        log.clear()
+        shown = [self._format(line) for line in self._buffer if self._match(line)]
+        log.write_lines(shown[-self.max_lines :])
+        self._pending = 0
+        self._update_status()
+
+    def _update_status(self) -> None:
+        parts = [f"filter: {self.mode}"]
+        if self.worker is not None:
+            parts.append(f"worker: {self.worker}")
+        if self.search:
+            parts.append(f"search: {self.search!r}")
+        parts.append(f"PAUSED ({self._pending} new)" if self.paused else "following")
+        if self._dropped:
+            parts.append(f"{self._dropped} lines dropped")
+        parts.append("keys: e t w / p c")
+        self.query_one("#logs-status", Static).update("  ·  ".join(parts))
+
+    def watch_mode(self) -> None:
+        if self.is_mounted:
+            self._rebuild()
+
+    def watch_worker(self) -> None:
+        if self.is_mounted:
+            self._rebuild()
+
+    def watch_search(self) -> None:
+        if self.is_mounted:
+            self._rebuild()
+
+    def watch_paused(self, paused: bool) -> None:
+        if self.is_mounted and not paused:
+            self._rebuild()
+        elif self.is_mounted:
+            self._update_status()
+
+    # -- actions ---------------------------------------------------------------------------------------------
+    def action_filter(self, mode: str) -> None:
+        self.mode = "all" if self.mode == mode else mode
+
+    def action_cycle_worker(self) -> None:
+        choices: list[str | None] = [None, *self._workers]
+        self.worker = choices[(choices.index(self.worker) + 1) % len(choices)] if self.worker in choices else None
+
+    def action_search(self) -> None:
+        box = self.query_one("#logs-search", Input)
+        box.add_class("-open")
+        box.value = self.search
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.search = event.value.strip()
+        event.input.remove_class("-open")
+        self.focus()
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+
+    def action_clear_filters(self) -> None:
+        self.mode, self.worker, self.search = "all", None, ""
