@@ -1,0 +1,208 @@
+"""The queueing model of the simulated server: a batched decode loop with a fixed number of slots.
+
+Up to ``capacity`` requests run at once; each running request gets one token per engine tick (``1/tokens_per_s``
+seconds), so at concurrency <= capacity every stream decodes at ``tokens_per_s`` and above it the total throughput
+saturates at ``capacity * tokens_per_s`` while extra requests wait for a slot (their TTFT grows). One timer drives
+every stream, as one batched forward pass does in a real engine, so the server stays cheap at high concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from amdtop.simserver.metrics import Histogram
+
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1,
+    2.5,
+    5,
+    7.5,
+    10,
+    20,
+    40,
+    80,
+    160,
+    640,
+    2560,
+)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680)
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Settings of one simulated server."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "sim-model"
+    capacity: int = 8
+    """Concurrency at which throughput saturates (decode slots)."""
+    tokens_per_s: float = 50.0
+    """Per-sequence decode speed while unsaturated; 0 = no pacing (zero-work server)."""
+    ttft_ms: float = 20.0
+    """Prefill time from admission to the first token."""
+    tp: int = 1
+    max_model_len: int = 2048
+    max_num_seqs: int | None = None
+    kv_cache_tokens: int = 524288
+    fail_after: int | None = None
+    """Requests after the first N get HTTP 500."""
+    error_chunk_after: int | None = None
+    """Streams after the first N get an error chunk inside the 200 stream."""
+    log_file: str | None = None
+    nccl_debug: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    """One generation request inside the engine."""
+
+    prompt_tokens: int
+    max_tokens: int
+    on_token: Callable[[int], None]
+    """Called with the 0-based index of each generated token."""
+    on_finish: Callable[[str], None]
+    """Called once with the finish reason (``length``, ``error`` or ``abort``)."""
+    error_at: int | None = None
+    """Emit an error instead of this token index."""
+    arrived: float = field(default_factory=time.monotonic)
+    first_at: float = 0.0
+    last_at: float = 0.0
+    emitted: int = 0
+    done: bool = False
+
+
+class SimEngine:
+    """Slots, a waiting queue, counters and histograms; all calls happen on the event loop thread."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.running: list[SimRequest] = []
+        self.waiting: deque[SimRequest] = deque()
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.success: dict[str, int] = dict.fromkeys(FINISH_REASONS, 0)
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+        self.received = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the decode loop on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        """Stop the decode loop."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    def submit(self, req: SimRequest) -> None:
+        """Queue a request; it runs as soon as a slot is free."""
+        self.prompt_tokens_total += req.prompt_tokens
+        self.waiting.append(req)
+        self._admit()
+        self._wake.set()
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request whose client went away."""
+        if req.done:
+            return
+        req.done = True
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.success["abort"] += 1
+        self._admit()
+
+    def kv_usage(self) -> float:
+        """Fraction of the KV cache held by running requests."""
+        used = sum(r.prompt_tokens + r.emitted for r in self.running)
+        return min(1.0, used / max(1, self.cfg.kv_cache_tokens))
+
+    def _admit(self) -> None:
+        now = time.monotonic()
+        while self.waiting and len(self.running) < self.cfg.capacity:
+            req = self.waiting.popleft()
+            req.first_at = now + self.cfg.ttft_ms / 1000.0
+            self.running.append(req)
+
+    def _emit(self, req: SimRequest, now: float) -> None:
+        if req.error_at is not None and req.emitted >= req.error_at:
+            self._finish(req, now, "error")
+            return
+        req.on_token(req.emitted)
+        if req.emitted == 0:
+            self.ttft.observe(now - req.arrived)
+        else:
+            self.itl.observe(now - req.last_at)
+        req.emitted += 1
+        req.last_at = now
+        self.generation_tokens_total += 1
+        if req.emitted >= req.max_tokens:
+            self._finish(req, now, "length")
+
+    def _finish(self, req: SimRequest, now: float, reason: str) -> None:
+        req.done = True
+        self.success[reason] += 1
+        self.e2e.observe(now - req.arrived)
+        req.on_finish(reason)
+
+    async def _loop(self) -> None:
+        period = 1.0 / self.cfg.tokens_per_s if self.cfg.tokens_per_s > 0 else 0.0
+        next_tick = time.monotonic()
+        while True:
+            if not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+                next_tick = time.monotonic()
+            now = time.monotonic()
+            earliest = min(r.first_at for r in self.running)
+            if earliest > now:
+                # Every running request is still in prefill: sleep until the first one is due.
+                await asyncio.sleep(earliest - now)
+                next_tick = max(next_tick, earliest)
+                continue
+            for req in list(self.running):
+                if req.first_at <= now and not req.done:
+                    if period == 0.0:
+                        while not req.done:
+                            self._emit(req, now)
+                    else:
+                        self._emit(req, now)
+            self.running = [r for r in self.running if not r.done]
+            self._admit()
+            if period == 0.0:
+                await asyncio.sleep(0)
+                continue
+            next_tick += period
+            delay = next_tick - time.monotonic()
+            if delay < -period:
+                next_tick = time.monotonic()  # fell behind (CPU starved): do not burst to catch up
+                delay = 0.0
+            await asyncio.sleep(max(0.0, delay))
