@@ -13,7 +13,10 @@ from amdtop.cli.common import add_global_options
 from amdtop.errors import AmdtopError
 
 # Each module defines ``register(subparsers, parent)``: one module per command group, so groups stay independent.
-COMMAND_MODULES = ("amdtop.cli.snapshot",)
+COMMAND_MODULES = (
+    "amdtop.cli.snapshot",
+    "amdtop.cli.export",
+)
 
 
 class _Parser(argparse.ArgumentParser):

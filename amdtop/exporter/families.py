@@ -1,0 +1,222 @@
+"""The metric families: names, types, labels and units, and how one :class:`ExportState` fills them.
+
+Per-GPU families use the names and units of AMD's device-metrics-exporter (``gpu_gfx_activity`` in percent,
+``gpu_used_vram`` in MB, ``gpu_package_power`` in W...) so existing dashboards and alerts work unchanged; what only
+amdtop knows is under ``amdtop_``. A value the backend cannot give is left out, never published as 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from amdtop.exporter.state import ExportState
+from amdtop.model import FlagKind, GpuInfo, GpuSample, WorkerState, WorkerStatus
+
+MB = 1024 * 1024  # the AMD exporter's "MB" is amdsmi's MiB
+GPU_LABELS = ("gpu_id", "hostname", "card_model", "serial_number")
+PAIR_LABELS = ("hostname", "gpu_a", "gpu_b")
+WORKER_LABELS = ("hostname", "worker")
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySpec:
+    """One metric family as published."""
+
+    name: str
+    """Name without the ``_total`` a counter gets on the wire."""
+    kind: str
+    """``gauge`` or ``counter``."""
+    labels: tuple[str, ...]
+    """Label names, in order."""
+    unit: str
+    """Unit (``percent``, ``MB``, ``W``, ``C``, ``MHz``, ``bytes/s``, ``1`` for 0/1 and counts...)."""
+    help: str
+    """HELP text (without the unit, which is appended)."""
+
+
+def _g(name: str, labels: tuple[str, ...], unit: str, text: str) -> FamilySpec:
+    return FamilySpec(name, "gauge", labels, unit, text)
+
+
+FAMILIES: dict[str, FamilySpec] = {
+    s.name: s
+    for s in (
+        _g("gpu_gfx_activity", GPU_LABELS, "percent", "Graphics/compute engine activity"),
+        _g("gpu_umc_activity", GPU_LABELS, "percent", "Memory controller activity"),
+        _g("gpu_used_vram", GPU_LABELS, "MB", "VRAM in use"),
+        _g("gpu_total_vram", GPU_LABELS, "MB", "Total VRAM"),
+        _g("gpu_free_vram", GPU_LABELS, "MB", "VRAM free"),
+        _g("gpu_package_power", GPU_LABELS, "W", "Package/socket power"),
+        _g("gpu_junction_temperature", GPU_LABELS, "C", "Hottest sensor (junction on AMD, core on NVIDIA)"),
+        _g("gpu_memory_temperature", GPU_LABELS, "C", "Memory (HBM) temperature"),
+        _g("gpu_clock", (*GPU_LABELS, "clock_type"), "MHz", "Current clock"),
+        _g("amdtop_gpu_power_cap_watts", GPU_LABELS, "W", "Power cap"),
+        _g(
+            "amdtop_gpu_info",
+            (*GPU_LABELS, "bdf", "numa_node", "vendor"),
+            "1",
+            "Static facts about a GPU (always 1)",
+        ),
+        _g("amdtop_gpu_lost", GPU_LABELS, "1", "1 when the GPU stopped answering"),
+        _g("amdtop_link_info", (*PAIR_LABELS, "type", "hops", "weight"), "1", "Link between two GPUs (always 1)"),
+        _g("amdtop_link_max_bandwidth_bytes_per_second", PAIR_LABELS, "bytes/s", "Driver-reported peak bandwidth"),
+        _g("amdtop_link_measured_bandwidth_bytes_per_second", PAIR_LABELS, "bytes/s", "Bandwidth the probe measured"),
+        _g("amdtop_tp_spread_percent", (*WORKER_LABELS, "metric"), "percent", "TP-group spread (max-min)/max"),
+        _g("amdtop_tp_imbalance", WORKER_LABELS, "1", "1 while the TP group is flagged imbalanced"),
+        _g("amdtop_numa_mismatch", WORKER_LABELS, "1", "1 while the worker runs off its GPUs' NUMA node"),
+        _g("amdtop_transport_fallback", WORKER_LABELS, "1", "1 while RCCL/NCCL fell back to a slower transport"),
+        _g("amdtop_flags", ("hostname", "kind"), "1", "Active flags by kind"),
+        _g("amdtop_rccl_errors", WORKER_LABELS, "1", "Error lines in the worker's RCCL/NCCL log"),
+        _g("amdtop_rccl_warnings", WORKER_LABELS, "1", "Warning lines in the worker's RCCL/NCCL log"),
+        _g("amdtop_worker_state", (*WORKER_LABELS, "state"), "1", "1 for the worker's current state"),
+        _g("amdtop_worker_ready", WORKER_LABELS, "1", "1 when the worker serves requests"),
+        FamilySpec("amdtop_worker_restarts", "counter", WORKER_LABELS, "1", "Restarts since first launch"),
+        _g("amdtop_worker_info", (*WORKER_LABELS, "source", "gpus", "numa_node", "port"), "1", "Worker facts"),
+        _g("amdtop_ramp_knee_concurrency", WORKER_LABELS, "1", "Concurrency at the last ramp's knee"),
+        _g("amdtop_ramp_recommended_max_num_seqs", WORKER_LABELS, "1", "max-num-seqs the last ramp recommended"),
+        _g("amdtop_ramp_timestamp_seconds", WORKER_LABELS, "s", "When the last ramp finished"),
+        _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
+        FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls made for scrapes"),
+        _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
+    )
+}
+
+# Flags published as a 0/1 gauge per worker.
+_WORKER_FLAGS = {
+    FlagKind.TP_IMBALANCE: "amdtop_tp_imbalance",
+    FlagKind.NUMA_MISMATCH: "amdtop_numa_mismatch",
+    FlagKind.TRANSPORT_FALLBACK: "amdtop_transport_fallback",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PollStats:
+    """The exporter's own bookkeeping, published with the state."""
+
+    polls: int
+    """Polls made so far."""
+    last_duration_s: float
+    """Duration of the last poll."""
+
+
+class _Builder:
+    """Collects samples per family; only families with at least one sample are emitted."""
+
+    def __init__(self) -> None:
+        self._samples: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+
+    def add(self, name: str, labels: tuple[str, ...], value: float | None) -> None:
+        if value is None:
+            return
+        assert len(labels) == len(FAMILIES[name].labels), name
+        self._samples.setdefault(name, []).append((labels, float(value)))
+
+    def families(self) -> Iterator[Metric]:
+        for name, samples in self._samples.items():
+            spec = FAMILIES[name]
+            text = f"{spec.help} ({spec.unit})"
+            fam: GaugeMetricFamily | CounterMetricFamily
+            if spec.kind == "counter":
+                fam = CounterMetricFamily(name, text, labels=spec.labels)
+            else:
+                fam = GaugeMetricFamily(name, text, labels=spec.labels)
+            for labels, value in samples:
+                fam.add_metric(list(labels), value)
+            yield fam
+
+
+def _mb(value: int | None) -> float | None:
+    return None if value is None else value / MB
+
+
+def _gpu(b: _Builder, info: GpuInfo, s: GpuSample | None, host: str) -> None:
+    base = (str(info.index), host, info.name, info.uuid or "")
+    numa = "" if info.numa_node is None else str(info.numa_node)
+    b.add("amdtop_gpu_info", (*base, info.bdf, numa, info.vendor), 1)
+    b.add("amdtop_gpu_power_cap_watts", base, info.power_cap_w)
+    lost = s is None or s.lost
+    b.add("amdtop_gpu_lost", base, 1 if lost else 0)
+    if s is None or lost:
+        return
+    b.add("gpu_gfx_activity", base, s.util_pct)
+    b.add("gpu_umc_activity", base, s.mem_util_pct)
+    total = s.vram_total_bytes if s.vram_total_bytes is not None else info.vram_total_bytes
+    b.add("gpu_used_vram", base, _mb(s.vram_used_bytes))
+    b.add("gpu_total_vram", base, _mb(total))
+    if s.vram_used_bytes is not None and total is not None:
+        b.add("gpu_free_vram", base, _mb(max(0, total - s.vram_used_bytes)))
+    b.add("gpu_package_power", base, s.power_w)
+    b.add("gpu_junction_temperature", base, s.temp_c)
+    b.add("gpu_memory_temperature", base, s.mem_temp_c)
+    b.add("gpu_clock", (*base, "GPU_CLOCK_TYPE_SYSTEM"), s.sclk_mhz)
+    b.add("gpu_clock", (*base, "GPU_CLOCK_TYPE_MEMORY"), s.mclk_mhz)
+
+
+def _spread(values: list[float | None]) -> float | None:
+    if len(values) < 2 or any(v is None for v in values):
+        return None
+    known = [v for v in values if v is not None]
+    top = max(known)
+    return 0.0 if top <= 0 else 100.0 * (top - min(known)) / top
+
+
+def _worker(b: _Builder, w: WorkerStatus, state: ExportState, host: str) -> None:
+    key = (host, w.name)
+    for st in WorkerState:
+        b.add("amdtop_worker_state", (*key, st.value), 1 if w.state is st else 0)
+    b.add("amdtop_worker_ready", key, 1 if w.state is WorkerState.READY else 0)
+    b.add("amdtop_worker_restarts", key, w.restarts)
+    numa = "" if w.numa_node is None else str(w.numa_node)
+    port = "" if w.port is None else str(w.port)
+    b.add("amdtop_worker_info", (*key, w.source, ",".join(map(str, w.gpus)), numa, port), 1)
+    samples = [state.snapshot.sample(i) for i in w.gpus]
+    util = [None if s is None else s.util_pct for s in samples]
+    vram = [None if s is None or s.vram_used_bytes is None else float(s.vram_used_bytes) for s in samples]
+    b.add("amdtop_tp_spread_percent", (*key, "util_pct"), _spread(util))
+    b.add("amdtop_tp_spread_percent", (*key, "vram_used_bytes"), _spread(vram))
+
+
+def build_families(state: ExportState, stats: PollStats | None = None) -> list[Metric]:
+    """Turn one state into metric families (only those with samples)."""
+    b = _Builder()
+    snap = state.snapshot
+    host = snap.hostname
+    for info in snap.topology.gpus:
+        _gpu(b, info, snap.sample(info.index), host)
+    for link in snap.topology.links:
+        pair = (host, str(link.a), str(link.b))
+        hops = "" if link.hops is None else str(link.hops)
+        weight = "" if link.weight is None else str(link.weight)
+        b.add("amdtop_link_info", (*pair, link.type.value, hops, weight), 1)
+        mbs = link.max_bandwidth_mbs
+        b.add("amdtop_link_max_bandwidth_bytes_per_second", pair, None if mbs is None else mbs * 1e6)
+    for bw in state.bandwidth:
+        lo, hi = sorted((bw.a, bw.b))
+        b.add("amdtop_link_measured_bandwidth_bytes_per_second", (host, str(lo), str(hi)), bw.gbps * 1e9)
+    for w in state.workers:
+        _worker(b, w, state, host)
+    flags = state.all_flags()
+    by_kind: dict[str, int] = {}
+    for flag in flags:
+        by_kind[flag.kind.value] = by_kind.get(flag.kind.value, 0) + 1
+    for kind in FlagKind:
+        b.add("amdtop_flags", (host, kind.value), by_kind.get(kind.value, 0))
+    for kind, name in _WORKER_FLAGS.items():
+        flagged = {f.worker or "" for f in flags if f.kind is kind}
+        for worker in sorted(flagged | {w.name for w in state.workers}):
+            b.add(name, (host, worker), 1 if worker in flagged else 0)
+    for r in state.rccl:
+        b.add("amdtop_rccl_errors", (host, r.worker), r.errors)
+        b.add("amdtop_rccl_warnings", (host, r.worker), r.warnings)
+    for k in state.ramp_knees:
+        b.add("amdtop_ramp_knee_concurrency", (host, k.worker), k.concurrency)
+        b.add("amdtop_ramp_recommended_max_num_seqs", (host, k.worker), k.recommended_max_num_seqs)
+        b.add("amdtop_ramp_timestamp_seconds", (host, k.worker), k.timestamp)
+    b.add("amdtop_snapshot_timestamp_seconds", (host,), snap.timestamp)
+    if stats is not None:
+        b.add("amdtop_exporter_polls", (host,), stats.polls)
+        b.add("amdtop_exporter_poll_duration_seconds", (host,), stats.last_duration_s)
+    return list(b.families())

@@ -1,0 +1,176 @@
+"""The exporter: a Prometheus ``/metrics`` endpoint over an :class:`ExportState` provider.
+
+Collection happens on scrape, but at most once per ``min_interval``: a burst of scrapes (several Prometheus
+servers, a curl loop) is served from the cached state instead of multiplying device calls.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import Metric
+
+from amdtop.errors import AmdtopError, InputError
+from amdtop.exporter.families import PollStats, build_families
+from amdtop.exporter.state import ExportState
+
+Provider = Callable[[], ExportState]
+DEFAULT_LISTEN = "127.0.0.1:9464"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6).
+
+    Raises:
+        InputError: no host, no port, or a port out of range.
+    """
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host:
+        raise InputError(f"--listen: {text!r} is not HOST:PORT; e.g. 127.0.0.1:9464 (name the host explicitly)")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise InputError(f"--listen: port {port_text!r} is not a number; e.g. 127.0.0.1:9464") from None
+    if not 0 <= port <= 65535:
+        raise InputError(f"--listen: port {port} is out of range; use 1-65535")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` names only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class CachedProvider:
+    """Calls the provider at most once per ``min_interval`` seconds; thread-safe."""
+
+    def __init__(self, provider: Provider, min_interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        """Wrap ``provider``; ``clock`` is injectable for tests."""
+        self._provider = provider
+        self._min_interval = min_interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._state: ExportState | None = None
+        self._taken_at = 0.0
+        self._polls = 0
+        self._duration = 0.0
+
+    def get(self) -> tuple[ExportState, PollStats]:
+        """The cached state, refreshed when older than the minimum interval."""
+        # One lock for the whole poll: concurrent scrapes wait for the running poll instead of starting their own.
+        with self._lock:
+            now = self._clock()
+            if self._state is None or now - self._taken_at >= self._min_interval:
+                start = time.perf_counter()
+                self._state = self._provider()
+                self._duration = time.perf_counter() - start
+                self._taken_at = now
+                self._polls += 1
+            return self._state, PollStats(self._polls, self._duration)
+
+    @property
+    def polls(self) -> int:
+        """Provider calls so far."""
+        return self._polls
+
+
+class _Collector:
+    """prometheus-client collector over the cached provider."""
+
+    def __init__(self, cache: CachedProvider) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        state, stats = self._cache.get()
+        yield from build_families(state, stats)
+
+    def describe(self) -> list[Metric]:
+        # Registering must not poll the node.
+        return []
+
+
+class Exporter:
+    """Serves ``/metrics`` for one node; start and stop it as often as needed (the TUI toggles it)."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        listen: str = DEFAULT_LISTEN,
+        min_interval: float = 1.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare (not bind) an exporter on ``listen`` (``HOST:PORT``; port 0 picks a free one).
+
+        Raises:
+            InputError: ``listen`` is malformed or ``min_interval`` negative.
+        """
+        if min_interval < 0:
+            raise InputError(f"min_interval: {min_interval} is negative; use 0 or more seconds")
+        self.host, self.port = parse_listen(listen)
+        self.cache = CachedProvider(provider, min_interval, clock)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self.cache))
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        """True while serving."""
+        return self._server is not None
+
+    @property
+    def url(self) -> str:
+        """URL of the metrics page (the real port once started with port 0)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def render(self) -> bytes:
+        """One scrape without HTTP (tests and benchmarks)."""
+        return bytes(generate_latest(self.registry))
+
+    def start(self) -> None:
+        """Bind and serve in a daemon thread.
+
+        Raises:
+            AmdtopError: the address is in use or not on this machine.
+            InputError: the host name does not resolve.
+        """
+        if self._server is not None:
+            return
+        where = f"{self.host}:{self.port}"
+        try:
+            server, thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except socket.gaierror:
+            raise InputError(f"--listen: host {self.host!r} does not resolve; use an address of this machine") from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise AmdtopError(f"--listen: {where} is already in use; pick another port with --listen") from None
+            raise AmdtopError(f"--listen: cannot listen on {where}: {exc.strerror or exc}; check the address") from None
+        self._server, self._thread = server, thread
+        self.port = int(server.server_address[1])
+
+    def stop(self) -> None:
+        """Stop serving and free the port."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
