@@ -16,6 +16,7 @@ from amdtop.errors import AmdtopError
 COMMAND_MODULES = (
     "amdtop.cli.snapshot",
     "amdtop.cli.export",
+    "amdtop.cli.workers",
 )
 
 

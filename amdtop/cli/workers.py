@@ -1,0 +1,201 @@
+"""``amdtop workers status|launch|stop|restart|retune``: the worker supervisor, headless."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from amdtop.cli.common import config_path, open_from_args, print_json, state_dir
+from amdtop.errors import InputError
+from amdtop.model import WorkerStatus
+from amdtop.supervisor import StopReport, Supervisor
+from amdtop.telemetry.sim import SimBackend
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the ``workers`` command group."""
+    w = sub.add_parser("workers", parents=[parent], help="launch, stop, restart and retune vLLM workers")
+    wsub = w.add_subparsers(dest="workers_command", metavar="ACTION", required=True)
+    st = wsub.add_parser("status", parents=[parent], help="state of every worker")
+    st.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    st.set_defaults(func=run_status)
+    for action, helptext, func in (
+        ("launch", "start a worker", run_launch),
+        ("stop", "stop a worker (SIGTERM, grace, SIGKILL, sweep)", run_stop),
+        ("restart", "stop and start a worker", run_restart),
+        ("retune", "change a worker's settings and restart it", run_retune),
+    ):
+        p = wsub.add_parser(action, parents=[parent], help=helptext)
+        p.add_argument("name", metavar="NAME", help="worker name from the profile file")
+        if action == "retune":
+            p.add_argument("changes", metavar="KEY=VALUE", nargs="+", help="e.g. max-num-seqs=64 env.NCCL_DEBUG=INFO")
+            p.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
+        if action != "launch":
+            p.add_argument("--grace", type=float, default=None, help="seconds between SIGTERM and SIGKILL (default 30)")
+        if action != "stop":
+            p.add_argument("--wait", action="store_true", help="wait until /health answers 200")
+            p.add_argument("--timeout", type=float, default=300.0, help="seconds --wait waits (default 300)")
+        p.set_defaults(func=func)
+
+
+def open_supervisor(args: argparse.Namespace) -> Supervisor:
+    """A supervisor for the profile file, state dir and backend the arguments name."""
+    backend = open_from_args(args)
+    try:
+        topology = backend.topology()
+    finally:
+        if not isinstance(backend, SimBackend):
+            backend.close()
+    vendor = topology.gpus[0].vendor if topology.gpus else "AMD"
+    return Supervisor(
+        config_path(args),
+        state_dir(args),
+        topology=topology,
+        vendor=vendor,
+        demo=bool(args.demo),
+        sim=backend if isinstance(backend, SimBackend) else None,
+        readonly=bool(getattr(args, "readonly", False)),
+    )
+
+
+def status_json(st: WorkerStatus, now: float | None = None) -> dict[str, Any]:
+    """The contract's ``workers status --json`` entry (plus extra keys)."""
+    now = time.time() if now is None else now
+    eng = st.engine
+    return {
+        "name": st.name,
+        "state": st.state.value,
+        "pid": st.pid,
+        "pgid": st.pgid,
+        "gpus": list(st.gpus),
+        "numa_node": st.numa_node,
+        "port": st.port,
+        "url": st.url,
+        "cpu_affinity": list(st.cpu_affinity),
+        "mems_allowed": list(st.mems_allowed),
+        "log": st.log,
+        "restarts": st.restarts,
+        "pids": list(st.pids),
+        "rank_pids": [list(p) for p in st.rank_pids],
+        "started_at": st.started_at,
+        "uptime_s": None if st.started_at is None else round(now - st.started_at, 1),
+        "engine": None
+        if eng is None
+        else {
+            "running": eng.running,
+            "waiting": eng.waiting,
+            "kv_cache_usage": eng.kv_cache_usage,
+            "gen_tokens_per_s": eng.gen_tokens_per_s,
+        },
+        "last_log_lines": list(st.last_log_lines),
+    }
+
+
+def _num(v: float | None, fmt: str = "{:.0f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def render_status(rows: list[WorkerStatus]) -> str:
+    """A human table of worker states."""
+    if not rows:
+        return "no workers in the profile file\n"
+    now = time.time()
+    out = [
+        f"{'NAME':<16}{'STATE':<10}{'PID':>8}{'PORT':>7}  {'GPUS':<12}{'NUMA':>5}{'UP':>8}{'RST':>5}{'RUN':>5}{'WAIT':>5}{'KV%':>6}{'TOK/S':>8}"
+    ]
+    for st in rows:
+        up = "-" if st.started_at is None else f"{int(now - st.started_at)}s"
+        e = st.engine
+        kv = None if e is None or e.kv_cache_usage is None else e.kv_cache_usage * 100
+        out.append(
+            f"{st.name[:15]:<16}{st.state.value:<10}{_num(st.pid):>8}{_num(st.port):>7}  "
+            f"{','.join(map(str, st.gpus)) or '-':<12}{_num(st.numa_node):>5}{up:>8}{st.restarts:>5}"
+            f"{_num(e.running if e else None):>5}{_num(e.waiting if e else None):>5}{_num(kv, '{:.1f}'):>6}"
+            f"{_num(e.gen_tokens_per_s if e else None, '{:.1f}'):>8}"
+        )
+        for line in st.last_log_lines[-3:]:
+            out.append(f"    | {line}")
+    return "\n".join(out) + "\n"
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Print every worker's state."""
+    sup = open_supervisor(args)
+    try:
+        rows = sup.status()
+    finally:
+        sup.close()
+    if args.json:
+        print_json([status_json(r) for r in rows])
+    else:
+        sys.stdout.write(render_status(rows))
+    return 0
+
+
+def _finish(sup: Supervisor, args: argparse.Namespace, st: WorkerStatus) -> int:
+    if getattr(args, "wait", False):
+        st = sup.wait_ready(args.name, timeout=args.timeout)
+    sys.stderr.write(f"{st.name}: {st.state.value} pid={st.pid} url={st.url} log={st.log}\n")
+    return 0
+
+
+def _report(rep: StopReport) -> None:
+    sys.stderr.write(rep.message + "\n")
+    for path in rep.swept_shm:
+        sys.stderr.write(f"  removed {path}\n")
+    if rep.swept_pids:
+        sys.stderr.write(f"  swept pids {' '.join(map(str, rep.swept_pids))}\n")
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    """Start one worker."""
+    sup = open_supervisor(args)
+    try:
+        return _finish(sup, args, sup.launch(args.name))
+    finally:
+        sup.close()
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    """Stop one worker."""
+    sup = open_supervisor(args)
+    try:
+        _report(sup.stop(args.name, grace=args.grace))
+    finally:
+        sup.close()
+    return 0
+
+
+def run_restart(args: argparse.Namespace) -> int:
+    """Restart one worker."""
+    sup = open_supervisor(args)
+    try:
+        return _finish(sup, args, sup.restart(args.name, grace=args.grace))
+    finally:
+        sup.close()
+
+
+def parse_changes(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` words to a dict (InputError for a word without ``=``)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"retune: {item!r} is not KEY=VALUE; e.g. max-num-seqs=64")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def run_retune(args: argparse.Namespace) -> int:
+    """Show the diff, write the profile back and restart the worker."""
+    changes = parse_changes(args.changes)
+    sup = open_supervisor(args)
+    try:
+        sys.stderr.write(sup.retune_diff(args.name, changes) + "\n")
+        if args.dry_run:
+            return 0
+        return _finish(sup, args, sup.retune(args.name, changes, grace=args.grace))
+    finally:
+        sup.close()

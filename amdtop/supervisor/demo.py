@@ -1,0 +1,79 @@
+"""Demo mode: generated profiles whose workers run the simulated OpenAI server, and their load fed to the sim node."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.supervisor.profiles import Profile
+from amdtop.telemetry.sim import GpuDemand, SimBackend
+
+DEMO_FILE = "demo-profiles.toml"
+
+# (name, served model, gpus, capacity, tokens/s per sequence, TTFT ms)
+_DEMO_WORKERS = (
+    ("llama-70b", "meta-llama/Llama-3.1-70B-Instruct", (0, 1, 2, 3), 64, 35.0, 180),
+    ("qwen-32b", "Qwen/Qwen2.5-32B-Instruct", (4, 5), 48, 55.0, 120),
+    ("mistral-7b", "mistralai/Mistral-7B-Instruct-v0.3", (6,), 32, 90.0, 60),
+)
+
+
+def demo_profiles_text(topology: Topology, port_base: int) -> str:
+    """TOML text of the demo profiles (GPUs that the topology lacks are left out)."""
+    known = {g.index for g in topology.gpus}
+    parts = ["# amdtop demo workers: simulated OpenAI servers (python -m amdtop.simserver). Edit freely.\n"]
+    for i, (name, model, gpus, cap, tps, ttft) in enumerate(_DEMO_WORKERS):
+        if not set(gpus) <= known:
+            continue
+        cmd = ", ".join(f'"{c}"' for c in (sys.executable, "-m", "amdtop.simserver"))
+        parts.append(
+            f'\n[[worker]]\nname = "{name}"\nmodel = "{model}"\ngpus = {list(gpus)}\nnuma_node = "auto"\n'
+            f"port = {port_base + i}\ncommand = [{cmd}]\n"
+            f"[worker.args]\nmax-num-seqs = {cap * 2}\ngpu-memory-utilization = 0.9\n"
+            f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\n"
+        )
+    return "".join(parts)
+
+
+def ensure_demo_profiles(state_dir: Path, topology: Topology, *, port_base: int) -> Path:
+    """Write the demo profile file into ``state_dir`` unless one is there already; returns its path."""
+    path = Path(state_dir) / DEMO_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(demo_profiles_text(topology, port_base))
+    return path
+
+
+def _number(profile: Profile, key: str, default: float) -> float:
+    value = profile.arg(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def feed_demand(
+    sim: SimBackend, profiles: Sequence[Profile], statuses: Sequence[WorkerStatus], topology: Topology
+) -> None:
+    """Set the simulated GPUs' demand from the demo workers' state and scraped load."""
+    by_name = {p.name: p for p in profiles}
+    for st in statuses:
+        profile = by_name.get(st.name)
+        if profile is None:
+            continue
+        mem_frac = _number(profile, "gpu-memory-utilization", 0.9)
+        capacity = max(1.0, _number(profile, "capacity", 64))
+        if st.state is WorkerState.READY:
+            running = (st.engine.running if st.engine else None) or 0.0
+            util = min(1.0, 0.03 + 0.97 * running / capacity)
+            frac = mem_frac
+        elif st.state in (WorkerState.STARTING, WorkerState.STOPPING):
+            util, frac = 0.1, mem_frac * 0.5
+        else:
+            sim.set_demand(st.name, {})
+            continue
+        demand = {}
+        for g in st.gpus:
+            info = topology.gpu(g)
+            total = info.vram_total_bytes if info and info.vram_total_bytes else 0
+            demand[g] = GpuDemand(util, int(total * frac * 0.97), st.pid, st.name)
+        sim.set_demand(st.name, demand)

@@ -1,0 +1,141 @@
+"""Building a worker's argv and environment, and the checks that must pass before anything is started."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from amdtop.errors import InputError
+from amdtop.supervisor.profiles import ArgValue, Profile
+
+MARKER_ENV = "AMDTOP_WORKER"
+"""Environment marker inherited by every process of a worker: ``<name>:<launch-id>``."""
+
+VISIBILITY_ENV = {"AMD": "HIP_VISIBLE_DEVICES", "NVIDIA": "CUDA_VISIBLE_DEVICES"}
+_OTHER_VISIBILITY = {"AMD": "CUDA_VISIBLE_DEVICES", "NVIDIA": "HIP_VISIBLE_DEVICES"}
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything needed to start one run of a worker."""
+
+    argv: tuple[str, ...]
+    """Full argv, wrappers included."""
+    env: Mapping[str, str]
+    """Full environment."""
+    numa_node: int | None
+    """Node pinned to, ``None`` when not pinned."""
+    marker: str
+    """Value of :data:`MARKER_ENV`."""
+
+
+def systemd_usable() -> bool:
+    """True where ``systemd-run --scope`` can work: systemd is PID 1's init and the tool exists."""
+    return Path("/run/systemd/system").is_dir() and shutil.which("systemd-run") is not None
+
+
+def _flag(key: str, value: ArgValue) -> list[str]:
+    if value is True:
+        return [f"--{key}"]
+    if value is False:
+        return []
+    if isinstance(value, tuple):
+        return [f"--{key}", *(str(v) for v in value)]
+    return [f"--{key}", str(value)]
+
+
+def serve_args(profile: Profile) -> list[str]:
+    """``command`` + model + TP size + port + host + the profile's args (in file order)."""
+    argv = [
+        *profile.command,
+        profile.model,
+        "--tensor-parallel-size",
+        str(profile.tp_size),
+        "--port",
+        str(profile.port),
+    ]
+    if profile.arg("host") is None:
+        argv += ["--host", profile.host]
+    for key, value in profile.args:
+        if key == "tensor-parallel-size":
+            continue
+        argv += _flag(key, value)
+    return argv
+
+
+def build_argv(profile: Profile, numa_node: int | None, *, scope_unit: str | None = None) -> list[str]:
+    """The worker's argv: optional ``systemd-run --scope``, optional ``numactl`` pinning, then :func:`serve_args`."""
+    argv: list[str] = []
+    if scope_unit is not None:
+        argv += ["systemd-run", "--scope", "--quiet", "--collect", f"--unit={scope_unit}", "--"]
+    if numa_node is not None:
+        argv += ["numactl", f"--cpunodebind={numa_node}", f"--membind={numa_node}"]
+    return argv + serve_args(profile)
+
+
+def build_env(profile: Profile, base: Mapping[str, str], *, vendor: str, marker: str) -> dict[str, str]:
+    """The worker's environment: ``base`` + GPU visibility + the profile's env + the marker.
+
+    Exactly one visibility variable is set for the vendor; an inherited value of the other one is dropped because vLLM
+    refuses HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES with different values.
+    """
+    env = dict(base)
+    own = dict(profile.env)
+    var = VISIBILITY_ENV.get(vendor, "HIP_VISIBLE_DEVICES")
+    other = _OTHER_VISIBILITY.get(vendor, "CUDA_VISIBLE_DEVICES")
+    if profile.gpus:
+        wanted = ",".join(str(g) for g in profile.gpus)
+        for key in (var, other):
+            if key in own and own[key] != wanted:
+                raise InputError(
+                    f"worker[{profile.name}].env.{key}: {own[key]!r} contradicts gpus = {list(profile.gpus)}; "
+                    "drop it (amdtop sets GPU visibility from gpus)"
+                )
+        env.pop(other, None)
+        env[var] = wanted
+    env.update(own)
+    if var in env and other in env and env[var] != env[other]:
+        raise InputError(
+            f"worker[{profile.name}].env.{other}: differs from {var}; set only one of them or make them match"
+        )
+    env[MARKER_ENV] = marker
+    return env
+
+
+def command_path(command: str, env: Mapping[str, str]) -> str | None:
+    """Where ``command`` resolves with the worker's PATH, ``None`` when it does not."""
+    if "/" in command:
+        return command if os.path.isfile(command) and os.access(command, os.X_OK) else None
+    return shutil.which(command, path=env.get("PATH", os.defpath))
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something already holds ``port`` (tries to bind it, the way the server will)."""
+    addr = "0.0.0.0" if host in ("0.0.0.0", "", "::") else host
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((addr, port))
+        except OSError as exc:
+            return exc.errno in (errno.EADDRINUSE, errno.EACCES)
+    return False
+
+
+def preflight(profile: Profile, numa_node: int | None, env: Mapping[str, str]) -> None:
+    """Launch-time checks: numactl present when pinning, command found, port free. Raises InputError."""
+    field = f"worker[{profile.name}]"
+    if numa_node is not None and command_path("numactl", env) is None:
+        raise InputError(
+            f"{field}.numa_node: numactl is not installed but pinning to node {numa_node} is asked; "
+            'install numactl or set numa_node = "none"'
+        )
+    if command_path(profile.command[0], env) is None:
+        raise InputError(f"{field}.command: {profile.command[0]!r} not found on PATH; install it or give the full path")
+    if port_in_use(profile.port, profile.host):
+        raise InputError(
+            f"{field}.port: port {profile.port} is already in use on this host; stop what holds it or pick another port"
+        )

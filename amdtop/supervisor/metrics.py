@@ -1,0 +1,80 @@
+"""Scraping a vLLM server's ``/metrics`` into :class:`EngineStats` (old and new metric names, counter deltas)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from amdtop.model import EngineStats
+
+# New name first; older vLLM releases used the second (renamed in V1, see reference vllm.md section 8).
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+GEN_TOKENS = ("vllm:generation_tokens_total", "vllm:generation_tokens")
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """Sum every series of each metric name over its labels (``engine`` etc.) from Prometheus text."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        brace = line.find("{")
+        if brace >= 0:
+            name = line[:brace]
+            rest = line[line.rfind("}") + 1 :].split()
+        else:
+            parts = line.split()
+            name, rest = parts[0], parts[1:]
+        if not rest:
+            continue
+        try:
+            value = float(rest[0])
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        out[name] = out.get(name, 0.0) + value
+    return out
+
+
+def _first(samples: dict[str, float], names: tuple[str, ...]) -> float | None:
+    for n in names:
+        if n in samples:
+            return samples[n]
+    return None
+
+
+class EngineMeter:
+    """Turns successive scrapes of one server into :class:`EngineStats` (tokens/s from counter deltas)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """Use ``clock`` for the delta time base."""
+        self._clock = clock
+        self._last: tuple[float, float] | None = None
+        self._rate: float | None = None
+
+    def update(self, text: str) -> EngineStats:
+        """Feed one scrape; returns the stats (``gen_tokens_per_s`` is ``None`` until two scrapes are seen)."""
+        s = parse_samples(text)
+        total = _first(s, GEN_TOKENS)
+        now = self._clock()
+        if total is not None:
+            if self._last is not None and now > self._last[0]:
+                delta = total - self._last[1]
+                # A counter that went down means the server restarted: start over rather than report a negative rate.
+                self._rate = None if delta < 0 else delta / (now - self._last[0])
+            self._last = (now, total)
+        return EngineStats(
+            running=_first(s, RUNNING),
+            waiting=_first(s, WAITING),
+            kv_cache_usage=_first(s, KV_USAGE),
+            gen_tokens_per_s=self._rate,
+        )
+
+    def reset(self) -> None:
+        """Forget the previous scrape (after a restart)."""
+        self._last = None
+        self._rate = None

@@ -1,0 +1,181 @@
+"""Finding every process of a worker (group, session, env marker, parent chain, vLLM titles) and the shm it holds."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from amdtop.procinfo import PROC, list_pids, read_cmdline, read_environ
+from amdtop.supervisor.launchspec import MARKER_ENV
+
+VLLM_TITLE = "VLLM::"
+_TP_RANK = re.compile(r"VLLM::Worker(?:_\w+?)*_TP(\d+)")
+DIST_ID = re.compile(r"vllm_dist_([0-9a-f]{32})")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of ``/proc/PID/stat`` the supervisor needs."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    state: str
+    start_ticks: int
+    comm: str
+
+
+def read_stat(pid: int, proc: Path = PROC) -> ProcStat | None:
+    """Parse ``/proc/PID/stat`` (``None`` when gone)."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    lpar, rpar = text.find("("), text.rfind(")")
+    fields = text[rpar + 2 :].split()
+    try:
+        return ProcStat(
+            pid, int(fields[1]), int(fields[2]), int(fields[3]), fields[0], int(fields[19]), text[lpar + 1 : rpar]
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def scan(proc: Path = PROC) -> dict[int, ProcStat]:
+    """Every live (non-zombie) process."""
+    out: dict[int, ProcStat] = {}
+    for pid in list_pids(proc):
+        st = read_stat(pid, proc)
+        if st is not None and st.state not in ("Z", "X"):
+            out[pid] = st
+    return out
+
+
+def is_alive(pid: int, start_ticks: int, proc: Path = PROC) -> bool:
+    """True when ``pid`` is the same process (start time matches) and not a zombie."""
+    st = read_stat(pid, proc)
+    return st is not None and st.start_ticks == start_ticks and st.state not in ("Z", "X")
+
+
+def title(pid: int, proc: Path = PROC) -> str:
+    """Process title: first cmdline element (setproctitle puts ``VLLM::...`` there), else comm."""
+    argv = read_cmdline(pid, proc)
+    if argv:
+        return argv[0]
+    st = read_stat(pid, proc)
+    return st.comm if st else ""
+
+
+def _descendants(roots: set[int], table: dict[int, ProcStat]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for st in table.values():
+        children.setdefault(st.ppid, []).append(st.pid)
+    out = set(roots)
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in out:
+                out.add(child)
+                stack.append(child)
+    return out
+
+
+def members(
+    *,
+    pgid: int,
+    start_ticks: int,
+    marker: str,
+    known: tuple[tuple[int, int], ...] = (),
+    table: dict[int, ProcStat] | None = None,
+    deep: bool = False,
+    proc: Path = PROC,
+) -> set[int]:
+    """PIDs of the worker launched as group ``pgid`` at ``start_ticks`` with env ``marker``.
+
+    A process belongs when it is in the group or session (and started no earlier than the leader: PIDs are reused),
+    is a (pid, start) seen earlier, or descends from one that belongs. ``deep`` also reads every process's environment
+    for the marker and checks ``VLLM::`` titles: that finds processes that left the group and were reparented.
+    """
+    table = scan(proc) if table is None else table
+    found: set[int] = set()
+    known_set = set(known)
+    for st in table.values():
+        if (st.pid, st.start_ticks) in known_set:
+            found.add(st.pid)
+        elif (st.pgid == pgid or st.sid == pgid) and st.start_ticks >= start_ticks:
+            env_marker = read_environ(st.pid, proc).get(MARKER_ENV) if deep else None
+            if env_marker is None or env_marker == marker:
+                found.add(st.pid)
+    if deep:
+        me = os.getpid()
+        for st in table.values():
+            if st.pid in found or st.pid == me:
+                continue
+            env_marker = read_environ(st.pid, proc).get(MARKER_ENV)
+            if env_marker == marker:
+                found.add(st.pid)
+            elif (
+                env_marker is None
+                and (st.sid == pgid or st.pgid == pgid)
+                and st.start_ticks >= start_ticks
+                and title(st.pid, proc).startswith(VLLM_TITLE)
+            ):
+                # A vLLM process whose environment was clobbered by setproctitle: ours if its session is ours.
+                found.add(st.pid)
+    return _descendants(found, table) & set(table)
+
+
+def rank_pids(pids: set[int], proc: Path = PROC) -> tuple[tuple[int, int], ...]:
+    """(TP rank, pid) from ``VLLM::Worker_TP<r>`` titles; a lone ``VLLM::Worker`` is rank 0."""
+    out: list[tuple[int, int]] = []
+    for pid in pids:
+        t = title(pid, proc)
+        m = _TP_RANK.match(t)
+        if m:
+            out.append((int(m.group(1)), pid))
+        elif t == "VLLM::Worker":
+            out.append((0, pid))
+    return tuple(sorted(out))
+
+
+def mapped_shm(pids: set[int], proc: Path = PROC) -> set[str]:
+    """``/dev/shm/vllm*`` files mapped or held open by ``pids``."""
+    out: set[str] = set()
+    for pid in pids:
+        try:
+            for line in (proc / str(pid) / "maps").read_text().splitlines():
+                idx = line.find("/dev/shm/")
+                if idx >= 0:
+                    out.add(line[idx:].split(" (deleted)")[0].strip())
+        except OSError:
+            pass
+        try:
+            for fd in os.listdir(proc / str(pid) / "fd"):
+                try:
+                    target = os.readlink(proc / str(pid) / "fd" / fd)
+                except OSError:
+                    continue
+                if target.startswith("/dev/shm/"):
+                    out.add(target.split(" (deleted)")[0])
+        except OSError:
+            pass
+    return {p for p in out if Path(p).name.startswith("vllm")}
+
+
+def dist_ids_in(text: str) -> set[str]:
+    """``vllm_dist_<hex>`` ids mentioned in log text."""
+    return set(DIST_ID.findall(text))
+
+
+def shm_for_ids(ids: set[str], shm_root: Path = Path("/dev/shm")) -> set[str]:
+    """Existing ``/dev/shm`` entries whose name carries one of ``ids``."""
+    if not ids:
+        return set()
+    try:
+        names = os.listdir(shm_root)
+    except OSError:
+        return set()
+    return {str(shm_root / n) for n in names if any(f"vllm_dist_{i}" in n for i in ids)}

@@ -1,0 +1,127 @@
+"""Retune: apply ``KEY=VALUE`` changes to one worker's table in the tomlkit document (comments and order kept)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import tomlkit
+from tomlkit.items import Table
+
+from amdtop.errors import InputError
+from amdtop.supervisor.state import mask_env
+
+ARG_KEYS: dict[str, type] = {
+    "max-num-seqs": int,
+    "gpu-memory-utilization": float,
+    "block-size": int,
+    "max-model-len": int,
+}
+"""Retunable ``vllm serve`` flags and their value types."""
+RETUNE_KEYS = (*ARG_KEYS, "numa_node", "env.NAME")
+
+
+def _worker_table(doc: tomlkit.TOMLDocument, name: str) -> Any:
+    for tbl in doc.get("worker", []):
+        if tbl.get("name") == name:
+            return tbl
+    raise InputError(f"worker[{name}]: no such worker in the config; check the name with 'amdtop workers status'")
+
+
+def _parse_value(name: str, key: str, text: str) -> int | float | str:
+    field = f"worker[{name}].{'args.' if key in ARG_KEYS else ''}{key}"
+    if key in ARG_KEYS:
+        kind = ARG_KEYS[key]
+        try:
+            value: int | float = kind(text)
+        except ValueError:
+            raise InputError(
+                f"{field}: {text!r} is not {'an integer' if kind is int else 'a number'}; e.g. {key}=64"
+            ) from None
+        if key == "gpu-memory-utilization":
+            if not 0.0 < value <= 1.0:
+                raise InputError(f"{field}: {text} is outside (0, 1]; e.g. gpu-memory-utilization=0.9")
+        elif value < 1:
+            raise InputError(f"{field}: {text} must be at least 1; give a positive integer")
+        elif key == "block-size" and int(value) & (int(value) - 1):
+            raise InputError(f"{field}: {text} is not a power of two; e.g. block-size=16")
+        return value
+    if key == "numa_node":
+        if text in ("auto", "none"):
+            return text
+        try:
+            return int(text)
+        except ValueError:
+            raise InputError(f'{field}: {text!r} is not a node; use an integer, "auto" or "none"') from None
+    return text
+
+
+def normalise_key(name: str, key: str) -> str:
+    """Canonical spelling of a retune key (``max_num_seqs`` -> ``max-num-seqs``); InputError for unknown keys."""
+    if key.startswith("env."):
+        if len(key) <= 4:
+            raise InputError(f"worker[{name}].env: empty variable name; write env.NAME=VALUE")
+        return key
+    canon = key.replace("_", "-") if key.replace("_", "-") in ARG_KEYS else key.replace("-", "_")
+    if canon not in ARG_KEYS and canon != "numa_node":
+        raise InputError(f"worker[{name}].{key}: cannot be retuned; use one of {', '.join(RETUNE_KEYS)}")
+    return canon
+
+
+def _current(tbl: Any, key: str) -> Any:
+    if key in ARG_KEYS:
+        return tbl.get("args", {}).get(key)
+    if key.startswith("env."):
+        return tbl.get("env", {}).get(key[4:])
+    return tbl.get(key, "auto")
+
+
+def apply_changes(doc: tomlkit.TOMLDocument, name: str, changes: Mapping[str, str]) -> list[tuple[str, Any, Any]]:
+    """Change worker ``name`` in ``doc`` in place; returns ``(key, old, new)`` for each key that really changed.
+
+    An empty value for ``env.X`` removes the variable.
+    """
+    tbl = _worker_table(doc, name)
+    out: list[tuple[str, Any, Any]] = []
+    for raw_key, text in changes.items():
+        key = normalise_key(name, raw_key)
+        old = _current(tbl, key)
+        old = old.unwrap() if hasattr(old, "unwrap") else old
+        if key.startswith("env."):
+            var = key[4:]
+            if "env" not in tbl:
+                tbl.append("env", tomlkit.table())
+            env: Table = tbl["env"]
+            if text == "":
+                if var in env:
+                    del env[var]
+                new: Any = None
+            else:
+                env[var] = text
+                new = text
+        elif key in ARG_KEYS:
+            new = _parse_value(name, key, text)
+            if "args" not in tbl:
+                tbl.append("args", tomlkit.table())
+            tbl["args"][key] = new
+        else:
+            new = _parse_value(name, key, text)
+            tbl["numa_node"] = new
+        if old != new:
+            out.append((key, old, new))
+    return out
+
+
+def render_diff(name: str, changed: list[tuple[str, Any, Any]]) -> str:
+    """Human diff: one ``key: old -> new`` line per change (env secrets masked)."""
+    if not changed:
+        return f"worker {name}: no change"
+    lines = [f"worker {name}:"]
+    for key, old, new in changed:
+        if key.startswith("env."):
+            var = key[4:]
+            old = None if old is None else mask_env({var: str(old)})[var]
+            new = None if new is None else mask_env({var: str(new)})[var]
+        shown_key = f"args.{key}" if key in ARG_KEYS else key
+        lines.append(f"  {shown_key}: {'(unset)' if old is None else old} -> {'(unset)' if new is None else new}")
+    return "\n".join(lines)
