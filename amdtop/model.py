@@ -29,6 +29,8 @@ class FlagKind(str, Enum):
     LINK_DEGRADED = "link_degraded"
     TRANSPORT_FALLBACK = "transport_fallback"
     NUMA_BALANCING = "numa_balancing"
+    NCCL_ERROR = "nccl_error"
+    NCCL_TIMEOUT = "nccl_timeout"
 
 
 @dataclass(frozen=True, slots=True)
