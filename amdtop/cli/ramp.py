@@ -1,0 +1,94 @@
+"""``amdtop ramp``: the load ramp, headless."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from amdtop.cli.common import state_dir
+from amdtop.errors import InputError
+from amdtop.ramp import Ramp, RampConfig, RampResult
+
+
+def _conc_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 1,2,4,8") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("needs positive integers, e.g. 1,2,4,8")
+    return tuple(sorted(set(values)))
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the ``ramp`` command."""
+    p = sub.add_parser("ramp", parents=[parent], help="ramp load against an OpenAI endpoint and find the knee")
+    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", default=None, help="served model name (default: the first of /v1/models)")
+    p.add_argument(
+        "--concurrency", type=_conc_list, default=None, help="steps, e.g. 1,2,4,8 (default 1,2,4,... to --max-num-seqs)"
+    )
+    p.add_argument("--max-num-seqs", type=int, default=256, help="top of the default concurrency list (default 256)")
+    p.add_argument("--step-seconds", type=float, default=10.0, help="measurement window per step (default 10)")
+    p.add_argument("--warmup-seconds", type=float, default=None, help="warm-up per step (default step/4, at most 5)")
+    p.add_argument("--input-len", type=int, default=128, help="prompt tokens (default 128)")
+    p.add_argument("--output-len", type=int, default=128, help="output tokens, fixed with ignore_eos (default 128)")
+    p.add_argument("--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions")
+    p.add_argument(
+        "--knee-fraction", type=float, default=0.9, help="knee: smallest step within this fraction of the best"
+    )
+    p.add_argument("--slo-ttft-ms", type=float, default=None, help="p99 TTFT SLO (ms)")
+    p.add_argument("--slo-tpot-ms", type=float, default=None, help="p99 TPOT SLO (ms)")
+    p.add_argument("--no-refine", action="store_true", help="skip the refinement steps around the knee")
+    p.add_argument("--max-error-rate", type=float, default=0.5, help="abort above this failed fraction (default 0.5)")
+    p.add_argument("--request-timeout", type=float, default=60.0, help="longest silence inside a response (s)")
+    p.add_argument("--json", metavar="FILE", default=None, help="write the result as JSON to FILE ('-' for stdout)")
+    p.set_defaults(func=run_ramp)
+
+
+def _progress(result: RampResult, printed: list[int]) -> None:
+    if len(result.steps) <= len(printed):
+        return
+    printed.append(1)
+    s = result.steps[-1]
+    ttft = s.get("mean_ttft_ms")
+    sys.stderr.write(
+        f"concurrency {s['concurrency']:>4}: {s['output_throughput']:9.1f} out tok/s  {s['request_throughput']:7.2f} req/s  "
+        f"TTFT {'-' if ttft is None else f'{ttft:.1f}'} ms  ok {s['completed']} failed {s['failed']}  "
+        f"client CPU {s['client_cpu_pct']:.0f}%\n"
+    )
+
+
+def run_ramp(args: argparse.Namespace) -> int:
+    """Run the ramp and print or write the result."""
+    if args.json not in (None, "-") and not Path(args.json).parent.exists():
+        raise InputError(f"--json: folder {Path(args.json).parent} does not exist; create it or pick another path")
+    cfg = RampConfig(
+        url=args.url, model=args.model, concurrencies=args.concurrency, max_num_seqs=args.max_num_seqs,
+        step_seconds=args.step_seconds, warmup_seconds=args.warmup_seconds, input_len=args.input_len,
+        output_len=args.output_len, chat=args.chat, knee_fraction=args.knee_fraction, slo_ttft_ms=args.slo_ttft_ms,
+        slo_tpot_ms=args.slo_tpot_ms, refine_points=0 if args.no_refine else 3, max_error_rate=args.max_error_rate,
+        request_timeout_s=args.request_timeout,
+    )  # fmt: skip
+    printed: list[int] = []
+    ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed))
+    result = asyncio.run(ramp.run())
+    doc = result.to_json()
+    if args.json == "-":
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    knee = doc["knee"]
+    if ramp.paths:
+        sys.stderr.write(f"results: {ramp.paths[0]} {ramp.paths[1]}\n")
+    if knee:
+        sys.stderr.write(f"knee: concurrency {knee['concurrency']} ({knee['reason']})\n")
+    if result.aborted:
+        sys.stderr.write(f"amdtop: error: ramp: stopped early: {result.aborted}; partial results saved\n")
+        return 1
+    return 0

@@ -1,0 +1,213 @@
+"""The load generator: closed-loop streaming requests on one httpx pool sized to the concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from amdtop.ramp.stats import RequestResult, StepResult
+
+FAILURE_BACKOFF_S = 0.05
+"""Pause of a slot after a failed request so a dead endpoint is not hammered in a tight loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """What every request of a ramp looks like."""
+
+    url: str
+    model: str
+    prompts: tuple[str, ...]
+    input_len: int
+    output_len: int
+    chat: bool = False
+    request_timeout_s: float = 60.0
+    """Longest silence between two chunks before a request counts as ``timeout``."""
+
+
+def _payload(spec: LoadSpec, prompt: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": spec.model,
+        "max_tokens": spec.output_len,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
+    if spec.chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def _is_content(choice: dict[str, Any], chat: bool) -> bool:
+    # Chat streams open with a role-only chunk ({"role": "assistant", "content": ""}): not a token, not TTFT.
+    if not chat:
+        return True
+    delta = choice.get("delta") or {}
+    return not ("role" in delta and not delta.get("content"))
+
+
+async def send_one(client: httpx.AsyncClient, spec: LoadSpec, prompt: str) -> RequestResult:
+    """Send one streaming request and time it; never raises for server-side failures."""
+    path = "/v1/chat/completions" if spec.chat else "/v1/completions"
+    body = json.dumps(_payload(spec, prompt)).encode()
+    st = time.perf_counter()
+    ttft: float | None = None
+    last = st
+    itl: list[float] = []
+    out_tokens = 0
+    in_tokens = spec.input_len
+    chunks = 0
+    try:
+        async with client.stream("POST", path, content=body, headers={"content-type": "application/json"}) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread())[:200].decode(errors="replace")
+                return RequestResult(st, time.perf_counter(), False, error=f"http_{resp.status_code}", detail=text)
+            buf = b""
+            done = False
+            async for data in resp.aiter_bytes():
+                now = time.perf_counter()
+                buf += data
+                while True:
+                    cut = buf.find(b"\n\n")
+                    if cut < 0:
+                        break
+                    event, buf = buf[:cut], buf[cut + 2 :]
+                    if not event.startswith(b"data:"):
+                        continue
+                    payload = event[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                        continue
+                    doc = json.loads(payload)
+                    if "error" in doc:
+                        err = doc["error"]
+                        msg = err.get("message", "") if isinstance(err, dict) else str(err)
+                        return RequestResult(st, now, False, error="stream_error", detail=str(msg)[:200])
+                    choices = doc.get("choices")
+                    if choices:
+                        if not _is_content(choices[0], spec.chat):
+                            continue
+                        chunks += 1
+                        if ttft is None:
+                            ttft = now - st
+                        else:
+                            itl.append(now - last)
+                        last = now
+                    elif usage := doc.get("usage"):
+                        out_tokens = int(usage.get("completion_tokens") or 0)
+                        in_tokens = int(usage.get("prompt_tokens") or in_tokens)
+            end = time.perf_counter()
+            if ttft is None:
+                return RequestResult(st, end, False, error="protocol", detail="no content chunk in the stream")
+            if not done:
+                return RequestResult(st, end, False, error="protocol", detail="stream ended without [DONE]")
+            return RequestResult(
+                st,
+                end,
+                True,
+                ttft=ttft,
+                itl=tuple(itl),
+                e2el=last - st,
+                input_tokens=in_tokens,
+                output_tokens=out_tokens or chunks,
+            )
+    except httpx.TimeoutException as exc:
+        return RequestResult(st, time.perf_counter(), False, error="timeout", detail=type(exc).__name__)
+    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        kind = "connect" if isinstance(exc, httpx.ConnectError) or ttft is None else "protocol"
+        return RequestResult(st, time.perf_counter(), False, error=kind, detail=f"{type(exc).__name__}: {exc}"[:200])
+    except (ValueError, httpx.HTTPError) as exc:
+        return RequestResult(
+            st, time.perf_counter(), False, error="protocol", detail=f"{type(exc).__name__}: {exc}"[:200]
+        )
+
+
+def make_client(spec: LoadSpec, concurrency: int) -> httpx.AsyncClient:
+    """One client whose pool holds exactly ``concurrency`` connections."""
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    timeout = httpx.Timeout(spec.request_timeout_s, connect=5.0)
+    return httpx.AsyncClient(base_url=spec.url, limits=limits, timeout=timeout)
+
+
+async def run_step(
+    spec: LoadSpec,
+    concurrency: int,
+    *,
+    warmup_s: float,
+    duration_s: float,
+    stop: Callable[[], bool] = lambda: False,
+    max_error_rate: float = 0.5,
+    min_attempts_for_abort: int = 8,
+    drain_timeout_s: float | None = None,
+) -> tuple[StepResult, str | None]:
+    """Keep exactly ``concurrency`` requests in flight for ``warmup_s + duration_s`` seconds.
+
+    Requests that end inside the measurement window count; when the window closes no new request starts and the
+    ones in flight may finish (up to ``drain_timeout_s``) so the server's token counters settle. Returns the step
+    and an abort reason (``None`` when the step ran to its end).
+    """
+    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    w_start = wall0 + warmup_s
+    w_end = w_start + duration_s
+    window: list[RequestResult] = []
+    everything: list[RequestResult] = []
+    state: dict[str, Any] = {"abort": None, "issuing": True}
+    prompts: Sequence[str] = spec.prompts
+    async with make_client(spec, concurrency) as client:
+
+        async def slot(k: int) -> None:
+            i = k
+            while state["issuing"]:
+                res = await send_one(client, spec, prompts[i % len(prompts)])
+                i += concurrency
+                everything.append(res)
+                if w_start <= res.end <= w_end and res.start >= wall0:
+                    window.append(res)
+                if not res.ok:
+                    await asyncio.sleep(FAILURE_BACKOFF_S)
+
+        tasks = [asyncio.ensure_future(slot(k)) for k in range(concurrency)]
+        while time.perf_counter() < w_end:
+            await asyncio.sleep(min(0.05, max(0.0, w_end - time.perf_counter())))
+            if stop():
+                state["abort"] = "stopped by user"
+                break
+            failed = sum(1 for r in everything if not r.ok)
+            if len(everything) >= min_attempts_for_abort and failed / len(everything) > max_error_rate:
+                state["abort"] = f"error rate {100 * failed / len(everything):.0f}% over {100 * max_error_rate:.0f}%"
+                break
+            if all(t.done() for t in tasks):
+                break
+        state["issuing"] = False
+        w_close = min(time.perf_counter(), w_end)
+        drain = drain_timeout_s if drain_timeout_s is not None else spec.request_timeout_s
+        if state["abort"] is not None:
+            drain = 0.0
+        _, pending = await asyncio.wait(tasks, timeout=drain) if drain > 0 else (set(), set(tasks))
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    measured = max(0.0, w_close - w_start)
+    if measured <= 0.0 and everything:
+        # Aborted during warm-up: report what ran so far rather than nothing.
+        window = list(everything)
+        measured = max(1e-9, max(r.end for r in everything) - wall0)
+    step = StepResult(
+        concurrency=concurrency,
+        duration=measured,
+        results=tuple(window),
+        client_cpu_s=time.thread_time() - cpu0,
+        wall_s=time.perf_counter() - wall0,
+        all_output_tokens=sum(r.output_tokens for r in everything if r.ok),
+        all_requests=len(everything),
+    )
+    return step, state["abort"]

@@ -1,0 +1,199 @@
+"""Endpoint discovery and prompts of a given token length built from the model's own vocabulary."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import httpx
+
+from amdtop.errors import AmdtopError, InputError
+
+PLAIN_WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "it",
+    "that",
+    "for",
+    "on",
+    "with",
+    "as",
+    "was",
+    "at",
+    "by",
+    "be",
+    "this",
+    "are",
+    "from",
+    "or",
+    "have",
+    "an",
+    "they",
+    "which",
+    "one",
+    "you",
+    "were",
+    "her",
+    "all",
+    "she",
+    "there",
+    "would",
+    "their",
+    "we",
+    "him",
+    "been",
+    "has",
+    "when",
+    "who",
+    "will",
+    "more",
+    "no",
+    "if",
+    "out",
+    "so",
+    "said",
+    "what",
+    "up",
+    "its",
+    "about",
+    "into",
+    "than",
+    "them",
+    "can",
+    "only",
+    "other",
+    "new",
+    "some",
+    "could",
+    "time",
+    "these",
+    "two",
+    "may",
+    "then",
+    "do",
+    "first",
+    "any",
+    "my",
+    "now",
+    "such",
+    "like",
+    "our",
+    "over",
+    "man",
+    "me",
+    "even",
+    "most",
+    "made",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """What the server says about itself."""
+
+    model: str
+    max_model_len: int | None
+    tokenizer: bool
+    """``/tokenize`` and ``/detokenize`` answered."""
+
+
+async def discover(client: httpx.AsyncClient, url: str, model: str | None) -> Endpoint:
+    """Ask ``/v1/models`` for the served model (raises a one-line AmdtopError when the endpoint is down)."""
+    try:
+        r = await client.get("/v1/models")
+    except httpx.HTTPError as exc:
+        raise AmdtopError(
+            f"--url: cannot reach {url} ({type(exc).__name__}); start the server or fix the URL"
+        ) from None
+    if r.status_code != 200:
+        raise AmdtopError(f"--url: {url}/v1/models answered HTTP {r.status_code}; is this an OpenAI-compatible server?")
+    try:
+        data = r.json().get("data") or []
+    except ValueError:
+        raise AmdtopError(f"--url: {url}/v1/models did not return JSON; is this an OpenAI-compatible server?") from None
+    ids = [d.get("id") for d in data if isinstance(d, dict)]
+    if model is None:
+        if not ids:
+            raise InputError(f"--model: {url} lists no model; pass --model NAME")
+        model = str(ids[0])
+    elif ids and model not in ids:
+        raise InputError(f"--model: {model!r} is not served by {url}; served: {', '.join(map(str, ids))}")
+    card = next((d for d in data if isinstance(d, dict) and d.get("id") == model), {})
+    mml = card.get("max_model_len")
+    tok = await _tokenizer_works(client, model)
+    return Endpoint(model=model, max_model_len=int(mml) if isinstance(mml, int) else None, tokenizer=tok)
+
+
+async def _tokenize(client: httpx.AsyncClient, model: str, text: str) -> list[int] | None:
+    try:
+        r = await client.post("/tokenize", json={"model": model, "prompt": text, "add_special_tokens": False})
+        if r.status_code != 200:
+            return None
+        toks = r.json().get("tokens")
+        return [int(t) for t in toks] if isinstance(toks, list) else None
+    except (httpx.HTTPError, ValueError, TypeError):
+        return None
+
+
+async def _detokenize(client: httpx.AsyncClient, model: str, ids: list[int]) -> str | None:
+    try:
+        r = await client.post("/detokenize", json={"model": model, "tokens": ids})
+        if r.status_code != 200:
+            return None
+        text = r.json().get("prompt")
+        return text if isinstance(text, str) else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+async def _tokenizer_works(client: httpx.AsyncClient, model: str) -> bool:
+    ids = await _tokenize(client, model, "hello world")
+    return bool(ids) and (await _detokenize(client, model, ids or [])) is not None
+
+
+async def build_prompts(
+    client: httpx.AsyncClient, ep: Endpoint, input_len: int, count: int, seed: int = 0
+) -> tuple[str, ...]:
+    """``count`` distinct prompts of ``input_len`` tokens (without BOS) from random vocabulary tokens.
+
+    Token ids come from tokenizing a word corpus (so they are real, printable vocabulary entries); a random draw of
+    them is detokenized, re-tokenized and trimmed or topped up until its length is right, as `vllm bench serve`'s
+    random dataset does. Without a tokenizer endpoint, one plain word stands for one token.
+    """
+    rng = random.Random(seed)
+    if ep.tokenizer:
+        pool = await _tokenize(
+            client, ep.model, " ".join(PLAIN_WORDS * 2) + " " + " ".join(w.upper() for w in PLAIN_WORDS)
+        )
+        pool = sorted(set(pool or []))
+        if pool:
+            out = []
+            for _ in range(count):
+                text = await _fit(client, ep.model, [rng.choice(pool) for _ in range(input_len)], input_len, pool, rng)
+                if text is None:
+                    break
+                out.append(text)
+            if len(out) == count:
+                return tuple(out)
+    return tuple(" ".join(rng.choice(PLAIN_WORDS) for _ in range(input_len)) for _ in range(count))
+
+
+async def _fit(
+    client: httpx.AsyncClient, model: str, ids: list[int], n: int, pool: list[int], rng: random.Random
+) -> str | None:
+    text = await _detokenize(client, model, ids)
+    for _ in range(4):
+        if text is None:
+            return None
+        again = await _tokenize(client, model, text)
+        if again is None:
+            return None
+        if len(again) == n:
+            return text
+        ids = again[:n] if len(again) > n else again + [rng.choice(pool) for _ in range(n - len(again))]
+        text = await _detokenize(client, model, ids)
+    return text  # close enough: usage.prompt_tokens reports the real length

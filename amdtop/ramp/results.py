@@ -1,0 +1,78 @@
+"""The ramp result document (CLI contract shape) and its JSON/CSV files in the state dir."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from amdtop.ramp.knee import Knee
+
+CSV_COLUMNS = (
+    "concurrency", "completed", "failed", "duration", "request_throughput", "output_throughput",
+    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+    "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
+    "error_rate", "client_cpu_pct", "refined",
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class RampResult:
+    """A ramp in progress or finished; ``steps`` grow as steps end."""
+
+    url: str
+    model: str
+    settings: dict[str, Any]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    knee: Knee | None = None
+    aborted: str | None = None
+    """Why the ramp stopped early, ``None`` when it ran to its end."""
+    finished: bool = False
+    started: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract document: url, model, steps, knee, recommended_max_num_seqs (plus extras)."""
+        return {
+            "url": self.url,
+            "model": self.model,
+            "date": time.strftime("%Y%m%d-%H%M%S", time.localtime(self.started)),
+            "settings": self.settings,
+            "steps": sorted(self.steps, key=lambda s: s["concurrency"]),
+            "knee": self.knee.to_json() if self.knee else None,
+            "recommended_max_num_seqs": self.knee.concurrency if self.knee else None,
+            "aborted": self.aborted,
+            "finished": self.finished,
+        }
+
+
+def to_csv(doc: dict[str, Any]) -> str:
+    """One row per step."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(CSV_COLUMNS)
+    for s in doc["steps"]:
+        w.writerow(["" if s.get(c) is None else s.get(c) for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def save(result: RampResult, state_dir: Path) -> tuple[Path, Path]:
+    """Write ``<state>/ramp/ramp-<date>.json`` and ``.csv`` (atomically, so partial results are always readable)."""
+    doc = result.to_json()
+    folder = state_dir / "ramp"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"ramp-{doc['date']}"
+    jpath, cpath = stem.with_suffix(".json"), stem.with_suffix(".csv")
+    _atomic(jpath, json.dumps(doc, indent=2) + "\n")
+    _atomic(cpath, to_csv(doc))
+    return jpath, cpath

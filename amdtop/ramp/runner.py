@@ -1,0 +1,166 @@
+"""The ramp schedule: discovery, prompts, coarse steps, refinement around the knee, abort rules, saved results."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from amdtop.errors import InputError
+from amdtop.ramp.client import LoadSpec, run_step
+from amdtop.ramp.knee import default_concurrencies, find_knee, refinement_points
+from amdtop.ramp.prompts import build_prompts, discover
+from amdtop.ramp.results import RampResult, save
+
+
+@dataclass(frozen=True, slots=True)
+class RampConfig:
+    """Settings of one ramp."""
+
+    url: str
+    model: str | None = None
+    concurrencies: tuple[int, ...] | None = None
+    """Coarse steps; ``None`` = 1, 2, 4, ... up to ``max_num_seqs``."""
+    max_num_seqs: int = 256
+    step_seconds: float = 10.0
+    warmup_seconds: float | None = None
+    """Per-step warm-up; ``None`` = a quarter of the step (at most 5 s)."""
+    input_len: int = 128
+    output_len: int = 128
+    chat: bool = False
+    knee_fraction: float = 0.9
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    refine_points: int = 3
+    max_error_rate: float = 0.5
+    request_timeout_s: float = 60.0
+    num_prompts: int = 64
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raise InputError for settings no ramp can run with."""
+        if not self.url.startswith(("http://", "https://")):
+            raise InputError(f"--url: {self.url!r} is not an http(s) URL; e.g. http://127.0.0.1:8000")
+        if self.concurrencies is not None and (not self.concurrencies or min(self.concurrencies) < 1):
+            raise InputError("--concurrency: needs positive integers, e.g. 1,2,4,8")
+        if self.step_seconds <= 0:
+            raise InputError("--step-seconds: must be greater than 0")
+        if self.input_len < 1 or self.output_len < 1:
+            raise InputError("--input-len/--output-len: must be at least 1")
+        if not 0 < self.knee_fraction <= 1:
+            raise InputError("knee fraction: must be in (0, 1]")
+
+
+StepCallback = Callable[[RampResult], None]
+
+
+class Ramp:
+    """Runs a ramp on the caller's event loop; ``abort()`` may be called from any thread."""
+
+    def __init__(
+        self,
+        cfg: RampConfig,
+        state_dir: Path | None = None,
+        *,
+        on_update: StepCallback | None = None,
+        alive: Callable[[], bool] | None = None,
+    ) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.state_dir = state_dir
+        self.on_update = on_update
+        self.alive = alive
+        """Optional worker liveness check (the supervisor's view); False stops the ramp."""
+        self._stop = threading.Event()
+        self.result = RampResult(url=cfg.url.rstrip("/"), model=cfg.model or "", settings=asdict(cfg))
+        self.paths: tuple[Path, Path] | None = None
+        self.status = "starting"
+
+    def abort(self) -> None:
+        """Stop at the next check (within ~50 ms); partial results are kept and saved."""
+        self._stop.set()
+
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or (self.alive is not None and not self.alive())
+
+    def _publish(self) -> None:
+        if self.state_dir is not None:
+            self.paths = save(self.result, self.state_dir)
+        if self.on_update is not None:
+            self.on_update(self.result)
+
+    async def run(self) -> RampResult:
+        """Discover, build prompts, run every step; returns the result (also saved after each step)."""
+        cfg = self.cfg
+        url = cfg.url.rstrip("/")
+        self.status = "discovering"
+        async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10.0, connect=3.0)) as c:
+            ep = await discover(c, url, cfg.model)
+            if ep.max_model_len is not None and cfg.input_len + cfg.output_len + 1 > ep.max_model_len:
+                raise InputError(
+                    f"--input-len/--output-len: {cfg.input_len}+{cfg.output_len} tokens exceed the model's "
+                    f"max_model_len {ep.max_model_len}; use shorter lengths"
+                )
+            prompts = await build_prompts(c, ep, cfg.input_len, cfg.num_prompts, cfg.seed)
+        self.result.model = ep.model
+        self.result.settings["tokenizer_prompts"] = ep.tokenizer
+        spec = LoadSpec(url, ep.model, prompts, cfg.input_len, cfg.output_len, cfg.chat, cfg.request_timeout_s)
+        coarse = list(cfg.concurrencies or default_concurrencies(cfg.max_num_seqs))
+        warm = cfg.warmup_seconds if cfg.warmup_seconds is not None else min(5.0, cfg.step_seconds / 4)
+        done: list[int] = []
+        try:
+            for conc in coarse:
+                if not await self._step(spec, conc, warm, done, refined=False):
+                    return self.result
+            self._update_knee()
+            if self.result.knee is not None and cfg.refine_points > 0:
+                for conc in refinement_points(done, self.result.knee.concurrency, cfg.refine_points):
+                    if not await self._step(spec, conc, warm, done, refined=True):
+                        return self.result
+            self.result.finished = True
+            self.status = "finished"
+        finally:
+            self._update_knee()
+            self._publish()
+        return self.result
+
+    async def _step(self, spec: LoadSpec, conc: int, warm: float, done: list[int], *, refined: bool) -> bool:
+        cfg = self.cfg
+        if self._stopped():
+            self.result.aborted = "stopped by user" if self._stop.is_set() else "worker died"
+            return False
+        self.status = f"step concurrency {conc}"
+        step, reason = await run_step(
+            spec, conc, warmup_s=warm, duration_s=cfg.step_seconds, stop=self._stopped,
+            max_error_rate=cfg.max_error_rate, drain_timeout_s=min(cfg.request_timeout_s, 2 * cfg.step_seconds + 5),
+        )  # fmt: skip
+        doc = step.to_json()
+        doc["refined"] = refined
+        self.result.steps.append(doc)
+        done.append(conc)
+        if reason is None and step.results and step.error_rate > cfg.max_error_rate:
+            reason = f"error rate {100 * step.error_rate:.0f}% over {100 * cfg.max_error_rate:.0f}%"
+        if reason is not None and reason == "stopped by user" and self.alive is not None and not self.alive():
+            reason = "worker died"
+        self._update_knee()
+        self._publish()
+        if reason is not None:
+            self.result.aborted = reason
+            self.status = f"aborted: {reason}"
+            return False
+        return True
+
+    def _update_knee(self) -> None:
+        cfg = self.cfg
+        self.result.knee = find_knee(
+            self.result.steps, fraction=cfg.knee_fraction, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms
+        )
+
+
+def run_blocking(ramp: Ramp) -> RampResult:
+    """Run a ramp on a fresh event loop in the calling thread (the TUI calls this from a worker thread)."""
+    return asyncio.run(ramp.run())
