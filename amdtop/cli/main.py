@@ -17,6 +17,9 @@ COMMAND_MODULES = (
     "amdtop.cli.snapshot",
     "amdtop.cli.export",
     "amdtop.cli.workers",
+    "amdtop.cli.ramp",
+    "amdtop.cli.probe",
+    "amdtop.cli.logs",
 )
 
 
