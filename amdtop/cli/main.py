@@ -17,8 +17,6 @@ COMMAND_MODULES = (
     "amdtop.cli.snapshot",
     "amdtop.cli.export",
     "amdtop.cli.workers",
-    "amdtop.cli.ramp",
-    "amdtop.cli.probe",
     "amdtop.cli.logs",
 )
 

@@ -1,0 +1,82 @@
+"""``amdtop logs parse FILE... [--json]``: what RCCL/NCCL debug logs say about communicators and transports."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from amdtop.cli.common import open_from_args, print_json
+from amdtop.errors import InputError
+from amdtop.model import Flag, Topology
+from amdtop.rccl.diagnose import diagnose
+from amdtop.rccl.parser import parse_files
+from amdtop.rccl.report import LogReport, report_json
+from amdtop.report import flag_json
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the ``logs`` command group."""
+    p = sub.add_parser("logs", parents=[parent], help="RCCL/NCCL debug logs")
+    logs_sub = p.add_subparsers(dest="logs_command", metavar="SUBCOMMAND", required=True)
+    parse = logs_sub.add_parser("parse", parents=[parent], help="parse RCCL/NCCL debug logs (any files, any ranks)")
+    parse.add_argument("files", nargs="+", type=Path, metavar="FILE", help="log files (NCCL_DEBUG=INFO output)")
+    parse.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parse.add_argument(
+        "--topo",
+        action="store_true",
+        help="check transports against this node's topology (via --backend / --demo) to flag fallbacks",
+    )
+    parse.set_defaults(func=run_parse)
+
+
+def _topology(args: argparse.Namespace) -> Topology | None:
+    if not args.topo:
+        return None
+    backend = open_from_args(args)
+    try:
+        return backend.topology()
+    finally:
+        backend.close()
+
+
+def run_parse(args: argparse.Namespace) -> int:
+    """Parse the files and print the report."""
+    for path in args.files:
+        if not path.exists():
+            raise InputError(f"{path}: no such file; pass RCCL/NCCL log files")
+        if path.is_dir():
+            raise InputError(f"{path}: is a directory; pass the log files inside it")
+    report = parse_files(args.files)
+    flags = diagnose(report, _topology(args))
+    if args.json:
+        print_json(report_json(report, [flag_json(f) for f in flags]))
+    else:
+        print(render_report(report, flags), end="")
+    return 0
+
+
+def render_report(report: LogReport, flags: list[Flag], limit: int = 10) -> str:
+    """Human summary: library, communicators with their transports, env, warnings, errors, flags."""
+    lib = f"{report.library or 'unknown library'} {report.version or ''}".strip()
+    out = [f"{lib} · {report.files} files · {report.lines} lines ({report.unknown_lines} unknown)"]
+    for c in report.comms:
+        out.append(f"comm {c.id}: {c.summary}")
+        for r in c.ranks:
+            out.append(
+                f"  rank {r.rank:<3} dev {'?' if r.dev is None else r.dev:<3} bus {r.bus_id or '?':<8} {r.host or '?'} pid {r.pid or '?'}"
+            )
+    if report.transports:
+        out.append("transports: " + ", ".join(f"{t} x{n}" for t, n in report.transports))
+    if report.env:
+        out.append(
+            "env: " + " ".join(f"{e.name}={e.value}{'' if e.known else ' (UNKNOWN, ignored)'}" for e in report.env)
+        )
+    for title, items in (("warnings", report.warnings), ("errors", report.errors)):
+        if items:
+            out.append(f"{title} ({len(items)}):")
+            out += [f"  {m.file}:{m.line}: {m.text[:160]}" for m in items[:limit]]
+            if len(items) > limit:
+                out.append(f"  … {len(items) - limit} more")
+    out += [f"! {f.kind.value}: {f.message}" for f in flags]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,78 @@
+"""Turn a :class:`LogReport` into flags: transport fallbacks against the topology, errors and timeouts."""
+
+from __future__ import annotations
+
+from amdtop.model import Flag, FlagKind, Topology
+from amdtop.rccl.grammar import bus_id_of_bdf, norm_bus_id
+from amdtop.rccl.report import Comm, LogReport
+
+FALLBACK_PREFIXES = ("SHM", "NET")
+
+
+def gpu_by_bus_id(topology: Topology | None) -> dict[str, int]:
+    """Printed bus id (``c1000``) -> amdtop GPU index."""
+    if topology is None:
+        return {}
+    return {bus_id_of_bdf(g.bdf): g.index for g in topology.gpus}
+
+
+def rank_gpus(comm: Comm, topology: Topology | None) -> dict[int, int]:
+    """Rank -> GPU index for the ranks whose bus id is one of the topology's GPUs."""
+    by_bus = gpu_by_bus_id(topology)
+    out = {}
+    for r in comm.ranks:
+        if r.bus_id is not None and norm_bus_id(r.bus_id) in by_bus:
+            out[r.rank] = by_bus[norm_bus_id(r.bus_id)]
+    return out
+
+
+def _fallbacks(comm: Comm, topology: Topology, worker: str | None) -> list[Flag]:
+    gpus = rank_gpus(comm, topology)
+    hosts = {r.rank: r.host for r in comm.ranks}
+    bad: dict[str, list[tuple[int, int, int, int]]] = {}
+    for e in comm.edges:
+        if not e.transport.startswith(FALLBACK_PREFIXES) or e.src == e.dst:
+            continue
+        # only pairs inside one node: same host where printed, else a single-node communicator
+        same_host = hosts.get(e.src) == hosts.get(e.dst) if hosts.get(e.src) and hosts.get(e.dst) else comm.nnodes == 1
+        if not same_host or e.src not in gpus or e.dst not in gpus:
+            continue
+        link = topology.link(gpus[e.src], gpus[e.dst])
+        if link is None or not link.direct:
+            continue
+        bad.setdefault(e.transport, []).append((e.src, e.dst, gpus[e.src], gpus[e.dst]))
+    flags = []
+    for transport, pairs in bad.items():
+        shown = ", ".join(f"rank {s}->{d} (GPU {a}->{b})" for s, d, a, b in pairs[:4])
+        more = f" and {len(pairs) - 4} more" if len(pairs) > 4 else ""
+        link_type = topology.link(pairs[0][2], pairs[0][3])
+        kind = link_type.type.value if link_type else "direct"
+        msg = (
+            f"comm {comm.id}: {shown}{more} go through {transport} although the GPUs share a direct {kind} link; "
+            "P2P is disabled (NCCL_P2P_DISABLE/NCCL_P2P_LEVEL) or failed"
+        )
+        gpu_set = sorted({g for p in pairs for g in p[2:]})
+        extra = (("comm", comm.id), ("transport", transport), ("pairs", tuple((s, d) for s, d, _a, _b in pairs)))
+        flags.append(Flag(FlagKind.TRANSPORT_FALLBACK, msg, worker, tuple(gpu_set), extra=extra))
+    return flags
+
+
+def diagnose(report: LogReport, topology: Topology | None, worker: str | None = None) -> list[Flag]:
+    """Flags for one report: errors and timeouts first (they need action now), then transport fallbacks.
+
+    Args:
+        report: parsed logs.
+        topology: the node's topology; without it no fallback can be judged (errors are still flagged).
+        worker: worker the logs belong to, copied into the flags.
+    """
+    flags: list[Flag] = []
+    for m in report.errors:
+        kind = FlagKind.NCCL_TIMEOUT if m.kind == "watchdog_timeout" else FlagKind.NCCL_ERROR
+        where = f"{m.file}:{m.line}"
+        rank = f" rank {m.rank}" if m.rank is not None else ""
+        extra = (("file", m.file), ("line", m.line), ("error_kind", m.kind), *m.extra)
+        flags.append(Flag(kind, f"{m.kind}{rank} at {where}: {m.text[:200]}", worker, extra=extra))
+    if topology is not None:
+        for comm in report.comms:
+            flags.extend(_fallbacks(comm, topology, worker))
+    return flags

@@ -1,0 +1,76 @@
+"""Regular expressions and cheap string tests for RCCL/NCCL log lines (amd.md §6).
+
+The parser checks cheap substrings first (``str.find`` runs in C) and reaches for these only on the few lines that
+carry facts, which keeps a 1M-line log fast.
+"""
+
+from __future__ import annotations
+
+import re
+
+INFO_MARK = " NCCL INFO "
+WARN_MARK = " NCCL WARN "
+TRACE_MARK = " NCCL TRACE "
+MAX_LINE = 16384
+"""Longer lines are counted as unknown and not matched: a MB-long junk line must not cost regex time."""
+
+# ``host:pid:tid [dev]`` at the end of the text before the NCCL marker; launcher prefixes simply sit before it.
+HEADER = re.compile(r"(?:^|[\s)\]>])([^\s:\[\]()]+):(\d+):(\d+) \[(\d+)\](?: (.*))?$")
+COMM_INIT = re.compile(
+    r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev \d+)? busId ([0-9a-fA-F]+)"
+)
+COMM_ID = re.compile(r"commId (0x[0-9a-fA-F]+)")
+COMM_NODES = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+)")
+CHANNEL = re.compile(
+    r"^Channel (\d+)(?:/(\d+))? : (\d+)\[([0-9a-fA-F]+)\] -> (\d+)\[([0-9a-fA-F]+)\]"
+    r"(?: \[(send|receive)\])? via (.+?)(?: comm (0x[0-9a-fA-F]+) nRanks (\d+))?\s*$"
+)
+COMM_SUFFIX = re.compile(r" comm (0x[0-9a-fA-F]+) nRanks (\d+)")
+TIMINGS = re.compile(r"rank (\d+) nranks (\d+) total ([\d.]+)")
+COLL_CHANNELS = re.compile(r"^(\d+) coll channels")
+ENV_SET = re.compile(r"^([A-Z][A-Z0-9_]*) set by environment to (.*)$")
+NCCL_VERSION = re.compile(r"NCCL version:? ?(\d+\.\d+\.\d+)")
+RCCL_VERSION = re.compile(r"RCCL version\s*:?\s*(\d+\.\d+\.\d+)")
+BANNER_CONT = re.compile(r"^(HIP|ROCm) version\s*:\s*(\S+)")
+TRAIL = re.compile(r"(\S+?):(\d+) -> (\d+)(?: \[Async thread\])?\s*$")
+NCCL_ERROR = re.compile(r"NCCL Error (\d+): (.*)$")
+WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
+    r"(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
+)
+TORCH_RANK = re.compile(r"\[Rank (\d+)\]|^\[rank(\d+)\]")
+VLLM_NCCL = re.compile(r"vLLM is using nccl==(\S+)")
+WARN_SOURCE = re.compile(r"(?:^|\s)(\S+\.(?:cc|cu|cpp|c|h)):(\d+)$")
+
+RESULTS = {
+    "1": "unhandled cuda error",
+    "2": "unhandled system error",
+    "3": "internal error",
+    "4": "invalid argument",
+    "5": "invalid usage",
+    "6": "remote error",
+    "7": "in progress",
+}
+
+
+def bus_id_of_bdf(bdf: str) -> str:
+    """RCCL/NCCL's printed bus id of a PCI address: ``0000:c1:00.0`` -> ``c1000`` (hex digits as one number)."""
+    digits = bdf.replace(":", "").replace(".", "")
+    try:
+        return f"{int(digits, 16):x}"
+    except ValueError:
+        return bdf.lower()
+
+
+def norm_bus_id(text: str) -> str:
+    """Canonical form of a printed bus id (lowercase, no leading zeros)."""
+    try:
+        return f"{int(text, 16):x}"
+    except ValueError:
+        return text.lower()
+
+
+def short_file(path: str) -> str:
+    """Drop RCCL's long packaging build path: keep from the last ``src/`` on."""
+    i = path.rfind("/src/")
+    return path[i + 1 :] if i >= 0 else path

@@ -1,0 +1,407 @@
+"""Incremental RCCL/NCCL log parser: feed lines from any mix of files and ranks, then take a :class:`LogReport`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amdtop.errors import InputError
+from amdtop.rccl import grammar as g
+from amdtop.rccl.env import FAKE_VARS, is_known
+from amdtop.rccl.report import Comm, Edge, EnvSetting, LogReport, Message, RankInfo
+
+_ERROR_WORDS = ("unhandled system error", "unhandled cuda error", "DistBackendError", "NCCL communicator was aborted")
+
+
+@dataclass(slots=True)
+class _Rank:
+    rank: int
+    dev: int | None = None
+    bus_id: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    complete: bool = False
+    init_s: float | None = None
+
+
+@dataclass(slots=True)
+class _Comm:
+    key: str
+    nranks: int
+    ranks: dict[int, _Rank] = field(default_factory=dict)
+    # (src, dst, transport) -> channel ids seen
+    edges: dict[tuple[int, int, str], set[tuple[int, int, str]]] = field(default_factory=dict)
+    nnodes: int | None = None
+    rings: set[int] = field(default_factory=set)
+    trees: set[int] = field(default_factory=set)
+    coll_channels: int | None = None
+    ended: str | None = None
+
+    def rank(self, r: int) -> _Rank:
+        got = self.ranks.get(r)
+        if got is None:
+            got = self.ranks[r] = _Rank(r)
+        return got
+
+
+class LogParser:
+    """Parse lines one at a time; never raises on content. Call :meth:`report` any time."""
+
+    def __init__(self) -> None:
+        self.library: str | None = None
+        self.version: str | None = None
+        self.versions: dict[str, str] = {}
+        self.files: set[str] = set()
+        self.lines = 0
+        self.unknown = 0
+        self._comms: dict[str, _Comm] = {}
+        self._by_ptr: dict[tuple[str | None, int | None, str], str] = {}
+        self._by_thread: dict[tuple[str | None, int | None, int | None], str] = {}
+        self._synthetic = 0
+        self.transports: dict[str, int] = {}
+        self.warnings: list[Message] = []
+        self.errors: list[Message] = []
+        self.env: dict[str, EnvSetting] = {}
+        self._in_banner = False
+        self._trail_key: tuple[str, str] | None = None
+
+    # -- entry points --------------------------------------------------------------------------------------------
+    def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
+        """Parse ``lines`` (with or without newlines) read from ``file``, numbering from ``start``."""
+        self.files.add(file)
+        n = start
+        for line in lines:
+            self.feed(line, file, n)
+            n += 1
+
+    def feed(self, line: str, file: str, lineno: int) -> None:
+        """Parse one line; unknown lines are counted."""
+        self.lines += 1
+        if len(line) > g.MAX_LINE:
+            self.unknown += 1
+            return
+        i = line.find(g.INFO_MARK)
+        if i >= 0:
+            self._in_banner = False
+            self._info(line, i, file, lineno)
+            return
+        self._trail_key = None
+        i = line.find(g.WARN_MARK)
+        if i >= 0:
+            self._in_banner = False
+            self._warn(line, i, i + len(g.WARN_MARK), file, lineno)
+            return
+        if line.find(g.TRACE_MARK) >= 0:
+            return
+        stripped = line.strip()
+        if not stripped:
+            return
+        self._other(stripped, file, lineno)
+
+    def report(self) -> LogReport:
+        """A frozen view of everything parsed so far."""
+        comms = tuple(_freeze(c) for c in self._comms.values())
+        library = self.library
+        if library is None and (self.version or comms):
+            library = "NCCL"
+        return LogReport(
+            library=library,
+            version=self.version,
+            files=len(self.files),
+            lines=self.lines,
+            unknown_lines=self.unknown,
+            comms=comms,
+            transports=tuple(sorted(self.transports.items(), key=lambda kv: (-kv[1], kv[0]))),
+            warnings=tuple(self.warnings),
+            errors=tuple(self.errors),
+            env=tuple(self.env.values()),
+            versions=tuple(sorted(self.versions.items())),
+        )
+
+    # -- INFO ----------------------------------------------------------------------------------------------------
+    def _info(self, line: str, i: int, file: str, lineno: int) -> None:
+        msg = line[i + len(g.INFO_MARK) :].rstrip()
+        c = msg[:1]
+        if c == "C":
+            if msg.startswith("Channel "):
+                self._trail_key = None
+                if " via " in msg:
+                    self._channel(line[:i], msg)
+                return
+            if msg.startswith("Connected all "):
+                self._connected(line[:i], msg)
+                return
+        elif c == "c" and msg.startswith("comm 0x"):
+            if " - " in msg:
+                self._init(line[:i], msg)
+            else:
+                m = g.COMM_NODES.match(msg)
+                if m:
+                    comm = self._comm_for(line[:i], m.group(1), int(m.group(3)))
+                    comm.nnodes = int(m.group(4))
+            return
+        elif c == "n" and msg.startswith("ncclComm"):
+            if " - " in msg:
+                self._init(line[:i], msg)
+            return
+        if msg.endswith(("-> 1", "-> 2", "-> 3", "-> 4", "-> 5", "-> 6", "-> 7", "[Async thread]")):
+            self._trail(line, msg, file, lineno)
+            return
+        self._trail_key = None
+        if " set by environment to " in msg:
+            m = g.ENV_SET.match(msg)
+            if m:
+                name, value = m.group(1), m.group(2).rstrip(".").strip()
+                known = is_known(name)
+                self.env[name] = EnvSetting(name, value, known)
+                if not known:
+                    text = f"{name}={value} is unknown to RCCL/NCCL and ignored; {FAKE_VARS.get(name, 'remove it')}"
+                    self.warnings.append(Message(file, lineno, text, "unknown_env"))
+            return
+        if "version" in msg:
+            self._version(msg)
+            return
+        if msg.startswith("Init timings"):
+            m = g.TIMINGS.search(msg)
+            if m:
+                comm = self._comm_for(line[:i], None, int(m.group(2)))
+                comm.rank(int(m.group(1))).init_s = float(m.group(3))
+            return
+        if c.isdigit() and " coll channels" in msg:
+            m = g.COLL_CHANNELS.match(msg)
+            if m:
+                self._comm_for(line[:i], _suffix_ptr(msg), None).coll_channels = int(m.group(1))
+
+    def _version(self, msg: str) -> None:
+        if "RCCL version" in msg:
+            m = g.RCCL_VERSION.search(msg)
+            self.library = "RCCL"
+            if m:
+                self.version = m.group(1)
+            self._in_banner = True
+        elif "NCCL version" in msg:
+            m = g.NCCL_VERSION.search(msg)
+            if m:
+                self.version = self.version or m.group(1)
+            if self.library is None:
+                self.library = "NCCL"
+
+    def _header(self, head: str) -> tuple[str | None, int | None, int | None, int | None, str]:
+        m = g.HEADER.search(head)
+        if m is None:
+            return None, None, None, None, head
+        return m.group(1).split(".", 1)[0], int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5) or ""
+
+    def _comm_for(self, head: str, ptr: str | None, nranks: int | None) -> _Comm:
+        host, pid, tid, _dev, _ = self._header(head)
+        key = None
+        if ptr is not None:
+            key = self._by_ptr.get((host, pid, ptr))
+        if key is None:
+            key = self._by_thread.get((host, pid, tid)) or self._by_thread.get((host, pid, None))
+        if key is None:
+            key = ptr or f"comm-{len(self._comms)}"
+            if ptr is not None:
+                self._by_ptr[(host, pid, ptr)] = key
+            self._by_thread[(host, pid, tid)] = self._by_thread[(host, pid, None)] = key
+        comm = self._comms.get(key)
+        if comm is None:
+            comm = self._comms[key] = _Comm(key, nranks or 0)
+        elif nranks and not comm.nranks:
+            comm.nranks = nranks
+        return comm
+
+    def _init(self, head: str, msg: str) -> None:
+        m = g.COMM_INIT.search(msg)
+        if m is None:
+            if "Destroy COMPLETE" in msg or "Abort COMPLETE" in msg:
+                ptr = msg.split(" ", 2)[1] if msg.startswith("comm ") else None
+                self._comm_for(head, ptr, None).ended = "aborted" if "Abort" in msg else "destroyed"
+            return
+        host, pid, tid, _dev, _ = self._header(head)
+        ptr, rank, nranks = m.group(1), int(m.group(2)), int(m.group(3))
+        idm = g.COMM_ID.search(msg)
+        key = idm.group(1) if idm else self._by_ptr.get((host, pid, ptr))
+        if key is None:
+            key = self._synthetic_key(rank, nranks)
+        if key in self._comms and self._comms[key].nranks == 0:
+            self._comms[key].nranks = nranks
+        if key not in self._comms:
+            # a comm first seen through its pointer (channel lines before Init) is renamed to its commId
+            old = self._by_ptr.get((host, pid, ptr))
+            self._comms[key] = self._comms.pop(old) if old in self._comms else _Comm(key, nranks)
+            self._comms[key].key, self._comms[key].nranks = key, nranks
+        self._by_ptr[(host, pid, ptr)] = key
+        self._by_thread[(host, pid, tid)] = self._by_thread[(host, pid, None)] = key
+        r = self._comms[key].rank(rank)
+        r.dev, r.bus_id, r.host, r.pid = int(m.group(4)), g.norm_bus_id(m.group(5)), host, pid
+        if "Init COMPLETE" in msg:
+            r.complete = True
+        elif "Destroy COMPLETE" in msg or "Abort COMPLETE" in msg:
+            self._comms[key].ended = "aborted" if "Abort" in msg else "destroyed"
+
+    def _synthetic_key(self, rank: int, nranks: int) -> str:
+        # old logs without commId: ranks of one size join the newest synthetic comm until a rank repeats
+        for key in reversed(self._comms):
+            comm = self._comms[key]
+            if key.startswith("comm-") and comm.nranks == nranks and rank not in comm.ranks:
+                return key
+        self._synthetic += 1
+        return f"comm-{self._synthetic}"
+
+    def _channel(self, head: str, msg: str) -> None:
+        m = g.CHANNEL.match(msg)
+        if m is None:
+            self.unknown += 1
+            return
+        ch, conn, src, sbus, dst, dbus, direction, transport, ptr, nr = m.groups()
+        if self.library is None and ptr is not None:
+            self.library = "RCCL"
+        comm = self._comm_for(head, ptr, int(nr) if nr else None)
+        s, d = int(src), int(dst)
+        for rank, bus in ((s, sbus), (d, dbus)):
+            info = comm.rank(rank)
+            # rank[x] is a bus id in RCCL and old NCCL, a cudaDev in NCCL >= 2.19: only trust it with the comm suffix
+            if info.bus_id is None and ptr is not None:
+                info.bus_id = g.norm_bus_id(bus)
+        printer = comm.rank(d if direction == "receive" else s)
+        if printer.host is None:
+            host, pid, _tid, dev, _ = self._header(head)
+            printer.host, printer.pid = host, pid
+            if printer.dev is None:
+                printer.dev = dev
+        seen = comm.edges.setdefault((s, d, transport), set())
+        before = len(seen)
+        seen.add((int(ch), int(conn or 0), direction or ""))
+        if len(seen) > before:
+            self.transports[transport] = self.transports.get(transport, 0) + 1
+
+    def _connected(self, head: str, msg: str) -> None:
+        comm = self._comm_for(head, _suffix_ptr(msg), None)
+        _host, _pid, _tid, dev, _ = self._header(head)
+        mark = dev if dev is not None else len(comm.rings)
+        (comm.rings if "rings" in msg else comm.trees).add(mark)
+
+    def _trail(self, line: str, msg: str, file: str, lineno: int) -> None:
+        m = g.TRAIL.search(msg)
+        if m is None:
+            return
+        key = (file, line[: line.find(g.INFO_MARK)])
+        hop = f"{g.short_file(m.group(1))}:{m.group(2)}"
+        if self._trail_key == key and self.errors and self.errors[-1].kind == "error_trail":
+            last = self.errors[-1]
+            extra = dict(last.extra)
+            extra["trail"] = (*extra.get("trail", ()), hop)
+            self.errors[-1] = Message(last.file, last.line, last.text, last.kind, last.rank, tuple(extra.items()))
+            return
+        self._trail_key = key
+        code = m.group(3)
+        text = f"{hop} -> {code} ({g.RESULTS.get(code, 'error')})"
+        _h, _p, _t, dev, _ = self._header(key[1])
+        facts = (("result", int(code)), ("trail", (hop,)))
+        self.errors.append(Message(file, lineno, text, "error_trail", dev, facts))
+
+    # -- WARN and the rest ---------------------------------------------------------------------------------------
+    def _warn(self, line: str, i: int, j: int, file: str, lineno: int) -> None:
+        text = line[j:].strip()
+        _host, _pid, _tid, dev, where = self._header(line[:i])
+        src = g.WARN_SOURCE.search(where)
+        extra: tuple[tuple[str, object], ...] = ()
+        if src:
+            extra = (("source", f"{g.short_file(src.group(1))}:{src.group(2)}"),)
+        if line.startswith("[") and line[1:5].isdigit():
+            extra = (*extra, ("time", line[1 : line.find("]")]))
+        self.warnings.append(Message(file, lineno, text, "warn", dev, extra))
+
+    def _other(self, s: str, file: str, lineno: int) -> None:
+        if self._in_banner:
+            m = g.BANNER_CONT.match(s)
+            if m:
+                self.versions[m.group(1)] = m.group(2)
+                return
+            if s.startswith(("Hostname", "Librccl path", "HIP version", "ROCm version")):
+                return
+            self._in_banner = False
+        if "Watchdog caught" in s:
+            m = g.WATCHDOG.search(s)
+            if m:
+                seq, op, _ni, _no, tmo, ran = m.groups()
+                extra = (("seq", int(seq)), ("op", op), ("timeout_ms", int(tmo)), ("ran_ms", int(ran)))
+                self.errors.append(Message(file, lineno, s, "watchdog_timeout", _torch_rank(s), extra))
+                return
+        if "NCCL Error" in s:
+            m = g.NCCL_ERROR.search(s)
+            if m:
+                extra2 = (("result", int(m.group(1))),)
+                self.errors.append(Message(file, lineno, s, "nccl_error", _torch_rank(s), extra2))
+                return
+        if "nccl==" in s:
+            m = g.VLLM_NCCL.search(s)
+            if m:
+                self.versions["vllm-nccl"] = m.group(1)
+                self.version = self.version or m.group(1)
+                return
+        if "NCCL version" in s or "RCCL version" in s:
+            self._version(s)
+            return
+        for word in _ERROR_WORDS:
+            if word in s:
+                self.errors.append(Message(file, lineno, s, "exception", _torch_rank(s)))
+                return
+        if "ProcessGroupNCCL" in s or " WARN " in s:
+            if " WARN " in s and "ProcessGroupNCCL" not in s:
+                self.warnings.append(Message(file, lineno, s[s.find(" WARN ") + 6 :].strip(), "warn"))
+            return
+        self.unknown += 1
+
+
+def _suffix_ptr(msg: str) -> str | None:
+    if " comm 0x" not in msg:
+        return None
+    m = g.COMM_SUFFIX.search(msg)
+    return m.group(1) if m else None
+
+
+def _torch_rank(s: str) -> int | None:
+    m = g.TORCH_RANK.search(s)
+    if m is None:
+        return None
+    return int(m.group(1) or m.group(2))
+
+
+def _freeze(c: _Comm) -> Comm:
+    ranks = tuple(
+        RankInfo(r.rank, r.dev, r.bus_id, r.host, r.pid, r.complete, r.init_s) for _, r in sorted(c.ranks.items())
+    )
+    edges = tuple(
+        Edge(s, d, t, len({(ch, conn) for ch, conn, _dir in seen})) for (s, d, t), seen in sorted(c.edges.items())
+    )
+    nranks = c.nranks or (max(c.ranks) + 1 if c.ranks else 0)
+    return Comm(c.key, nranks, ranks, edges, c.nnodes, len(c.rings), len(c.trees), c.coll_channels, c.ended)
+
+
+def parse_lines(lines: Iterable[str], file: str = "<memory>") -> LogReport:
+    """Parse lines of one source and return the report."""
+    p = LogParser()
+    p.feed_lines(lines, file)
+    return p.report()
+
+
+def parse_files(paths: Sequence[Path | str]) -> LogReport:
+    """Parse every file (any mix of ranks and dialects) into one report.
+
+    Raises:
+        InputError: a file cannot be read (the message names it).
+    """
+    p = LogParser()
+    for path in paths:
+        name = str(path)
+        try:
+            # errors="replace": binary junk in a log must not stop the parse
+            with open(path, encoding="utf-8", errors="replace", newline=None) as fh:
+                p.feed_lines(fh, name)
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise InputError(f"{name}: cannot read ({reason}); pass a readable RCCL/NCCL log file") from None
+    return p.report()
