@@ -18,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "amdtop-rules.yml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "amdtop.json"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "tests" / "amdtop-rules.test.yml"
 EXPORT_PORT = 19420
 PROM_PORT = 19421
@@ -114,6 +115,11 @@ def test_prometheus_scrapes_demo_node(exporter: subprocess.Popen[bytes], tmp_pat
         with urllib.request.urlopen(f"http://127.0.0.1:{PROM_PORT}/api/v1/rules", timeout=5) as resp:
             groups = json.load(resp)["data"]["groups"]
         assert {r["name"] for g in groups for r in g["rules"]} >= {"AmdtopGpuVramHigh", "AmdtopRcclErrors"}
+        # Every dashboard query is valid PromQL for this Prometheus (query() asserts status success).
+        for panel in json.loads(DASHBOARD.read_text())["panels"]:
+            for target in panel.get("targets", []):
+                query(target["expr"].replace("$host", ".*"))
+        assert query('count by (hostname) (gpu_total_vram{hostname=~".*"})')[0]["value"][1] == "8"  # type: ignore[index]
     finally:
         stop(prom)
     assert stop(exporter) == 0  # SIGTERM ends the exporter cleanly
