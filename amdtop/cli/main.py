@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "amdtop.cli.snapshot",
     "amdtop.cli.export",
     "amdtop.cli.workers",
+    "amdtop.cli.ramp",
     "amdtop.cli.logs",
 )
 
