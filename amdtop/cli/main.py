@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "amdtop.cli.export",
     "amdtop.cli.workers",
     "amdtop.cli.ramp",
+    "amdtop.cli.probe",
     "amdtop.cli.logs",
 )
 
