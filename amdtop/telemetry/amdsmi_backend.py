@@ -1,0 +1,321 @@
+"""The ``amdsmi`` backend: AMD's Python API (7.x names, units and quirks per amd.md §1).
+
+* Import and init are silenced (Python- and fd-level): the PyPI wheel without ``libamd_smi.so`` prints two lines to
+  stdout and raises ``KeyError``; any exception there means "backend unavailable", never a traceback or stray output.
+* Handles are fresh ``c_void_p`` objects per call, so they are told apart by ``.value``.
+* Every field is read on its own: an ``AmdSmiException`` or an ``"N/A"`` string gives ``None`` for that field only.
+* What a GPU supports is probed once at open (HOTSPOT vs EDGE temperature -- EDGE is NOT_SUPPORTED on MI300X --,
+  VRAM temperature, clocks); a poll calls only what worked then.
+* A GPU whose activity or VRAM query worked at open and now fails (other than RETRY/TIMEOUT) is lost.
+* GPU index order = KFD node order (``amdsmi_get_gpu_kfd_info()["node_id"]``), the same order as the sysfs backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from amdtop.errors import BackendUnavailable
+from amdtop.model import Flag, GpuInfo, GpuProcess, GpuSample, Link, LinkType, NodeSnapshot, Topology
+from amdtop.telemetry.base import BackendOptions
+from amdtop.telemetry.lost import lost_flag
+from amdtop.telemetry.numa import cpus_of, read_numa_nodes
+
+_TRANSIENT = frozenset({8, 9})  # AMDSMI_STATUS_TIMEOUT, AMDSMI_STATUS_RETRY
+_LINK_TYPES = {1: LinkType.PCIE, 2: LinkType.XGMI}  # AmdSmiLinkType PCIE / XGMI (same numbers as the old IOLINK enum)
+
+
+@contextlib.contextmanager
+def _silenced() -> Iterator[None]:
+    """Swallow anything written to stdout/stderr, from Python or from C, while the library loads."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    saved: list[tuple[int, int]] = []
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                saved.append((fd, os.dup(fd)))
+                os.dup2(devnull, fd)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(devnull)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def load_amdsmi() -> ModuleType:
+    """Import ``amdsmi`` without letting it print.
+
+    Raises:
+        BackendUnavailable: the package is missing or cannot load its library.
+    """
+    try:
+        with _silenced():
+            import amdsmi
+    except ModuleNotFoundError:
+        raise BackendUnavailable("amdsmi: Python package not installed") from None
+    except KeyError as exc:
+        raise BackendUnavailable(f"amdsmi: {exc.args[0] if exc.args else 'libamd_smi.so'} not found") from None
+    except Exception as exc:
+        raise BackendUnavailable(f"amdsmi: cannot load ({type(exc).__name__}: {_one_line(exc)})") from None
+    module: ModuleType = amdsmi
+    return module
+
+
+def _num(value: Any) -> float | None:
+    """A number from amdsmi, ``None`` for ``"N/A"`` and anything else that is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _Lost(Exception):
+    pass
+
+
+class AmdsmiBackend:
+    """Telemetry through amdsmi (see the module doc)."""
+
+    name = "amdsmi"
+
+    def __init__(
+        self,
+        smi: ModuleType,
+        sysfs_root: Path = Path("/sys"),
+        *,
+        clock: Callable[[], float] = time.time,
+        hostname: str | None = None,
+    ) -> None:
+        """Initialise the library and read the static facts.
+
+        Raises:
+            BackendUnavailable: init failed or no GPU was found.
+        """
+        self._smi = smi
+        self._clock = clock
+        self._hostname = hostname or socket.gethostname()
+        self._open = False
+        try:
+            with _silenced():
+                smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)
+                self._open = True
+                raw = list(smi.amdsmi_get_processor_handles())
+        except Exception as exc:
+            self.close()
+            raise BackendUnavailable(f"amdsmi: init failed ({self._why(exc)})") from None
+        unique: dict[int, Any] = {}
+        for h in raw:
+            unique.setdefault(h.value, h)  # two handle objects for one GPU are not ==; their .value is
+        if not unique:
+            self.close()
+            raise BackendUnavailable("amdsmi: no AMD GPU found")
+        handles = list(unique.values())
+        node_ids = [_int(self._get(smi.amdsmi_get_gpu_kfd_info, h, key="node_id")) for h in handles]
+        order = sorted(range(len(handles)), key=lambda k: (node_ids[k] if node_ids[k] is not None else 1 << 30, k))
+        self._handles = [handles[k] for k in order]
+        numa = read_numa_nodes(sysfs_root)
+        self._infos = tuple(self._static(i, h, numa) for i, h in enumerate(self._handles))
+        self._probe()
+        self._topology = Topology(self._infos, self._links(), numa)
+
+    # ------------------------------------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _why(exc: BaseException) -> str:
+        info = getattr(exc, "err_info", None)
+        return _one_line(info if info else f"{type(exc).__name__}: {exc}")
+
+    def _get(self, fn: Callable[..., Any], *args: Any, key: str | None = None) -> Any:
+        """``fn(*args)`` (or its ``[key]``), ``None`` when the library raises for this field."""
+        try:
+            value = fn(*args)
+        except self._smi.AmdSmiException:
+            return None
+        if key is not None:
+            return value.get(key) if isinstance(value, dict) else None
+        return value
+
+    def _static(self, index: int, h: Any, numa: Any) -> GpuInfo:
+        smi = self._smi
+        bdf = self._get(smi.amdsmi_get_gpu_device_bdf, h) or "N/A"
+        asic = self._get(smi.amdsmi_get_gpu_asic_info, h) or {}
+        name = asic.get("market_name")
+        if not isinstance(name, str) or not name or name == "N/A":
+            name = f"AMD GPU {asic.get('device_id', '?')}"
+        serial = asic.get("asic_serial")
+        numa_node = _int(self._get(smi.amdsmi_get_gpu_topo_numa_affinity, h))
+        if numa_node is not None and numa_node < 0:
+            numa_node = None
+        cap = _num(self._get(smi.amdsmi_get_power_cap_info, h, key="power_cap"))  # µW
+        return GpuInfo(
+            index=index,
+            name=name,
+            bdf=str(bdf).lower(),
+            numa_node=numa_node,
+            vendor="AMD",
+            uuid=serial if isinstance(serial, str) and serial.startswith("0x") else None,
+            vram_total_bytes=_int(self._get(smi.amdsmi_get_gpu_memory_total, h, smi.AmdSmiMemoryType.VRAM)),
+            cpu_affinity=cpus_of(numa, numa_node),
+            power_cap_w=None if cap is None else cap / 1e6,
+        )
+
+    def _probe(self) -> None:
+        """Decide once per GPU which sensors to poll (MI300X: HOTSPOT works, EDGE is NOT_SUPPORTED)."""
+        smi = self._smi
+        cur = smi.AmdSmiTemperatureMetric.CURRENT
+        temps = smi.AmdSmiTemperatureType
+        self._temp: list[Any] = []
+        self._mem_temp: list[bool] = []
+        self._clocks: list[tuple[bool, bool]] = []
+        self._core: list[set[str]] = []
+        for h in self._handles:
+            hot = next(
+                (
+                    t
+                    for t in (temps.HOTSPOT, temps.EDGE)
+                    if self._get(smi.amdsmi_get_temp_metric, h, t, cur) is not None
+                ),
+                None,
+            )
+            self._temp.append(hot)
+            self._mem_temp.append(self._get(smi.amdsmi_get_temp_metric, h, temps.VRAM, cur) is not None)
+            gfx = self._get(smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType.GFX) is not None
+            mem = self._get(smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType.MEM) is not None
+            self._clocks.append((gfx, mem))
+            core = set()
+            if self._get(smi.amdsmi_get_gpu_activity, h) is not None:
+                core.add("amdsmi_get_gpu_activity")
+            if self._get(smi.amdsmi_get_gpu_memory_usage, h, smi.AmdSmiMemoryType.VRAM) is not None:
+                core.add("amdsmi_get_gpu_memory_usage")
+            self._core.append(core)
+
+    def _links(self) -> tuple[Link, ...]:
+        smi = self._smi
+        links = []
+        for a in range(len(self._handles)):
+            for b in range(a + 1, len(self._handles)):
+                ha, hb = self._handles[a], self._handles[b]
+                lt = self._get(smi.amdsmi_topo_get_link_type, ha, hb)
+                if not isinstance(lt, dict):
+                    links.append(Link(a, b, LinkType.UNKNOWN))
+                    continue
+                kind = _LINK_TYPES.get(_int(lt.get("type")) or -1, LinkType.UNKNOWN)
+                bw = None
+                if kind is LinkType.XGMI:
+                    bw = _int(
+                        self._get(smi.amdsmi_get_minmax_bandwidth_between_processors, ha, hb, key="max_bandwidth")
+                    )
+                weight = _int(self._get(smi.amdsmi_topo_get_link_weight, ha, hb))
+                links.append(Link(a, b, kind, hops=_int(lt.get("hops")), weight=weight, max_bandwidth_mbs=bw or None))
+        return tuple(links)
+
+    # --------------------------------------------------------------------------------------------------- poll
+
+    def topology(self) -> Topology:
+        """Return the static topology."""
+        return self._topology
+
+    def sample(self) -> NodeSnapshot:
+        """Poll every GPU once; a GPU that stopped answering is reported lost."""
+        samples: list[GpuSample] = []
+        flags: list[Flag] = []
+        for i, info in enumerate(self._infos):
+            try:
+                samples.append(self._sample_gpu(i))
+            except _Lost as lost:
+                samples.append(GpuSample(i, lost=True, error=str(lost)))
+                flags.append(lost_flag(info))
+        return NodeSnapshot("amdsmi", self._hostname, self._clock(), self._topology, tuple(samples), tuple(flags))
+
+    def _core_call(self, i: int, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except self._smi.AmdSmiLibraryException as exc:
+            if fn.__name__ in self._core[i] and getattr(exc, "err_code", None) not in _TRANSIENT:
+                raise _Lost(f"{fn.__name__}: {self._why(exc)}") from None
+            return None
+        except self._smi.AmdSmiException:
+            return None
+
+    def _sample_gpu(self, i: int) -> GpuSample:
+        smi, h = self._smi, self._handles[i]
+        act = self._core_call(i, smi.amdsmi_get_gpu_activity, h)
+        used = self._core_call(i, smi.amdsmi_get_gpu_memory_usage, h, smi.AmdSmiMemoryType.VRAM)
+        act = act if isinstance(act, dict) else {}
+        power = self._get(smi.amdsmi_get_power_info, h) or {}
+        # MI300X reports current_socket_power; average_socket_power is the MI200/Navi field.
+        watts = _num(power.get("current_socket_power"))
+        if watts is None:
+            watts = _num(power.get("average_socket_power"))
+        cur = smi.AmdSmiTemperatureMetric.CURRENT
+        temp = _num(self._get(smi.amdsmi_get_temp_metric, h, self._temp[i], cur)) if self._temp[i] is not None else None
+        mem_temp = (
+            _num(self._get(smi.amdsmi_get_temp_metric, h, smi.AmdSmiTemperatureType.VRAM, cur))
+            if self._mem_temp[i]
+            else None
+        )
+        gfx_ok, mem_ok = self._clocks[i]
+        sclk = _num(self._get(smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType.GFX, key="clk")) if gfx_ok else None
+        mclk = _num(self._get(smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType.MEM, key="clk")) if mem_ok else None
+        return GpuSample(
+            index=i,
+            util_pct=_num(act.get("gfx_activity")),
+            vram_used_bytes=_int(used),
+            vram_total_bytes=self._infos[i].vram_total_bytes,
+            power_w=watts,
+            temp_c=temp,
+            mem_temp_c=mem_temp,
+            sclk_mhz=sclk,
+            mclk_mhz=mclk,
+            mem_util_pct=_num(act.get("umc_activity")),
+            processes=self._processes(h),
+        )
+
+    def _processes(self, h: Any) -> tuple[GpuProcess, ...]:
+        found = self._get(self._smi.amdsmi_get_gpu_process_list, h)
+        out = []
+        for p in found if isinstance(found, list) else []:
+            pid = _int(p.get("pid"))
+            if pid is None:
+                continue
+            name = p.get("name")
+            usage = p.get("memory_usage")
+            vram = _int(usage.get("vram_mem")) if isinstance(usage, dict) else _int(p.get("mem"))
+            out.append(GpuProcess(pid, name if isinstance(name, str) and name and name != "N/A" else None, vram))
+        return tuple(sorted(out, key=lambda p: p.pid))
+
+    def close(self) -> None:
+        """Shut the library down (once)."""
+        if self._open:
+            self._open = False
+            with contextlib.suppress(Exception):
+                self._smi.amdsmi_shut_down()
+
+
+def open_backend(options: BackendOptions) -> AmdsmiBackend:
+    """Load amdsmi and open it.
+
+    Raises:
+        BackendUnavailable: amdsmi missing, broken, without a driver, or without GPUs.
+    """
+    return AmdsmiBackend(load_amdsmi(), options.sysfs_root)
