@@ -1,0 +1,17 @@
+"""Analysis over snapshots and workers: TP-group imbalance, NUMA binding checks, discovery of running vLLM servers."""
+
+from __future__ import annotations
+
+from amdtop.analysis.discover import discover_vllm
+from amdtop.analysis.imbalance import ImbalanceTracker, group_spreads
+from amdtop.analysis.numa import WorkerBinding, numa_flags, topology_group_flags, worker_binding
+
+__all__ = [
+    "ImbalanceTracker",
+    "WorkerBinding",
+    "discover_vllm",
+    "group_spreads",
+    "numa_flags",
+    "topology_group_flags",
+    "worker_binding",
+]

@@ -1,0 +1,148 @@
+"""Find running vLLM servers among the host's processes.
+
+vLLM titles its processes ``VLLM::EngineCore`` and ``VLLM::Worker_TP<r>`` (setproctitle; ``/proc/PID/comm`` is cut to
+15 characters, so the cmdline is matched). Workers hang under their EngineCore, which hangs under the API server that
+keeps its ``vllm serve`` cmdline. GPUs come from the processes' ``CUDA_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES`` (rank r
+uses the r-th visible device), then from the GPU process lists, then vLLM's default (rank r on device r).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from amdtop.model import WorkerState, WorkerStatus
+from amdtop.procinfo import PROC, list_pids, read_binding, read_cmdline, read_environ, read_ppid_pgid
+
+_PREFIX = os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM")
+_VISIBLE_VARS = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+
+def _title(cmdline: tuple[str, ...]) -> str:
+    return " ".join(cmdline).strip()
+
+
+def _is_engine(title: str) -> bool:
+    return title.startswith(f"{_PREFIX}::EngineCore")
+
+
+def _worker_rank(title: str) -> int | None:
+    if not title.startswith(f"{_PREFIX}::Worker"):
+        return None
+    match = re.search(r"_TP(\d+)", title)
+    return int(match.group(1)) if match else 0
+
+
+def _visible(env: Mapping[str, str]) -> tuple[int, ...] | None:
+    for var in _VISIBLE_VARS:
+        text = env.get(var, "").strip()
+        if text:
+            try:
+                return tuple(int(part) for part in text.split(",") if part.strip())
+            except ValueError:
+                return None  # UUIDs or GPU-<n> names: fall through to the process lists
+    return None
+
+
+def _port(cmdline: tuple[str, ...]) -> int | None:
+    for i, arg in enumerate(cmdline):
+        value = None
+        if arg == "--port" and i + 1 < len(cmdline):
+            value = cmdline[i + 1]
+        elif arg.startswith("--port="):
+            value = arg.partition("=")[2]
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    if any(part.endswith("vllm") for part in cmdline[:2]) and "serve" in cmdline:
+        return 8000  # vllm serve's default port
+    return None
+
+
+def _start_time(pid: int, proc: Path) -> float | None:
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        btime_line = next(line for line in (proc / "stat").read_text().splitlines() if line.startswith("btime "))
+        ticks = int(stat[stat.rfind(")") + 2 :].split()[19])
+        return int(btime_line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
+def discover_vllm(proc_root: Path = PROC, gpu_pids: Mapping[int, tuple[int, ...]] | None = None) -> list[WorkerStatus]:
+    """Running vLLM servers, one :class:`WorkerStatus` per engine (TP group), ``source="discovered"``.
+
+    Args:
+        proc_root: Root of procfs.
+        gpu_pids: PID to GPU indices, from the snapshot's process lists, used when the env does not tell.
+
+    Returns:
+        The servers found, sorted by name (``vllm-<API server pid>``).
+    """
+    titles: dict[int, str] = {}
+    parents: dict[int, tuple[int, int]] = {}
+    for pid in list_pids(proc_root):
+        cmd = read_cmdline(pid, proc_root)
+        if not cmd:
+            continue
+        title = _title(cmd)
+        if title.startswith(f"{_PREFIX}::"):
+            titles[pid] = title
+            pp = read_ppid_pgid(pid, proc_root)
+            if pp is not None:
+                parents[pid] = pp
+    engines = [pid for pid, title in titles.items() if _is_engine(title)]
+    out: list[WorkerStatus] = []
+    for engine in sorted(engines):
+        ppid, pgid = parents.get(engine, (0, 0))
+        api_cmd = read_cmdline(ppid, proc_root) if ppid > 1 else ()
+        api_pid = ppid if api_cmd and not _title(api_cmd).startswith(f"{_PREFIX}::") else None
+        ranks = sorted(
+            (rank, pid)
+            for pid, title in titles.items()
+            if parents.get(pid, (0, 0))[0] == engine and (rank := _worker_rank(title)) is not None
+        )
+        gpus: list[int] = []
+        for rank, pid in ranks:
+            visible = _visible(read_environ(pid, proc_root)) or _visible(read_environ(engine, proc_root))
+            if visible is None and api_pid is not None:
+                visible = _visible(read_environ(api_pid, proc_root))
+            held = (gpu_pids or {}).get(pid, ())
+            if visible is not None and rank < len(visible):
+                gpus.append(visible[rank])
+            elif len(held) == 1:
+                gpus.append(held[0])
+            else:
+                gpus.append(rank)
+        pids = tuple(p for p in (api_pid, engine, *(pid for _, pid in ranks)) if p is not None)
+        cpus: set[int] = set()
+        mems: set[int] = set()
+        for pid in pids:
+            binding = read_binding(pid, proc_root)
+            if binding is not None:
+                cpus.update(binding.cpus)
+                mems.update(binding.mems)
+        port = _port(api_cmd) if api_pid is not None else None
+        lead = api_pid if api_pid is not None else engine
+        out.append(
+            WorkerStatus(
+                name=f"vllm-{lead}",
+                state=WorkerState.READY,
+                gpus=tuple(gpus),
+                port=port,
+                pid=lead,
+                pgid=pgid or None,
+                url=None if port is None else f"http://127.0.0.1:{port}",
+                pids=pids,
+                rank_pids=tuple(ranks),
+                cpu_affinity=tuple(sorted(cpus)),
+                mems_allowed=tuple(sorted(mems)),
+                started_at=_start_time(lead, proc_root),
+                source="discovered",
+            )
+        )
+    return sorted(out, key=lambda w: w.name)

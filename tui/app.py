@@ -1,0 +1,235 @@
+"""The amdtop Textual app: routes frames from the poller thread to the dashboard, keys to actions."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import get_current_worker
+
+from amdtop.telemetry.base import TelemetryBackend
+from tui.control_actions import ControlActions
+from tui.frame import Frame
+from tui.messages import SnapshotReady
+from tui.pollers import Poller, WorkerSource, poll_loop
+from tui.screens.dashboard import PANES, DashboardScreen
+from tui.screens.help import HelpScreen
+
+
+class AmdtopApp(ControlActions, App[int]):
+    """Dashboard and controller. Tests inject the backend, the worker source/controller and the clock."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "amdtop"
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c"),
+        Binding("question_mark", "help", "Help", id="help"),
+        *(
+            Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}", show=False)
+            for i, (key, label) in enumerate(PANES, start=1)
+        ),
+        Binding("l", "launch", "Launch", id="launch", tooltip="launch the selected worker"),
+        Binding("r", "restart", "Restart", id="restart", tooltip="restart the selected worker (confirm)"),
+        Binding("s", "stop", "Stop", id="stop", tooltip="stop the selected worker (confirm)"),
+        Binding("e", "retune", "Retune", id="retune", tooltip="change vllm flags of the selected worker"),
+        Binding("a", "ramp", "Ramp", id="ramp", tooltip="load ramp against the selected worker"),
+        Binding("x", "exporter", "Exporter", id="exporter", tooltip="start/stop the Prometheus exporter"),
+        Binding("m", "matrix_mode", "Link/GB/s", id="matrix-mode", tooltip="topology: link type or measured GB/s"),
+        Binding("p", "pause", "Pause", id="pause", tooltip="pause/resume refresh"),
+    ]
+
+    def __init__(
+        self,
+        backend: TelemetryBackend,
+        *,
+        workers: WorkerSource | None = None,
+        control: Any = None,
+        interval: float = 1.0,
+        readonly: bool = False,
+        clock: Callable[[], float] = time.time,
+        banner: str | None = None,
+        proc_root: Path = Path("/proc"),
+        state_dir: Path | None = None,
+        autopoll: bool = True,
+        watch_tty: bool = False,
+        log_follower: Any = None,
+        window_s: float = 5.0,
+        discover: bool = True,
+        exporter_listen: str = "127.0.0.1:9464",
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.control = None if readonly else control
+        self.interval = interval
+        self.readonly = readonly
+        self.clock = clock
+        self.banner = banner
+        self.state_dir = state_dir or Path(".")
+        self.autopoll = autopoll
+        self.watch_tty = watch_tty
+        self.exporter: Any = None
+        self.exporter_listen = exporter_listen
+        self.paused = False
+        self.poller = Poller(
+            backend, workers, proc_root=proc_root, window_s=window_s, discover=discover, log_follower=log_follower
+        )
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._pending: Frame | None = None
+        self.dashboard = DashboardScreen(banner)
+        self.dashboard.bandwidth = load_bandwidth(self.state_dir)
+        self.frames = 0
+
+    def get_default_screen(self) -> DashboardScreen:
+        return self.dashboard
+
+    def on_mount(self) -> None:
+        if self.autopoll:
+            self._poll_worker()
+        if self.watch_tty:
+            self.set_interval(5.0, self._check_tty, name="tty-watch")
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self.exporter is not None:
+            self.exporter.stop()
+        self.backend.close()
+
+    # -- polling -----------------------------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="telemetry", description="telemetry poller")
+    def _poll_worker(self) -> None:
+        worker = get_current_worker()
+
+        def wait_interval() -> float:
+            # One Event for stop and wake-up: a control action asks for a fresh poll at once.
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            return 0.0
+
+        poll_loop(self.poller, wait_interval, self._stop, self._deliver, lambda: worker.is_cancelled)
+
+    def _deliver(self, frame: Frame) -> None:
+        self.post_message(SnapshotReady(frame))
+
+    def wake_poller(self) -> None:
+        self._wake.set()
+
+    def step(self, n: int = 1) -> Frame:
+        """Poll ``n`` times synchronously and draw the last frame (tests and snapshots)."""
+        frame = self.poller.tick()
+        for _ in range(n - 1):
+            frame = self.poller.tick()
+        self._show(frame)
+        return frame
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self._pending = message.frame
+        # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
+        if self.screen is self.dashboard and not self.paused:
+            self._show(message.frame)
+
+    def on_screen_resume(self) -> None:
+        if self._pending is not None and self.screen is self.dashboard and not self.paused:
+            self._show(self._pending)
+
+    def _show(self, frame: Frame) -> None:
+        self._pending = None
+        self.frames += 1
+        self.dashboard.apply(frame, self.status_line(frame), self.clock())
+
+    def status_line(self, frame: Frame) -> str:
+        snap = frame.snapshot
+        lost = sum(1 for s in snap.gpus if s.lost)
+        flags = [f for f in frame.flags]
+        when = time.strftime("%H:%M:%S", time.gmtime(self.clock()))
+        parts = [
+            f"[b]amdtop[/b] {snap.hostname}",
+            f"backend {snap.backend}",
+            f"{len(snap.topology.gpus)} GPUs" + (f" ([red]{lost} lost[/red])" if lost else ""),
+            f"{len(frame.workers)} workers",
+            f"every {self.interval:g}s",
+            f"[red]{len(flags)} flags[/red]" if flags else "[green]no flags[/green]",
+        ]
+        if self.readonly:
+            parts.append("[yellow]read-only[/yellow]")
+        if self.paused:
+            parts.append("[yellow]PAUSED[/yellow]")
+        if self.poller.last_error:
+            parts.append(f"[red]{self.poller.last_error}[/red]")
+        return " · ".join(parts) + f" · {when}Z"
+
+    def _check_tty(self) -> None:
+        # An SSH drop leaves us without a terminal: exit instead of spinning on a dead tty.
+        try:
+            alive = sys.stdin.isatty() and sys.stdout.isatty()
+        except (ValueError, OSError):
+            alive = False
+        if not alive:
+            self.exit(0)
+
+    # -- actions -----------------------------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self._control_enabled(action)
+
+    def action_help(self) -> None:
+        keys = []
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            enabled = self.check_action(binding.action.split("(")[0], ())
+            if enabled is False and binding.action.split("(")[0] in ("launch", "restart", "stop", "retune", "ramp"):
+                continue
+            keys.append(
+                (binding.key.replace("question_mark", "?"), binding.tooltip or binding.description, bool(enabled))
+            )
+        self.push_screen(HelpScreen(keys))
+
+    def action_pane(self, key: str) -> None:
+        self.dashboard.show_pane(key)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused and self._pending is not None:
+            self._show(self._pending)
+        self.notify("refresh paused" if self.paused else "refresh resumed", timeout=2)
+
+    def action_matrix_mode(self) -> None:
+        board = self.dashboard
+        if not board.bandwidth:
+            board.bandwidth = load_bandwidth(self.state_dir)
+        if not board.bandwidth:
+            self.notify("no probe results: run the link probe first", severity="warning")
+            return
+        board.show_gbps = not board.show_gbps
+        if board.last_frame is not None:
+            self._show(board.last_frame)
+
+
+def load_bandwidth(state_dir: Path) -> tuple[tuple[int, int, float], ...] | None:
+    """Measured per-pair GB/s from the probe cache, when the probe module and results exist."""
+    try:
+        from amdtop.probe.cache import load_results
+    except ImportError:
+        return None
+    try:
+        results = load_results(state_dir)
+    except Exception:
+        return None
+    if results is None:
+        return None
+    pairs = getattr(results, "pairs", None) or getattr(results, "links", None) or ()
+    out = []
+    for pair in pairs:
+        a, b = getattr(pair, "a", None), getattr(pair, "b", None)
+        gbps = getattr(pair, "gbps", None) or getattr(pair, "bandwidth_gbps", None)
+        if isinstance(a, int) and isinstance(b, int) and isinstance(gbps, (int, float)):
+            out.append((min(a, b), max(a, b), float(gbps)))
+    return tuple(out) or None

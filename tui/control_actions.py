@@ -1,0 +1,156 @@
+"""Worker control, ramp and exporter actions of the app (mixed into :class:`tui.app.AmdtopApp`).
+
+Supervisor calls block (processes, HTTP), so they run in thread workers and report back with ``post_message``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+
+from tui.messages import ControlDone, RetuneDiffReady
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.retune import RetuneScreen
+
+try:  # owner RAMP
+    from tui.screens.ramp import RampScreen
+except ImportError:  # pragma: no cover - until the ramp screen lands
+    RampScreen = None  # type: ignore[assignment,misc]
+
+try:  # owner EXPORT
+    from amdtop.exporter import Exporter, ExportState
+except ImportError:  # pragma: no cover - until the exporter lands
+    Exporter = None  # type: ignore[assignment,misc]
+    ExportState = None  # type: ignore[assignment,misc]
+
+if TYPE_CHECKING:
+    from tui.app import AmdtopApp
+
+CONTROL_ACTIONS = {"launch", "restart", "stop", "retune", "ramp"}
+
+
+class ControlActions:
+    """Actions that act on the selected worker or on the node's services."""
+
+    def _control_enabled(self: AmdtopApp, action: str) -> bool | None:
+        """``check_action`` helper: False hides the key, None shows it disabled."""
+        if action in CONTROL_ACTIONS:
+            if self.readonly:
+                return False
+            if action == "ramp" and RampScreen is None:
+                return False
+            if action != "ramp" and self.control is None:
+                return False
+            if self.dashboard.selected_worker() is None:
+                return None
+        return not (action == "exporter" and (Exporter is None or self.readonly))
+
+    # -- supervisor calls in threads ---------------------------------------------------------------------------
+    @work(thread=True, group="control", exit_on_error=False, description="worker control")
+    def _call(self: AmdtopApp, verb: str, name: str, fn: Callable[[], Any]) -> None:
+        try:
+            result = fn()
+        except Exception as exc:  # the supervisor reports bad input and runtime failures as one line
+            self.post_message(ControlDone(f"{verb} {name}: {exc}", error=True))
+            return
+        text = getattr(result, "message", None) or f"{verb} {name}: done"
+        self.post_message(ControlDone(str(text)))
+        self.wake_poller()
+
+    @work(thread=True, group="control", exit_on_error=False, description="retune diff")
+    def _retune_diff(self: AmdtopApp, name: str, changes: Mapping[str, str]) -> None:
+        try:
+            diff = self.control.retune_diff(name, changes)
+        except Exception as exc:
+            self.post_message(ControlDone(f"retune {name}: {exc}", error=True))
+            return
+        self.post_message(RetuneDiffReady(name, changes, diff))
+
+    def on_control_done(self: AmdtopApp, message: ControlDone) -> None:
+        self.notify(message.text, severity="error" if message.error else "information", timeout=6)
+
+    def on_retune_diff_ready(self: AmdtopApp, message: RetuneDiffReady) -> None:
+        def done(ok: bool | None) -> None:
+            if ok:
+                self._call("retune", message.worker, lambda: self.control.retune(message.worker, message.changes))
+
+        self.push_screen(
+            ConfirmScreen(f"Retune {message.worker} and restart it?\n\n{message.diff}", yes="Retune"), done
+        )
+
+    # -- actions ---------------------------------------------------------------------------------------------------
+    def action_launch(self: AmdtopApp) -> None:
+        name = self.dashboard.selected_worker()
+        if name:
+            self._call("launch", name, lambda: self.control.launch(name))
+
+    def _confirmed(self: AmdtopApp, verb: str, question: str, fn: Callable[[str], Any]) -> None:
+        name = self.dashboard.selected_worker()
+        if not name:
+            return
+
+        def done(ok: bool | None) -> None:
+            if ok:
+                self._call(verb, name, lambda: fn(name))
+
+        self.push_screen(ConfirmScreen(question.format(name=name), yes=verb.capitalize()), done)
+
+    def action_restart(self: AmdtopApp) -> None:
+        self._confirmed("restart", "Restart worker {name}? Its requests in flight are lost.", self.control.restart)
+
+    def action_stop(self: AmdtopApp) -> None:
+        self._confirmed("stop", "Stop worker {name}? Every process of its group is terminated.", self.control.stop)
+
+    def action_retune(self: AmdtopApp) -> None:
+        name = self.dashboard.selected_worker()
+        if not name:
+            return
+
+        def done(changes: dict[str, str] | None) -> None:
+            if changes:
+                self._retune_diff(name, changes)
+
+        self.push_screen(RetuneScreen(name), done)
+
+    def action_ramp(self: AmdtopApp) -> None:
+        name = self.dashboard.selected_worker()
+        frame = self.dashboard.last_frame
+        worker = next((w for w in frame.workers if w.name == name), None) if frame else None
+        if RampScreen is None or worker is None:
+            return
+        if not worker.url:
+            self.notify(f"{name} has no URL to ramp against", severity="warning")
+            return
+        control = self.control
+
+        def apply(n: int) -> None:
+            if control is not None:
+                self._call("retune", worker.name, lambda: control.retune(worker.name, {"max-num-seqs": str(n)}))
+
+        self.push_screen(RampScreen(worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply))
+
+    def action_exporter(self: AmdtopApp) -> None:
+        if Exporter is None:
+            return
+        if self.exporter is not None:
+            self.exporter.stop()
+            self.exporter = None
+            self.notify("exporter stopped")
+            return
+
+        def provider() -> Any:
+            frame = self.dashboard.last_frame
+            if frame is None:
+                raise RuntimeError("no sample yet")
+            return ExportState(frame.snapshot, workers=frame.workers, flags=frame.flags)
+
+        try:
+            self.exporter = Exporter(provider, listen=self.exporter_listen)
+            self.exporter.start()
+        except Exception as exc:
+            self.exporter = None
+            self.notify(f"exporter: {exc}", severity="error")
+            return
+        self.notify(f"exporter serving {self.exporter.url}")

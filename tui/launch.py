@@ -1,0 +1,105 @@
+"""``amdtop`` with no command: open the backend (or the simulated node) and run the dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from amdtop.cli.common import config_path, open_from_args, state_dir
+from amdtop.errors import NoGpuFound
+from amdtop.telemetry.base import TelemetryBackend
+from amdtop.telemetry.sim import SimBackend
+
+NO_GPU_BANNER = "No GPU found — showing a simulated 8x MI300X node (--demo)"
+
+
+def open_control(args: argparse.Namespace, backend: TelemetryBackend, demo: bool) -> tuple[Any, Any, str | None]:
+    """(worker source, controller, note): the supervisor when it is available, demo workers on the sim node."""
+    try:
+        from amdtop.supervisor import Supervisor
+    except ImportError:
+        Supervisor = None  # noqa: N806 - mirrors the class name
+    note = None
+    if Supervisor is not None:
+        cfg = config_path(args)
+        if demo or cfg.exists():
+            try:
+                sim = backend if isinstance(backend, SimBackend) else None
+                vendor = "NVIDIA" if getattr(backend, "name", "") == "nvml" else "AMD"
+                sup = Supervisor(
+                    cfg,
+                    state_dir(args),
+                    topology=backend.topology(),
+                    vendor=vendor,
+                    demo=demo,
+                    sim=sim,
+                    readonly=bool(args.readonly),
+                )
+                return sup, sup, None
+            except Exception as exc:  # a broken profile must not keep the dashboard from opening
+                note = f"supervisor: {exc}"
+    if demo and isinstance(backend, SimBackend):
+        from tui.demo_workers import DemoWorkers
+
+        workers = DemoWorkers(backend, clock=time.time)
+        return workers, workers, note
+    return None, None, note
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the dashboard; returns the exit status."""
+    from tui.app import AmdtopApp
+
+    banner = None
+    demo = bool(args.demo)
+    try:
+        backend = open_from_args(args)
+    except NoGpuFound:
+        backend = SimBackend(seed=getattr(args, "seed", 0))
+        banner = NO_GPU_BANNER
+        demo = True
+    source, control, note = open_control(args, backend, demo)
+    if note:
+        banner = f"{banner} · {note}" if banner else note
+    follower = _log_follower(source)
+    app = AmdtopApp(
+        backend,
+        workers=source,
+        control=control,
+        interval=float(args.interval),
+        readonly=bool(args.readonly),
+        banner=banner,
+        state_dir=state_dir(args),
+        watch_tty=True,
+        log_follower=follower,
+        # Real vLLM processes have nothing to do with the simulated GPUs: discover only on real backends.
+        discover=not isinstance(backend, SimBackend),
+    )
+    result = app.run()
+    return int(result or 0)
+
+
+def _log_follower(source: Any) -> Any:
+    """A LogFollower over the workers' log files, when the log subsystem is present."""
+    try:
+        from amdtop.rccl.tail import LogFollower
+    except ImportError:
+        return None
+
+    def paths() -> list[Path]:
+        try:
+            return [Path(w.log) for w in source.status() if getattr(w, "log", None)] if source is not None else []
+        except Exception:
+            return []
+
+    try:
+        return LogFollower(paths)
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(0)

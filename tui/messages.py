@@ -1,0 +1,39 @@
+"""App-level messages: data flows up from the poller thread and the control workers to the UI."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from textual.message import Message
+
+from tui.frame import Frame
+
+
+class SnapshotReady(Message):
+    """A new frame from the telemetry poller; a newer one replaces an older queued one."""
+
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SnapshotReady)
+
+
+class ControlDone(Message):
+    """A worker control action finished (``error`` true when it failed)."""
+
+    def __init__(self, text: str, *, error: bool = False) -> None:
+        super().__init__()
+        self.text = text
+        self.error = error
+
+
+class RetuneDiffReady(Message):
+    """The supervisor computed the profile diff of a retune; the UI asks for confirmation next."""
+
+    def __init__(self, worker: str, changes: Mapping[str, str], diff: str) -> None:
+        super().__init__()
+        self.worker = worker
+        self.changes = dict(changes)
+        self.diff = diff

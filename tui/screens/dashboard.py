@@ -1,0 +1,131 @@
+"""The main screen: panes built from the discovered GPU list; tabs instead of a grid on small terminals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Container
+from textual.events import Resize
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Static, Tab, Tabs
+
+from tui import views
+from tui.frame import Frame
+from widgets.gpu_table import GpuTable
+from widgets.render_pane import RenderPane
+from widgets.topo_matrix import TopoMatrix
+from widgets.workers_table import WorkersTable
+
+try:  # owner LOGS; the dashboard works without it
+    from widgets.log_tail import LogTailPane
+except ImportError:  # pragma: no cover - only before the log pane lands
+    LogTailPane = None  # type: ignore[assignment,misc]
+
+PANES = (
+    ("gpus", "GPUs"),
+    ("topo", "Topology"),
+    ("groups", "TP groups"),
+    ("numa", "NUMA"),
+    ("workers", "Workers"),
+    ("logs", "Logs"),
+)
+NARROW_WIDTH = 120
+NARROW_HEIGHT = 34
+
+
+class DashboardScreen(Screen[None]):
+    """Holds the panes; :meth:`apply` draws one frame."""
+
+    def __init__(self, banner: str | None = None) -> None:
+        super().__init__(id="dashboard")
+        self.banner = banner
+        self.active_pane = "gpus"
+        self.bandwidth: tuple[tuple[int, int, float], ...] | None = None
+        self.show_gbps = False
+        self.last_frame: Frame | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("amdtop", id="status")
+        if self.banner:
+            yield Static(self.banner, id="banner")
+        yield Tabs(*(Tab(label, id=f"tab-{key}") for key, label in PANES), id="tabs")
+        with Container(id="body"):
+            # Grid order (two columns): gpus | groups, topo | numa, logs | workers.
+            yield self._titled(GpuTable(id="pane-gpus"), "1 GPUs")
+            yield self._titled(RenderPane(id="pane-groups"), "3 TP groups")
+            yield self._titled(TopoMatrix(id="pane-topo"), "2 Topology")
+            yield self._titled(RenderPane(id="pane-numa"), "4 NUMA binding")
+            if LogTailPane is not None:
+                yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
+            else:
+                yield self._titled(Static("log tail: waiting for the log subsystem", id="pane-logs"), "6 Logs")
+            yield self._titled(WorkersTable(id="pane-workers"), "5 Workers")
+        yield Footer()
+
+    @staticmethod
+    def _titled(widget: Widget, title: str) -> Widget:
+        widget.add_class("pane")
+        widget.border_title = title
+        return widget
+
+    def on_mount(self) -> None:
+        self._select("gpus")
+        # The log pane titles itself on mount; put the numbered title back afterwards.
+        self.call_after_refresh(self._retitle_logs)
+
+    def _retitle_logs(self) -> None:
+        self.query_one("#pane-logs").border_title = "6 Logs"
+
+    # -- layout ----------------------------------------------------------------------------------------------------
+    def on_resize(self, event: Resize) -> None:
+        narrow = event.size.width < NARROW_WIDTH or event.size.height < NARROW_HEIGHT
+        self.set_class(narrow, "narrow")
+
+    @property
+    def narrow(self) -> bool:
+        return self.has_class("narrow")
+
+    def _select(self, key: str) -> None:
+        self.active_pane = key
+        for pane_key, _ in PANES:
+            self.query_one(f"#pane-{pane_key}").set_class(pane_key == key, "active")
+        tabs = self.query_one("#tabs", Tabs)
+        if tabs.active != f"tab-{key}":
+            try:
+                tabs.active = f"tab-{key}"
+            except ValueError:  # tabs not mounted yet; the first tab is active by default
+                pass
+
+    def show_pane(self, key: str) -> None:
+        self._select(key)
+        pane = self.query_one(f"#pane-{key}")
+        if pane.focusable:
+            pane.focus()
+        elif not self.narrow:
+            pane.scroll_visible()
+
+    @on(Tabs.TabActivated, "#tabs")
+    def _tab(self, event: Tabs.TabActivated) -> None:
+        if event.tab.id and event.tab.id.removeprefix("tab-") != self.active_pane:
+            self._select(event.tab.id.removeprefix("tab-"))
+
+    # -- data --------------------------------------------------------------------------------------------------------
+    def apply(self, frame: Frame, status: str, now: float) -> None:
+        self.last_frame = frame
+        with self.app.batch_update():
+            self.query_one("#status", Static).update(status)
+            self.query_one("#pane-gpus", GpuTable).show(views.gpu_rows(frame))
+            self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.bandwidth, self.show_gbps)
+            self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
+            self.query_one("#pane-numa", RenderPane).view = views.numa_view(frame)
+            self.query_one("#pane-workers", WorkersTable).show(views.worker_rows(frame, now))
+            logs: Any = self.query_one("#pane-logs")
+            if (frame.log_lines or frame.log_dropped) and hasattr(logs, "feed"):
+                logs.feed(list(frame.log_lines), frame.log_dropped)
+
+    def selected_worker(self) -> str | None:
+        key = self.query_one("#pane-workers", WorkersTable).selected_key()
+        return None if key is None else key.removeprefix("w-")

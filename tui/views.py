@@ -1,0 +1,213 @@
+"""Frame -> what each pane draws. Pure functions so the panes stay dumb and the views testable."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from amdtop.analysis import group_spreads
+from amdtop.cpulist import format_cpulist
+from amdtop.model import FlagKind, GpuSample, WorkerState, WorkerStatus
+from tui.frame import Frame
+from widgets.topo_matrix import TopoView
+
+SPARK = "▁▂▃▄▅▆▇█"
+GIB = 1024**3
+STATE_STYLE = {
+    WorkerState.READY: "green",
+    WorkerState.STARTING: "yellow",
+    WorkerState.STOPPING: "yellow",
+    WorkerState.STOPPED: "dim",
+    WorkerState.CRASHED: "bold red",
+}
+
+
+def sparkline(values: tuple[float, ...], width: int = 12) -> str:
+    tail = values[-width:]
+    chars = "".join(SPARK[min(7, int(v / 100.0 * 7.999))] for v in tail)
+    return chars.rjust(width)
+
+
+def bar(frac: float, width: int = 8) -> str:
+    full = round(max(0.0, min(1.0, frac)) * width)
+    return "█" * full + "░" * (width - full)
+
+
+def util_style(util: float) -> str:
+    return "bold red" if util >= 90 else "yellow" if util >= 60 else "green" if util >= 5 else "dim"
+
+
+def _owner(workers: tuple[WorkerStatus, ...]) -> dict[int, tuple[str, int]]:
+    owner: dict[int, tuple[str, int]] = {}
+    for w in workers:
+        if w.state in (WorkerState.STOPPED,):
+            continue
+        for rank, gpu in enumerate(w.gpus):
+            owner.setdefault(gpu, (w.name, rank))
+    return owner
+
+
+def _gpu_flags(frame: Frame) -> dict[int, list[str]]:
+    marks: dict[int, list[str]] = {}
+    short = {FlagKind.TP_IMBALANCE: "IMB", FlagKind.NUMA_MISMATCH: "NUMA", FlagKind.GPU_LOST: "LOST"}
+    for flag in frame.flags:
+        tag = short.get(flag.kind)
+        if tag is None:
+            continue
+        for g in flag.gpus:
+            if tag not in marks.setdefault(g, []):
+                marks[g].append(tag)
+    return marks
+
+
+def gpu_rows(frame: Frame) -> dict[str, tuple[object, ...]]:
+    snap = frame.snapshot
+    owner = _owner(frame.workers)
+    marks = _gpu_flags(frame)
+    rows: dict[str, tuple[object, ...]] = {}
+    for info in snap.topology.gpus:
+        s: GpuSample | None = snap.sample(info.index)
+        numa = "-" if info.numa_node is None else str(info.numa_node)
+        gpu = Text(f"{info.index} n{numa}", style="bold")
+        own = owner.get(info.index)
+        worker = f"{own[0]}/r{own[1]}" if own else "-"
+        flags = Text(" ".join(marks.get(info.index, [])), style="bold red")
+        if s is None or s.lost:
+            why = "" if s is None else (s.error or "")
+            rows[f"gpu-{info.index}"] = (
+                Text(f"{info.index} n{numa}", style="bold red"),
+                Text("LOST", style="bold red"),
+                "",
+                Text(why[:30], style="red"),
+                "-",
+                "-",
+                worker,
+                flags,
+            )
+            continue
+        util = s.util_pct
+        util_t = Text("N/A" if util is None else f"{util:5.1f}%", style=util_style(util or 0.0))
+        hist = Text(sparkline(frame.history_of(info.index)), style=util_style(util or 0.0))
+        if s.vram_used_bytes is not None and s.vram_total_bytes:
+            frac = s.vram_used_bytes / s.vram_total_bytes
+            vram = Text.assemble(
+                (bar(frac), "magenta" if frac < 0.95 else "bold red"),
+                f" {s.vram_used_bytes / GIB:5.1f}/{s.vram_total_bytes / GIB:.0f}G",
+            )
+        else:
+            vram = Text("N/A", style="dim")
+        power = "N/A" if s.power_w is None else f"{s.power_w:4.0f}W"
+        temp = "N/A" if s.temp_c is None else f"{s.temp_c:3.0f}°C"
+        rows[f"gpu-{info.index}"] = (gpu, util_t, hist, vram, power, temp, worker, flags)
+    return rows
+
+
+def topo_view(frame: Frame, bandwidth: tuple[tuple[int, int, float], ...] | None, show_gbps: bool) -> TopoView:
+    warned = {(w.worker, w.gpus) for w in frame.group_warnings}
+    groups = tuple(
+        (w.name, tuple(w.gpus), (w.name, tuple(w.gpus)) in warned)
+        for w in frame.workers
+        if len(w.gpus) > 1 and w.state is not WorkerState.STOPPED
+    )
+    lost = tuple(s.index for s in frame.snapshot.gpus if s.lost)
+    return TopoView(frame.snapshot.topology, groups, lost, bandwidth, show_gbps)
+
+
+def groups_view(frame: Frame) -> tuple[Text, ...]:
+    lines: list[Text] = []
+    snap = frame.snapshot
+    for w in frame.workers:
+        if not w.gpus or w.state is WorkerState.STOPPED:
+            continue
+        gpus = ",".join(map(str, w.gpus))
+        util_spread, util_means = group_spreads([snap], w.gpus, "util_pct")
+        vram_spread, _ = group_spreads([snap], w.gpus, "vram_used_bytes")
+        mean = sum(util_means.values()) / len(util_means) if util_means else None
+        imb = [f for f in frame.flags if f.kind is FlagKind.TP_IMBALANCE and f.worker == w.name]
+        warn = [g for g in frame.group_warnings if g.worker == w.name]
+        head = Text.assemble(
+            (f"{w.name}", "bold"),
+            f"  TP{len(w.gpus)} GPUs {gpus}  ",
+            ("util " + ("N/A" if mean is None else f"{mean:.0f}%"), util_style(mean or 0)),
+            f"  spread util {'-' if util_spread is None else f'{util_spread:.0f}%'}"
+            f" vram {'-' if vram_spread is None else f'{vram_spread:.0f}%'}  ",
+        )
+        if imb:
+            head.append("IMBALANCED", style="bold white on red")
+        else:
+            head.append("balanced", style="green")
+        lines.append(head)
+        for f in imb:
+            lines.append(Text(f"  ! {f.message}", style="red"))
+        for g in warn:
+            lines.append(Text(f"  ! {g.message}", style="yellow"))
+    if not lines:
+        lines.append(Text("No TP groups: no worker is running.", style="dim"))
+    return tuple(lines)
+
+
+def numa_view(frame: Frame) -> tuple[Text, ...]:
+    topo = frame.snapshot.topology
+    lines: list[Text] = []
+    for node in topo.numa_nodes:
+        gpus = [g.index for g in topo.gpus if g.numa_node == node.id]
+        lines.append(
+            Text.assemble(
+                (f"node {node.id}", "bold"),
+                f"  CPUs {format_cpulist(node.cpus) or '-'}  GPUs {','.join(map(str, gpus)) or '-'}",
+            )
+        )
+    mismatches = {f.worker: f for f in frame.flags if f.kind is FlagKind.NUMA_MISMATCH}
+    for w in frame.workers:
+        if w.state is WorkerState.STOPPED:
+            continue
+        b = frame.binding_of(w.name)
+        cpus = format_cpulist(b.cpus) if b else ""
+        mems = format_cpulist(b.mems) if b else ""
+        src = "procfs" if b and b.from_procfs else "reported"
+        line = Text.assemble((f"{w.name}", "bold"), f"  cpus {cpus or '?'}  mems {mems or '?'}  ({src})  ")
+        flag = mismatches.get(w.name)
+        if flag is not None:
+            line.append("MISMATCH", style="bold white on red")
+            lines.append(line)
+            lines.append(Text(f"  ! {flag.message}", style="red"))
+        elif cpus:
+            line.append("ok", style="green")
+            lines.append(line)
+        else:
+            line.append("unknown", style="dim")
+            lines.append(line)
+    for f in frame.flags:
+        if f.kind is FlagKind.NUMA_BALANCING:
+            lines.append(Text(f"! {f.message}", style="yellow"))
+    return tuple(lines)
+
+
+def _uptime(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _num(value: float | None, fmt: str = "{:.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def worker_rows(frame: Frame, now: float) -> dict[str, tuple[object, ...]]:
+    rows: dict[str, tuple[object, ...]] = {}
+    for w in frame.workers:
+        e = w.engine
+        rows[f"w-{w.name}"] = (
+            Text(w.name, style="bold"),
+            Text(w.state.value, style=STATE_STYLE.get(w.state, "")),
+            ",".join(map(str, w.gpus)) or "-",
+            "-" if w.port is None else str(w.port),
+            "-" if w.started_at is None or w.state is WorkerState.STOPPED else _uptime(now - w.started_at),
+            str(w.restarts),
+            _num(e.running if e else None),
+            _num(e.waiting if e else None),
+            _num(e.kv_cache_usage * 100 if e and e.kv_cache_usage is not None else None, "{:.0f}%"),
+            _num(e.gen_tokens_per_s if e else None),
+            w.source,
+        )
+    return rows

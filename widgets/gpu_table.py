@@ -1,0 +1,21 @@
+"""Per-GPU table: util, history sparkline, VRAM bar, power, temperature, owning worker and flags."""
+
+from __future__ import annotations
+
+from widgets.diff_table import DiffTable
+
+
+class GpuTable(DiffTable):
+    DEFAULT_CSS = """
+    GpuTable { height: auto; max-height: 100%; }
+    """
+    COLUMNS = (
+        ("gpu", "GPU"),
+        ("util", "Util"),
+        ("hist", "History"),
+        ("vram", "VRAM used/total"),
+        ("power", "Power"),
+        ("temp", "Temp"),
+        ("worker", "Worker/rank"),
+        ("flags", "Flags"),
+    )

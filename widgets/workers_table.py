@@ -1,0 +1,24 @@
+"""The workers strip: one row per worker (amdtop's own and discovered vLLM servers)."""
+
+from __future__ import annotations
+
+from widgets.diff_table import DiffTable
+
+
+class WorkersTable(DiffTable):
+    DEFAULT_CSS = """
+    WorkersTable { height: auto; max-height: 100%; }
+    """
+    COLUMNS = (
+        ("name", "Worker"),
+        ("state", "State"),
+        ("gpus", "GPUs"),
+        ("port", "Port"),
+        ("uptime", "Up"),
+        ("restarts", "Rst"),
+        ("running", "Run"),
+        ("waiting", "Wait"),
+        ("kv", "KV"),
+        ("tps", "tok/s"),
+        ("source", "Src"),
+    )
