@@ -65,6 +65,7 @@ class LogParser:
         self.env: dict[str, EnvSetting] = {}
         self._in_banner = False
         self._trail_key: tuple[str, str] | None = None
+        self._heads: dict[str, tuple[str | None, int | None, int | None, int | None, str]] = {}
 
     # -- entry points --------------------------------------------------------------------------------------------
     def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
@@ -188,10 +189,19 @@ class LogParser:
                 self.library = "NCCL"
 
     def _header(self, head: str) -> tuple[str | None, int | None, int | None, int | None, str]:
+        # the same few ``host:pid:tid [dev]`` heads repeat on most lines: cache their parse
+        got = self._heads.get(head)
+        if got is not None:
+            return got
         m = g.HEADER.search(head)
         if m is None:
-            return None, None, None, None, head
-        return m.group(1).split(".", 1)[0], int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5) or ""
+            got = (None, None, None, None, head)
+        else:
+            got = (m.group(1).split(".", 1)[0], int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5) or "")
+        if len(self._heads) > 4096:
+            self._heads.clear()
+        self._heads[head] = got
+        return got
 
     def _comm_for(self, head: str, ptr: str | None, nranks: int | None) -> _Comm:
         host, pid, tid, _dev, _ = self._header(head)
@@ -230,7 +240,8 @@ class LogParser:
         if key not in self._comms:
             # a comm first seen through its pointer (channel lines before Init) is renamed to its commId
             old = self._by_ptr.get((host, pid, ptr))
-            self._comms[key] = self._comms.pop(old) if old in self._comms else _Comm(key, nranks)
+            provisional = old == ptr and old in self._comms
+            self._comms[key] = self._comms.pop(old) if provisional and old else _Comm(key, nranks)
             self._comms[key].key, self._comms[key].nranks = key, nranks
         self._by_ptr[(host, pid, ptr)] = key
         self._by_thread[(host, pid, tid)] = self._by_thread[(host, pid, None)] = key
@@ -345,6 +356,8 @@ class LogParser:
         if "NCCL version" in s or "RCCL version" in s:
             self._version(s)
             return
+        if s[:1] in _LEVEL_INITIALS and _is_app_log(s):
+            return
         for word in _ERROR_WORDS:
             if word in s:
                 self.errors.append(Message(file, lineno, s, "exception", _torch_rank(s)))
@@ -354,6 +367,15 @@ class LogParser:
                 self.warnings.append(Message(file, lineno, s[s.find(" WARN ") + 6 :].strip(), "warn"))
             return
         self.unknown += 1
+
+
+_LEVEL_INITIALS = frozenset("IWDEC")
+_APP_LEVELS = ("INFO ", "WARNING ", "DEBUG ", "ERROR ", "CRITICAL ")
+
+
+def _is_app_log(s: str) -> bool:
+    # vLLM / Python logging lines (``INFO 07-20 17:27:20 file.py:63] ...``): known, not NCCL
+    return s.startswith(_APP_LEVELS) and s[s.find(" ") + 1 : s.find(" ") + 3].isdigit()
 
 
 def _suffix_ptr(msg: str) -> str | None:

@@ -1,0 +1,190 @@
+"""``tail -F`` over several log files, non-blocking, with a cap so a flood turns into a dropped-lines count.
+
+Semantics per file: rotation by rename (the old file is drained, then the new one is read from its start), truncation
+(read again from 0), a file that appears later (read from 0), a partial last line held until its newline, binary junk
+decoded with replacement characters. :meth:`LogFollower.poll` never blocks and never raises on file trouble.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from amdtop.rccl.lines import LogBatch, LogLine, make_line
+
+PathSpec = Path | str | tuple[str, Path | str]
+"""A path (worker = file stem) or ``(worker, path)``."""
+
+_CHUNK = 1 << 20
+_MAX_PARTIAL = 1 << 20
+_CONTROL = {c: "?" for c in range(32) if c != 9}
+
+
+class _Tail:
+    __slots__ = ("fh", "ident", "partial", "path", "pos", "seen", "worker")
+
+    def __init__(self, worker: str, path: Path) -> None:
+        self.worker, self.path = worker, path
+        self.fh: BinaryIO | None = None
+        self.ident: tuple[int, int] | None = None
+        self.pos = 0
+        self.partial = b""
+        self.seen = False
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+        self.fh, self.ident, self.pos, self.partial = None, None, 0, b""
+
+
+class LogFollower:
+    """Follow log files; call :meth:`poll` from a timer or a thread (one caller at a time).
+
+    Args:
+        paths: paths or ``(worker, path)`` pairs, or a callable returning them (called on every poll, so files of
+            ranks that start later are picked up).
+        max_lines: most lines handed over per poll; older ones are dropped and counted.
+        max_bytes: most bytes decoded per poll and file; a file further behind skips ahead, counting the lines.
+        backlog_bytes: for files that exist at the first poll, start this far from their end (0: from the end).
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[PathSpec] | Callable[[], Sequence[PathSpec]],
+        *,
+        max_lines: int = 5000,
+        max_bytes: int = 4 << 20,
+        backlog_bytes: int = 256 << 10,
+    ) -> None:
+        self._source = paths
+        self.max_lines, self.max_bytes, self.backlog_bytes = max_lines, max_bytes, backlog_bytes
+        self._tails: dict[Path, _Tail] = {}
+        self._first = True
+        self.dropped_total = 0
+
+    def _specs(self) -> list[tuple[str, Path]]:
+        raw = self._source() if callable(self._source) else self._source
+        out = []
+        for spec in raw:
+            if isinstance(spec, tuple):
+                out.append((spec[0], Path(spec[1])))
+            else:
+                out.append((Path(spec).stem, Path(spec)))
+        return out
+
+    def poll(self) -> LogBatch:
+        """New complete lines of every file since the last call, and how many were dropped."""
+        try:
+            specs = self._specs()
+        except Exception:  # a broken provider must not stop the tail
+            specs = [(t.worker, p) for p, t in self._tails.items()]
+        lines: list[LogLine] = []
+        dropped = 0
+        wanted = {p for _w, p in specs}
+        for path in [p for p in self._tails if p not in wanted]:
+            self._tails.pop(path).close()
+        for worker, path in specs:
+            tail = self._tails.get(path)
+            if tail is None:
+                tail = self._tails[path] = _Tail(worker, path)
+            got, lost = self._read(tail)
+            lines.extend(got)
+            dropped += lost
+        self._first = False
+        if len(lines) > self.max_lines:
+            dropped += len(lines) - self.max_lines
+            lines = lines[-self.max_lines :]
+        self.dropped_total += dropped
+        return LogBatch(tuple(lines), dropped)
+
+    def close(self) -> None:
+        """Close every file."""
+        for tail in self._tails.values():
+            tail.close()
+        self._tails.clear()
+
+    # -- one file ----------------------------------------------------------------------------------------------
+    def _open(self, tail: _Tail, st: os.stat_result, from_start: bool) -> None:
+        tail.close()
+        try:
+            fh = open(tail.path, "rb")  # noqa: SIM115 - kept open across polls on purpose (tail -F)
+        except OSError:
+            return
+        tail.fh, tail.ident = fh, (st.st_dev, st.st_ino)
+        if not from_start and self.backlog_bytes >= 0 and st.st_size > self.backlog_bytes:
+            fh.seek(st.st_size - self.backlog_bytes)
+            fh.readline()  # drop the cut line
+        tail.pos = fh.tell()
+
+    def _read(self, tail: _Tail) -> tuple[list[LogLine], int]:
+        try:
+            st = os.stat(tail.path)
+        except OSError:
+            st = None
+        data = b""
+        dropped = 0
+        if tail.fh is not None and st is not None and (st.st_dev, st.st_ino) != tail.ident:
+            # rotated by rename: drain the old file, then start the new one from its beginning
+            more, lost = self._drain(tail)
+            data, dropped = more, lost
+            tail.close()
+        elif tail.fh is not None and st is not None and st.st_size < tail.pos:
+            tail.fh.seek(0)
+            tail.pos, tail.partial = 0, b""
+        if tail.fh is None and st is not None:
+            self._open(tail, st, from_start=tail.seen or not self._first)
+        tail.seen = True
+        if tail.fh is not None:
+            more, lost = self._drain(tail)
+            data += more
+            dropped += lost
+        return self._split(tail, data, dropped)
+
+    def _drain(self, tail: _Tail) -> tuple[bytes, int]:
+        assert tail.fh is not None
+        dropped = 0
+        try:
+            size = os.fstat(tail.fh.fileno()).st_size
+            behind = size - tail.pos
+            if behind > self.max_bytes:
+                # the consumer cannot keep up: count the lines we skip instead of decoding them
+                skip_to = size - self.max_bytes
+                while tail.pos < skip_to:
+                    chunk = tail.fh.read(min(_CHUNK, skip_to - tail.pos))
+                    if not chunk:
+                        break
+                    dropped += chunk.count(b"\n")
+                    tail.pos += len(chunk)
+                tail.partial = b""
+                rest = tail.fh.readline()
+                tail.pos += len(rest)
+                dropped += 1 if rest.endswith(b"\n") else 0
+            data = tail.fh.read(self.max_bytes)
+        except OSError:
+            return b"", dropped
+        tail.pos += len(data)
+        return data, dropped
+
+    def _split(self, tail: _Tail, data: bytes, dropped: int) -> tuple[list[LogLine], int]:
+        if not data:
+            return [], dropped
+        buf = tail.partial + data if tail.partial else data
+        parts = buf.split(b"\n")
+        tail.partial = parts.pop()
+        if len(tail.partial) > _MAX_PARTIAL:
+            # a newline-free flood: hand it over cut, rather than hold MBs
+            parts.append(tail.partial[:_MAX_PARTIAL])
+            tail.partial = b""
+        if len(parts) > self.max_lines:
+            dropped += len(parts) - self.max_lines
+            parts = parts[-self.max_lines :]
+        name = str(tail.path)
+        out = []
+        for raw in parts:
+            text = raw.decode("utf-8", "replace").rstrip("\r")
+            if not text.isprintable():
+                text = text.translate(_CONTROL)
+            out.append(make_line(tail.worker, name, text))
+        return out, dropped
