@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 from typing import Any
 
+from amdtop.analysis import ImbalanceTracker, discover_vllm, numa_flags
 from amdtop.cli.common import open_from_args, print_json
-from amdtop.model import NodeSnapshot
+from amdtop.model import Flag, NodeSnapshot, WorkerStatus
 from amdtop.report import snapshot_json
 from amdtop.topo_text import render_topology
 
@@ -15,12 +18,78 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the ``snapshot`` and ``topo`` commands."""
     p = sub.add_parser("snapshot", parents=[parent], help="one sample of the node")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument(
+        "--window",
+        type=_window,
+        default=0.0,
+        metavar="SECONDS",
+        help="sample over this many seconds (every --interval) and judge TP imbalance over the window (default 0: one sample)",
+    )
     p.set_defaults(func=run_snapshot)
     t = sub.add_parser("topo", parents=[parent], help="the topology matrix")
     fmt = t.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="JSON (gpus, links, numa_nodes)")
     fmt.add_argument("--text", action="store_true", help="text matrix (default)")
     t.set_defaults(func=run_topo)
+
+
+def _window(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value < 0 or value > 3600:
+        raise argparse.ArgumentTypeError("must be between 0 and 3600 seconds")
+    return value
+
+
+def _worker_json(w: WorkerStatus) -> dict[str, Any]:
+    return {
+        "name": w.name,
+        "state": w.state.value,
+        "pid": w.pid,
+        "pgid": w.pgid,
+        "gpus": list(w.gpus),
+        "numa_node": w.numa_node,
+        "port": w.port,
+        "url": w.url,
+        "cpu_affinity": list(w.cpu_affinity),
+        "mems_allowed": list(w.mems_allowed),
+        "log": w.log,
+        "restarts": w.restarts,
+        "source": w.source,
+        "rank_pids": [{"rank": r, "pid": p} for r, p in w.rank_pids],
+    }
+
+
+def _sample_with_flags(args: argparse.Namespace) -> tuple[NodeSnapshot, list[WorkerStatus], list[Flag]]:
+    """Sample once (or over ``--window``), discover running vLLM servers, and compute the analysis flags."""
+    window = float(getattr(args, "window", 0.0) or 0.0)
+    interval = float(getattr(args, "interval", 1.0) or 1.0)
+    proc_root = Path("/proc")
+    backend = open_from_args(args)
+    try:
+        tracker = ImbalanceTracker(window_s=window)
+        end = time.monotonic() + window
+        snap = backend.sample()
+        workers = [] if backend.name == "sim" else discover_vllm(proc_root, _gpu_pids(snap))
+        flags = tracker.update(snap, workers)
+        while time.monotonic() < end:
+            time.sleep(min(interval, max(0.0, end - time.monotonic())))
+            snap = backend.sample()
+            flags = tracker.update(snap, workers)
+    finally:
+        backend.close()
+    flags += numa_flags(snap.topology, workers, proc_root)
+    return snap, workers, flags
+
+
+def _gpu_pids(snap: NodeSnapshot) -> dict[int, tuple[int, ...]]:
+    out: dict[int, tuple[int, ...]] = {}
+    for sample in snap.gpus:
+        for proc in sample.processes:
+            out[proc.pid] = (*out.get(proc.pid, ()), sample.index)
+    return out
 
 
 def _take(args: argparse.Namespace) -> NodeSnapshot:
@@ -58,12 +127,15 @@ def render_snapshot(snap: NodeSnapshot) -> str:
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    """Print one sample of the node."""
-    snap = _take(args)
+    """Print one sample of the node (with analysis flags and discovered vLLM servers)."""
+    snap, workers, flags = _sample_with_flags(args)
     if args.json:
-        print_json(snapshot_json(snap))
+        print_json(snapshot_json(snap, [_worker_json(w) for w in workers], flags))
     else:
-        print(render_snapshot(snap), end="")
+        text = render_snapshot(snap)
+        extra = [f for f in flags if f not in snap.flags]
+        text += "".join(f"! {f.kind.value}: {f.message}\n" for f in extra)
+        print(text, end="")
     return 0
 
 
