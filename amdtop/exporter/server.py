@@ -93,10 +93,16 @@ class _Collector:
 
     def __init__(self, cache: CachedProvider) -> None:
         self._cache = cache
+        self._built: tuple[int, list[Metric]] = (-1, [])
 
     def collect(self) -> Iterator[Metric]:
         state, stats = self._cache.get()
-        yield from build_families(state, stats)
+        # A burst of scrapes within min_interval re-serves the families built for the cached state.
+        polls, families = self._built
+        if polls != stats.polls:
+            families = build_families(state, stats)
+            self._built = (stats.polls, families)
+        yield from families
 
     def describe(self) -> list[Metric]:
         # Registering must not poll the node.

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 from amdtop.exporter.state import ExportState, LinkBandwidth, RampKnee, RcclCounts
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
@@ -23,12 +24,18 @@ log = logging.getLogger(__name__)
 RAMP_DIRS = ("ramp", "ramps")
 
 
+_MODULES: dict[str, ModuleType | None] = {}
+
+
 def optional_module(name: str) -> ModuleType | None:
-    """Import ``name`` if that part of amdtop is installed; ``None`` otherwise."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
+    """Import ``name`` if that part of amdtop is installed; ``None`` otherwise (answer cached per process)."""
+    # Cached because a failed import searches sys.path again each time, which would cost more than the poll.
+    if name not in _MODULES:
+        try:
+            _MODULES[name] = importlib.import_module(name)
+        except ImportError:
+            _MODULES[name] = None
+    return _MODULES[name]
 
 
 def _pair_value(item: Any) -> tuple[int, int, float] | None:
@@ -44,11 +51,19 @@ def _pair_value(item: Any) -> tuple[int, int, float] | None:
 
 
 def bandwidth_from_probe(results: Any) -> tuple[LinkBandwidth, ...]:
-    """Per-pair GB/s from a probe result, whichever shape the probe uses (pairs list or ``{(a, b): gbps}``)."""
+    """Per-pair GB/s from a probe result: ``ProbeResults.pair_gbps`` over its GPUs, or a ``pairs``/``gbps`` shape."""
     if results is None:
         return ()
     out: list[LinkBandwidth] = []
-    for attr in ("pairs", "links", "results", "gbps"):
+    if hasattr(results, "pair_gbps") and hasattr(results, "gpus"):
+        gpus = sorted(set(results.gpus))
+        for i, a in enumerate(gpus):
+            for b in gpus[i + 1 :]:
+                value = results.pair_gbps(a, b)
+                if value is not None:
+                    out.append(LinkBandwidth(a, b, float(value)))
+        return tuple(out)
+    for attr in ("pairs", "gbps"):
         found = getattr(results, attr, None)
         if found is None:
             continue
@@ -67,20 +82,34 @@ def bandwidth_from_probe(results: Any) -> tuple[LinkBandwidth, ...]:
     return tuple(out)
 
 
-def load_bandwidth(state_dir: Path) -> tuple[LinkBandwidth, ...]:
-    """Measured bandwidth from the probe cache in ``state_dir``; empty when no probe ran."""
+def load_probe(state_dir: Path) -> tuple[tuple[LinkBandwidth, ...], tuple[Flag, ...]]:
+    """Measured bandwidth and ``link_degraded`` flags from the probe cache; empty when no probe ran."""
     cache = optional_module("amdtop.probe.cache")
     if cache is None:
-        return ()
+        return (), ()
     try:
-        return bandwidth_from_probe(cache.load_results(state_dir))
+        results = cache.load_results(state_dir)
+        flags = tuple(getattr(results, "flags", ()) or ())
+        return bandwidth_from_probe(results), flags
     except Exception as exc:  # a broken cache must not break the scrape
         log.debug("probe results unreadable: %s", exc)
-        return ()
+        return (), ()
 
 
-def load_ramp_knees(state_dir: Path) -> tuple[RampKnee, ...]:
-    """The newest ramp result (contract ``ramp --json`` shape) per worker under ``state_dir/ramp``."""
+def _origin(url: str | None) -> str | None:
+    if not url:
+        return None
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+
+
+def load_ramp_knees(state_dir: Path, workers: Sequence[WorkerStatus] = ()) -> tuple[RampKnee, ...]:
+    """The newest ramp result with a knee per worker, from ``state_dir/ramp/*.json`` (``ramp --json`` shape).
+
+    The worker is the document's ``worker`` key, else the worker whose URL the ramp hit, else the ramp's URL.
+    """
+    by_origin = {_origin(w.url or (f"http://127.0.0.1:{w.port}" if w.port else None)): w.name for w in workers}
+    by_origin.pop(None, None)
     newest: dict[str, tuple[float, RampKnee]] = {}
     for sub in RAMP_DIRS:
         folder = state_dir / sub
@@ -96,7 +125,9 @@ def load_ramp_knees(state_dir: Path) -> tuple[RampKnee, ...]:
                 continue
             if not isinstance(concurrency, int | float):
                 continue
-            worker = str(doc.get("worker") or path.stem)
+            url = doc.get("url")
+            origin = _origin(url) if isinstance(url, str) else None
+            worker = str(doc.get("worker") or by_origin.get(origin) or url or path.stem)
             when = doc.get("finished_at") or doc.get("timestamp") or mtime
             rec = doc.get("recommended_max_num_seqs")
             value = RampKnee(worker, int(concurrency), int(rec) if isinstance(rec, int | float) else None, float(when))
@@ -133,8 +164,9 @@ class RcclCounter:
             if cached is None or cached[0] != key:
                 try:
                     report = parser.parse_files([path])
-                    found = tuple(diagnose.diagnose(report, topology)) if diagnose is not None else ()
-                    found = tuple(_with_worker(f, w.name) for f in found)
+                    found: tuple[Flag, ...] = ()
+                    if diagnose is not None:
+                        found = tuple(_with_worker(f, w.name) for f in diagnose.diagnose(report, topology, w.name))
                     result = RcclCounts(w.name, len(report.errors), len(report.warnings))
                 except Exception as exc:  # a log the parser chokes on must not break the scrape
                     log.debug("rccl parse of %s failed: %s", path, exc)
@@ -165,18 +197,21 @@ def enrich(
     if rccl is not None:
         counts, rccl_flags = rccl.counts(workers, snapshot.topology)
         all_flags.extend(rccl_flags)
-    return ExportState(
-        snapshot=snapshot,
-        workers=tuple(workers),
-        flags=tuple(all_flags),
-        ramp_knees=load_ramp_knees(state_dir) if state_dir is not None else (),
-        rccl=counts,
-        bandwidth=load_bandwidth(state_dir) if state_dir is not None else (),
-    )
+    bandwidth: tuple[LinkBandwidth, ...] = ()
+    knees: tuple[RampKnee, ...] = ()
+    if state_dir is not None:
+        bandwidth, probe_flags = load_probe(state_dir)
+        all_flags.extend(probe_flags)
+        knees = load_ramp_knees(state_dir, workers)
+    return ExportState(snapshot, tuple(workers), tuple(all_flags), knees, counts, bandwidth)
 
 
 class NodeProvider:
-    """The headless exporter's provider: poll the backend, then ask each available part for its facts."""
+    """The headless exporter's provider: poll the backend, then ask each available part for its facts.
+
+    Workers are the supervisor's (when one is given) plus vLLM servers discovered in procfs; the procfs walk is the
+    costly part, so it runs every ``discover_every`` polls, as in the TUI.
+    """
 
     def __init__(
         self,
@@ -185,35 +220,44 @@ class NodeProvider:
         state_dir: Path | None = None,
         proc_root: Path = Path("/proc"),
         supervisor: Any = None,
+        discover_every: int = 5,
     ) -> None:
-        """``supervisor`` is an ``amdtop.supervisor.Supervisor`` or ``None`` (then vLLM servers are discovered)."""
+        """``supervisor`` is an ``amdtop.supervisor.Supervisor`` or ``None``."""
         self._backend = backend
         self._state_dir = state_dir
         self._proc_root = proc_root
         self._supervisor = supervisor
+        self._discover_every = max(1, discover_every)
+        self._polls = 0
+        self._discovered: list[WorkerStatus] = []
         self._rccl = RcclCounter()
-        analysis = optional_module("amdtop.analysis")
-        self._analysis = analysis
+        self._analysis = optional_module("amdtop.analysis")
         self._tracker: Any = None
-        if analysis is not None and hasattr(analysis, "ImbalanceTracker"):
-            self._tracker = analysis.ImbalanceTracker(window_s=5.0, threshold_pct=15.0)
+        if self._analysis is not None and hasattr(self._analysis, "ImbalanceTracker"):
+            self._tracker = self._analysis.ImbalanceTracker(window_s=5.0, threshold_pct=15.0)
 
-    def _workers(self) -> list[WorkerStatus]:
+    def _workers(self, snapshot: NodeSnapshot) -> list[WorkerStatus]:
+        own: list[WorkerStatus] = []
         try:
             if self._supervisor is not None:
-                return list(self._supervisor.status())
-            if self._analysis is not None and hasattr(self._analysis, "discover_vllm"):
-                return list(self._analysis.discover_vllm(self._proc_root))
+                own = list(self._supervisor.status())
+            if self._analysis is not None and self._polls % self._discover_every == 0:
+                gpu_pids: dict[int, tuple[int, ...]] = {}
+                for sample in snapshot.gpus:
+                    for proc in sample.processes:
+                        gpu_pids[proc.pid] = (*gpu_pids.get(proc.pid, ()), sample.index)
+                self._discovered = list(self._analysis.discover_vllm(self._proc_root, gpu_pids))
         except Exception as exc:  # workers are optional facts; the GPU metrics still go out
             log.debug("worker status failed: %s", exc)
-        return []
+        known = {pid for w in own for pid in (*w.pids, w.pid) if pid}
+        return own + [w for w in self._discovered if not known.intersection(w.pids)]
 
     def _flags(self, snapshot: NodeSnapshot, workers: list[WorkerStatus]) -> list[Flag]:
         flags: list[Flag] = []
         try:
             if self._tracker is not None:
                 flags.extend(self._tracker.update(snapshot, workers))
-            if self._analysis is not None and hasattr(self._analysis, "numa_flags"):
+            if self._analysis is not None:
                 flags.extend(self._analysis.numa_flags(snapshot.topology, workers, self._proc_root))
         except Exception as exc:
             log.debug("analysis failed: %s", exc)
@@ -222,5 +266,6 @@ class NodeProvider:
     def __call__(self) -> ExportState:
         """One poll of the node and everything around it."""
         snapshot = self._backend.sample()
-        workers = self._workers()
+        workers = self._workers(snapshot)
+        self._polls += 1
         return enrich(snapshot, workers, self._flags(snapshot, workers), self._state_dir, self._rccl)

@@ -23,7 +23,10 @@ from amdtop.model import (
     WorkerState,
     WorkerStatus,
 )
+from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.sim import GpuDemand, SimBackend
+from amdtop.telemetry.sysfs import open_backend as open_sysfs
+from tests.fixtures.sysfs_tree import SysfsTree, build_mi300x_8, build_pcie_4
 
 GIB = 1024**3
 
@@ -264,18 +267,54 @@ def test_gpu_labels_match_amd_exporter() -> None:
     assert FAMILIES["gpu_used_vram"].unit == "MB"
 
 
-def test_sysfs_fixture_node(tmp_path: Path) -> None:
-    """The same families from a captured amdgpu sysfs tree (when the sysfs backend and fixture exist)."""
-    fixture = pytest.importorskip("tests.fixtures.sysfs_tree")
-    sysfs = pytest.importorskip("amdtop.telemetry.sysfs")
-    from amdtop.telemetry.base import BackendOptions
+def sysfs_families(tree: SysfsTree, vanish: int | None = None) -> dict[str, object]:
+    backend = open_sysfs(BackendOptions(sysfs_root=tree.root, proc_root=tree.proc_root))
+    try:
+        if vanish is not None:
+            backend.sample()
+            tree.vanish(vanish)  # falls off the bus mid-run
+        return scrape(Exporter(lambda: ExportState(backend.sample()), "127.0.0.1:0"))
+    finally:
+        backend.close()
 
-    root = fixture.build_tree(tmp_path) if hasattr(fixture, "build_tree") else None
-    if root is None:
-        pytest.skip("sysfs fixture has no build_tree()")
-    backend = sysfs.open_backend(BackendOptions(sysfs_root=Path(root)))
-    fams = scrape(Exporter(lambda: ExportState(backend.sample()), "127.0.0.1:0"))
-    assert "gpu_gfx_activity" in fams and "amdtop_link_info" in fams
+
+def test_sysfs_fixture_node_families_and_units(tmp_path: Path) -> None:
+    tree = build_mi300x_8(tmp_path)
+    fams = sysfs_families(tree)
     for name, fam in fams.items():
+        assert fam.type == FAMILIES[name].kind, name
         for sample in fam.samples:
-            assert set(sample.labels) == set(FAMILIES[name].labels)
+            assert set(sample.labels) == set(FAMILIES[name].labels), name
+    spec = tree.gpus[0]
+
+    def gpu0(name: str, **labels: str) -> float:
+        hits = [
+            s.value
+            for s in fams[name].samples
+            if s.labels["gpu_id"] == "0" and all(s.labels[k] == v for k, v in labels.items())
+        ]
+        assert len(hits) == 1, name
+        return float(hits[0])
+
+    assert gpu0("gpu_used_vram") == pytest.approx(spec.vram_used / MB)
+    assert gpu0("gpu_total_vram") == pytest.approx(spec.vram_total / MB)
+    assert gpu0("gpu_package_power") == spec.power_uw / 1e6
+    assert gpu0("gpu_junction_temperature") == spec.temps_mc["junction"] / 1000
+    assert gpu0("gpu_memory_temperature") == spec.temps_mc["mem"] / 1000
+    assert gpu0("gpu_gfx_activity") == spec.busy
+    assert gpu0("gpu_clock", clock_type="GPU_CLOCK_TYPE_SYSTEM") == spec.sclk_hz / 1e6
+    assert fams["gpu_gfx_activity"].samples[0].labels["card_model"] == "AMD Instinct MI300X"
+    assert len(fams["gpu_gfx_activity"].samples) == 8
+    assert {s.labels["type"] for s in fams["amdtop_link_info"].samples} == {"XGMI"}
+
+
+def test_sysfs_missing_files_and_vanished_gpu_give_no_series(tmp_path: Path) -> None:
+    tree = build_pcie_4(tmp_path)
+    (tree.device_dir(1) / "mem_busy_percent").unlink()
+    fams = sysfs_families(tree, vanish=3)
+    assert "1" not in {s.labels["gpu_id"] for s in fams["gpu_umc_activity"].samples}
+    assert "1" in {s.labels["gpu_id"] for s in fams["gpu_gfx_activity"].samples}
+    for name in ("gpu_gfx_activity", "gpu_used_vram", "gpu_package_power", "gpu_junction_temperature"):
+        assert "3" not in {s.labels["gpu_id"] for s in fams[name].samples}, name
+    assert {s.labels["gpu_id"]: s.value for s in fams["amdtop_gpu_lost"].samples}["3"] == 1.0
+    assert {s.labels["type"] for s in fams["amdtop_link_info"].samples} == {"PCIE"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +13,8 @@ import pytest
 
 from amdtop.cli.main import main
 from amdtop.exporter import ExportState, LinkBandwidth
-from amdtop.exporter.sources import NodeProvider, bandwidth_from_probe, enrich, load_ramp_knees
-from amdtop.model import Flag, FlagKind
+from amdtop.exporter.sources import NodeProvider, RcclCounter, bandwidth_from_probe, enrich, load_probe, load_ramp_knees
+from amdtop.model import Flag, FlagKind, WorkerState, WorkerStatus
 from amdtop.telemetry.sim import SimBackend
 
 
@@ -26,20 +27,44 @@ def write_ramp(folder: Path, name: str, doc: dict[str, object], mtime: float) ->
 
 def test_ramp_knees_newest_per_worker(tmp_path: Path) -> None:
     ramp = tmp_path / "ramp"
-    base = {"url": "http://127.0.0.1:8000", "model": "m", "steps": []}
-    write_ramp(ramp, "old", {**base, "worker": "llama-a", "knee": {"concurrency": 16}}, 1000.0)
-    write_ramp(
-        ramp, "new", {**base, "worker": "llama-a", "knee": {"concurrency": 32}, "recommended_max_num_seqs": 32}, 2000.0
-    )
-    write_ramp(ramp, "llama-b", {**base, "knee": {"concurrency": 8}}, 1500.0)
-    write_ramp(ramp, "noknee", {**base, "knee": None}, 1500.0)
+    base = {"model": "m", "steps": []}
+    a_url = {"url": "http://127.0.0.1:19497"}
+    write_ramp(ramp, "old", {**base, **a_url, "knee": {"concurrency": 16, "reason": "x"}}, 1000.0)
+    write_ramp(ramp, "new", {**base, **a_url, "knee": {"concurrency": 32}, "recommended_max_num_seqs": 32}, 2000.0)
+    write_ramp(ramp, "named", {**base, "url": "http://h:1", "worker": "llama-b", "knee": {"concurrency": 8}}, 1500.0)
+    write_ramp(ramp, "stray", {**base, "url": "http://10.0.0.9:8000", "knee": {"concurrency": 4}}, 1500.0)
+    write_ramp(ramp, "noknee", {**base, **a_url, "knee": None}, 3000.0)
     (ramp / "broken.json").write_text("{")
-    knees = load_ramp_knees(tmp_path)
+    workers = [WorkerStatus("llama-a", WorkerState.READY, (0, 1), port=19497, url="http://127.0.0.1:19497")]
+    knees = load_ramp_knees(tmp_path, workers)
     assert [(k.worker, k.concurrency, k.recommended_max_num_seqs) for k in knees] == [
+        ("http://10.0.0.9:8000", 4, None),
         ("llama-a", 32, 32),
         ("llama-b", 8, None),
     ]
-    assert knees[0].timestamp == 2000.0
+    assert knees[1].timestamp == 2000.0
+
+
+def test_ramp_knee_from_the_ramp_saver(tmp_path: Path) -> None:
+    results = pytest.importorskip("amdtop.ramp.results")
+    knee_mod = pytest.importorskip("amdtop.ramp.knee")
+    res = results.RampResult("http://127.0.0.1:19496", "m", {}, knee=knee_mod.Knee(24, "throughput flat"))
+    results.save(res, tmp_path)
+    workers = [WorkerStatus("llama-c", WorkerState.READY, (0,), port=19496)]
+    knees = load_ramp_knees(tmp_path, workers)
+    assert [(k.worker, k.concurrency, k.recommended_max_num_seqs) for k in knees] == [("llama-c", 24, 24)]
+
+
+def test_probe_cache_to_bandwidth(tmp_path: Path) -> None:
+    model = pytest.importorskip("amdtop.probe.model")
+    cache = pytest.importorskip("amdtop.probe.cache")
+    copies = (model.CopyResult(0, 1, 10**9, 0.02), model.CopyResult(1, 0, 10**9, 0.025))
+    flag = Flag(FlagKind.LINK_DEGRADED, "0-1 slow", gpus=(0, 1))
+    cache.save_results(tmp_path, model.ProbeResults(1.0, "h", (0, 1, 2), copies, flags=(flag,)))
+    bandwidth, flags = load_probe(tmp_path)
+    assert bandwidth == (LinkBandwidth(0, 1, 40.0),)  # slower direction: 1e9 B / 0.025 s
+    assert [f.kind for f in flags] == [FlagKind.LINK_DEGRADED]
+    assert load_probe(tmp_path / "none") == ((), ())
 
 
 def test_ramp_knees_absent_dir(tmp_path: Path) -> None:
@@ -100,3 +125,24 @@ def test_cli_port_in_use_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: P
         assert main(["export", "--demo", "--listen", "127.0.0.1:19414", *isolated(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["amdtop: error: --listen: 127.0.0.1:19414 is already in use; pick another port with --listen"]
+
+
+def test_rccl_counts_from_worker_logs(tmp_path: Path) -> None:
+    pytest.importorskip("amdtop.rccl.parser")
+    log = tmp_path / "llama-a.log"
+    shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "rccl" / "amd_examples.log", log)
+    clean = tmp_path / "llama-b.log"
+    clean.write_text("INFO: Started server process [1]\n")
+    workers = [
+        WorkerStatus("llama-a", WorkerState.CRASHED, (0, 1, 2, 3), log=str(log)),
+        WorkerStatus("llama-b", WorkerState.READY, (4, 5), log=str(clean)),
+        WorkerStatus("llama-c", WorkerState.STOPPED, (6,), log=str(tmp_path / "missing.log")),
+    ]
+    counter = RcclCounter()
+    state = enrich(SimBackend().sample(), workers, [], None, counter)
+    assert {(r.worker, r.errors, r.warnings) for r in state.rccl} == {("llama-a", 4, 4), ("llama-b", 0, 0)}
+    rccl_flags = [f for f in state.flags if f.worker == "llama-a"]
+    assert rccl_flags  # the diagnosis flags the errors, attributed to the worker
+    clean.write_text("NCCL Error 2: unhandled system error\nRuntimeError: NCCL Error 2: unhandled system error\n")
+    again = enrich(SimBackend().sample(), workers, [], None, counter)
+    assert {r.worker: r.errors for r in again.rccl}["llama-b"] >= 1  # a changed log is parsed again
