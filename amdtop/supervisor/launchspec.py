@@ -114,14 +114,34 @@ def command_path(command: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(command, path=env.get("PATH", os.defpath))
 
 
+def _only_time_wait(port: int, proc_net: Path = Path("/proc/net")) -> bool:
+    """True when every TCP socket on local ``port`` listed in procfs is in TIME_WAIT (state 06)."""
+    states: list[str] = []
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (proc_net / name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                states.append(fields[3])
+    return bool(states) and all(s == "06" for s in states)
+
+
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """True when something already holds ``port`` (tries to bind it, the way the server will)."""
+    """True when something already holds ``port`` (tries to bind it, the way the server will).
+
+    Connections left in TIME_WAIT by a server that just stopped do not count: vLLM binds with SO_REUSEADDR.
+    """
     addr = "0.0.0.0" if host in ("0.0.0.0", "", "::") else host
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind((addr, port))
         except OSError as exc:
-            return exc.errno in (errno.EADDRINUSE, errno.EACCES)
+            if exc.errno == errno.EACCES:
+                return True
+            return exc.errno == errno.EADDRINUSE and not _only_time_wait(port)
     return False
 
 

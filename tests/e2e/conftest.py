@@ -1,0 +1,106 @@
+"""Real vLLM on the CPU, driven through the Supervisor (recipe: shared/reference/vllm.md section 11).
+
+``vllm_tp1`` is one session-wide READY TP=1 worker that every e2e test may reuse (each vLLM start costs ~30-45 s of
+both cores). Skipped only when ``.venv-vllm`` is missing and ``AMDTOP_E2E_REQUIRED`` is unset; ``run-tests`` sets it,
+so CI fails instead of silently skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from amdtop.procinfo import read_environ
+from amdtop.supervisor import Supervisor
+from amdtop.supervisor.procs import scan
+from amdtop.telemetry.sim import SimBackend
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_VENV = REPO / ".venv-vllm"
+VLLM_BIN = VLLM_VENV / "bin" / "vllm"
+TINY_MODEL = REPO / ".cache" / "tiny-llama"
+# Private compile cache under .cache: torch.compile artefacts persist between runs (warm start ~30 s instead of ~45 s).
+VLLM_CACHE_ROOT = REPO / ".cache" / "vllm-cache"
+SERVED_NAME = "tiny-llama"
+TP1_PORT = 18010
+READY_TIMEOUT_S = 300.0
+
+
+def require_vllm() -> None:
+    """Skip (or fail under AMDTOP_E2E_REQUIRED) when the CPU vLLM install or the tiny model is missing."""
+    missing = [str(p) for p in (VLLM_BIN, TINY_MODEL / "model.safetensors") if not p.exists()]
+    if not missing:
+        return
+    why = f"real vLLM not installed ({', '.join(missing)} missing); run scripts/setup-vllm.sh"
+    if os.environ.get("AMDTOP_E2E_REQUIRED"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def profile_toml(name: str, port: int, *, tp: int = 1, max_num_seqs: int = 8) -> str:
+    """A CPU vLLM worker profile: pinned to NUMA node 0 with real numactl, no GPUs."""
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CACHE_ROOT": str(VLLM_CACHE_ROOT),
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    }
+    if tp > 1:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i) for i in range(tp))
+    env_lines = "".join(f'{k} = "{v}"\n' for k, v in env.items())
+    return (
+        f'# e2e worker {name}\n[[worker]]\nname = "{name}"\nmodel = "{TINY_MODEL}"\ngpus = []\n'
+        f"numa_node = 0  # this box has one NUMA node\nport = {port}\n"
+        f'command = ["{VLLM_BIN}", "serve"]\nstop_grace_s = 30\n'
+        f'[worker.args]\ntensor-parallel-size = {tp}\nmax-model-len = 512\ndtype = "float32"\n'
+        f'served-model-name = "{SERVED_NAME}"\nmax-num-seqs = {max_num_seqs}\n'
+        f"[worker.env]\n{env_lines}"
+    )
+
+
+def marked_pids(prefix: str) -> list[int]:
+    """Live processes whose AMDTOP_WORKER marker starts with ``prefix`` (``name:`` or ``name:launch``)."""
+    return [pid for pid in scan() if read_environ(pid).get("AMDTOP_WORKER", "").startswith(prefix)]
+
+
+@dataclass
+class VllmWorker:
+    """A READY worker launched through the Supervisor."""
+
+    url: str
+    model: str
+    supervisor: Supervisor
+    name: str
+    state_dir: Path
+    config: Path
+    ready_s: float
+    """Seconds from launch to /health 200."""
+
+
+@pytest.fixture(scope="session")
+def vllm_tp1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmWorker]:
+    """One READY TP=1 vLLM worker (real numactl pinning) for the whole session; stopped and swept at the end."""
+    require_vllm()
+    VLLM_CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    root = tmp_path_factory.mktemp("vllm-tp1")
+    config = root / "workers.toml"
+    config.write_text(profile_toml("tp1", TP1_PORT))
+    sup = Supervisor(config, root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0)
+    t0 = time.monotonic()
+    sup.launch("tp1")
+    try:
+        st = sup.wait_ready("tp1", timeout=READY_TIMEOUT_S)
+        ready_s = time.monotonic() - t0
+        print(f"\nE2E tp1: launch->ready {ready_s:.1f} s")
+        yield VllmWorker(st.url or "", SERVED_NAME, sup, "tp1", root / "state", config, ready_s)
+    finally:
+        report = sup.stop("tp1")
+        sup.close()
+        print(f"\nE2E tp1: {report.message}; shm removed {list(report.swept_shm)}")
+        left = marked_pids("tp1:")
+        assert not left, f"tp1 left processes behind: {left} ({report.message})"
