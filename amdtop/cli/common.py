@@ -69,6 +69,8 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
     if args.backend in ("sysfs", "auto") and root != Path("/sys"):
         if not root.exists():
             raise InputError(f"--sysfs-root: {root} does not exist; point it at a sysfs tree (default /sys)")
+        if not root.is_dir():
+            raise InputError(f"--sysfs-root: {root} is not a directory; point it at a sysfs tree (default /sys)")
         if not os.access(root, os.R_OK | os.X_OK):
             raise InputError(f"--sysfs-root: {root} is not readable; fix its permissions or pick another tree")
     return BackendOptions(sysfs_root=root, seed=args.seed)

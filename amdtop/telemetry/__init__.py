@@ -42,7 +42,12 @@ def open_backend(name: str, options: BackendOptions) -> TelemetryBackend:
     reasons = []
     for candidate in AUTO_ORDER:
         try:
-            return _opener(candidate)(options)
+            opener = _opener(candidate)
+        except ImportError as exc:  # a backend module missing its dependency must not stop the others
+            reasons.append(f"{candidate}: {exc}")
+            continue
+        try:
+            return opener(options)
         except BackendUnavailable as exc:
             reasons.append(f"{candidate}: {exc}")
     raise NoGpuFound("no GPU found (" + "; ".join(reasons) + "); run with --demo for a simulated 8x MI300X node")
