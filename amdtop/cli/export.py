@@ -56,7 +56,10 @@ def run_export(args: argparse.Namespace) -> int:
     host, _ = parse_listen(args.listen)  # bad input fails before any device is opened
     backend = open_from_args(args)
     try:
-        provider = NodeProvider(backend, state_dir=state_dir(args), supervisor=_supervisor(args, backend))
+        # The simulated node has no real processes: discovering host vLLM servers would mix real and fake workers.
+        provider = NodeProvider(
+            backend, state_dir=state_dir(args), supervisor=_supervisor(args, backend), discover=not args.demo
+        )
         exporter = Exporter(provider, args.listen, min_interval=args.interval)
         exporter.start()
         if not is_loopback(host):

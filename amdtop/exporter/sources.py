@@ -221,13 +221,15 @@ class NodeProvider:
         proc_root: Path = Path("/proc"),
         supervisor: Any = None,
         discover_every: int = 5,
+        discover: bool = True,
     ) -> None:
-        """``supervisor`` is an ``amdtop.supervisor.Supervisor`` or ``None``."""
+        """``supervisor`` is an ``amdtop.supervisor.Supervisor`` or ``None``; ``discover=False`` skips procfs."""
         self._backend = backend
         self._state_dir = state_dir
         self._proc_root = proc_root
         self._supervisor = supervisor
         self._discover_every = max(1, discover_every)
+        self._discover = discover
         self._polls = 0
         self._discovered: list[WorkerStatus] = []
         self._rccl = RcclCounter()
@@ -241,7 +243,7 @@ class NodeProvider:
         try:
             if self._supervisor is not None:
                 own = list(self._supervisor.status())
-            if self._analysis is not None and self._polls % self._discover_every == 0:
+            if self._discover and self._analysis is not None and self._polls % self._discover_every == 0:
                 gpu_pids: dict[int, tuple[int, ...]] = {}
                 for sample in snapshot.gpus:
                     for proc in sample.processes:

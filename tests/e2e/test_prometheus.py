@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -109,6 +110,10 @@ def test_prometheus_scrapes_demo_node(exporter: subprocess.Popen[bytes], tmp_pat
         assert labels["card_model"] == "AMD Instinct MI300X"
         assert {r["metric"]["gpu_id"] for r in result} == {str(i) for i in range(8)}  # type: ignore[index]
         assert len(query("amdtop_link_info")) == 28
+        if importlib.util.find_spec("amdtop.supervisor") is not None:
+            # The demo profiles come through the supervisor: stopped until someone launches them.
+            stopped = query('amdtop_worker_state{state="stopped"} == 1')
+            assert stopped and all(r["metric"]["hostname"] == "amdtop-demo" for r in stopped)  # type: ignore[index]
         assert query('up{job="amdtop"}')[0]["value"][1] == "1"  # type: ignore[index]
         used = query("gpu_used_vram / gpu_total_vram")
         assert len(used) == 8 and all(0 < float(r["value"][1]) < 0.95 for r in used)  # type: ignore[index]
