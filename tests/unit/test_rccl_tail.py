@@ -1,0 +1,130 @@
+"""``tail -F`` follower on real files: rotation, truncation, late file, partial line, binary junk, flood; sources."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from amdtop.model import WorkerState, WorkerStatus
+from amdtop.rccl import ERROR, WARN
+from amdtop.rccl.monitor import LogMonitor
+from amdtop.rccl.sources import expand_debug_file, worker_sources
+from amdtop.rccl.tail import LogFollower
+from tests.fixtures.rccl.make_logs import rccl_rank_lines
+
+
+def _texts(f: LogFollower) -> list[str]:
+    return [line.text for line in f.poll().lines]
+
+
+def _append(path: Path, data: str | bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
+
+
+def test_partial_last_line_is_held_until_newline(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("one\ntw")
+    f = LogFollower([("w", log)])
+    assert _texts(f) == ["one"]
+    assert _texts(f) == []
+    _append(log, "o\nthree\n")
+    batch = f.poll()
+    assert [(x.worker, x.text) for x in batch.lines] == [("w", "two"), ("w", "three")]
+
+
+def test_rotation_by_rename_drains_old_then_reads_new(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("a\n")
+    f = LogFollower([log])
+    assert _texts(f) == ["a"]
+    _append(log, "b\n")  # written just before the rename: must not be lost
+    os.rename(log, tmp_path / "w.log.1")
+    log.write_text("c\n")
+    assert _texts(f) == ["b", "c"]
+    _append(log, "d\n")
+    assert _texts(f) == ["d"]
+
+
+def test_truncation_reads_from_start(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("first line\nsecond line\n")
+    f = LogFollower([log])
+    assert len(_texts(f)) == 2
+    with open(log, "w") as fh:
+        fh.write("new\n")
+    assert _texts(f) == ["new"]
+
+
+def test_late_file_is_read_from_its_start(tmp_path: Path) -> None:
+    log = tmp_path / "late.log"
+    f = LogFollower([log], backlog_bytes=4)
+    assert _texts(f) == []
+    log.write_text("hello\nworld\n")
+    assert _texts(f) == ["hello", "world"]
+
+
+def test_existing_file_starts_from_backlog(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i:04d}\n" for i in range(1000)))
+    f = LogFollower([log], backlog_bytes=100)
+    got = _texts(f)
+    assert 5 <= len(got) <= 10 and got[-1] == "line 0999" and all(t.startswith("line ") for t in got)
+
+
+def test_binary_junk_is_tolerated(tmp_path: Path) -> None:
+    log = tmp_path / "j.log"
+    log.write_bytes(b"\x00\x01\xff\xfe\x1b[2J junk\r\nok line\n")
+    got = _texts(LogFollower([log]))
+    assert len(got) == 2 and got[1] == "ok line"
+    assert got[0].isprintable() and "junk" in got[0]
+
+
+def test_flood_drops_to_counting(tmp_path: Path) -> None:
+    log = tmp_path / "flood.log"
+    f = LogFollower([log], max_lines=100, max_bytes=10_000)
+    f.poll()
+    log.write_text("".join(f"x{i:07d}\n" for i in range(50_000)))  # 450 kB, 50k lines
+    batch = f.poll()
+    assert len(batch.lines) == 100
+    assert batch.lines[-1].text == "x0049999"
+    assert batch.dropped == 50_000 - 100
+    assert batch.dropped_count == batch.dropped
+
+
+def test_levels_and_transport_marks(tmp_path: Path) -> None:
+    log = tmp_path / "r.log"
+    log.write_text("\n".join(rccl_rank_lines(0, 2, errors=True)) + "\n")
+    lines = LogFollower([("w", log)]).poll().lines
+    assert any(x.transport and "via P2P/IPC" in x.text for x in lines)
+    assert {x.level for x in lines if "NCCL WARN" in x.text} == {WARN}
+    assert [x.level for x in lines if "-> 3" in x.text] == [ERROR, ERROR]
+    assert all(x.level != ERROR for x in lines if " via " in x.text)
+
+
+def test_sources_expand_nccl_debug_file(tmp_path: Path) -> None:
+    assert expand_debug_file("/l/nccl.%h.%p.log", "n1", 42) == "/l/nccl.n1.42.log"
+    assert expand_debug_file("/l/100%%.%p", "n1", 7) == "/l/100%.7"
+    (tmp_path / "nccl.n1.999.log").write_text("x\n")  # a rank that started before we knew its pid
+    w = WorkerStatus("llama-a", WorkerState.READY, (0, 1), pids=(10,), rank_pids=((0, 11), (1, 12)), log="/s/out.log")
+    got = worker_sources(w, {"NCCL_DEBUG_FILE": str(tmp_path / "nccl.%h.%p.log")}, hostname="n1")
+    assert got == [
+        ("llama-a", tmp_path / "nccl.n1.11.log"),
+        ("llama-a", tmp_path / "nccl.n1.12.log"),
+        ("llama-a", tmp_path / "nccl.n1.999.log"),
+        ("llama-a", Path("/s/out.log")),
+    ]
+    assert worker_sources(w, {}, hostname="n1") == [("llama-a", Path("/s/out.log"))]
+
+
+def test_monitor_summarises_and_flags_new_errors(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("\n".join(rccl_rank_lines(0, 2)) + "\n")
+    mon = LogMonitor([("llama-a", log)])
+    first = mon.poll()
+    assert "llama-a: RCCL 2.22.3 comm 0x551d06754c6bacf2: 2 ranks, all pairs P2P/IPC (init complete on 1/2)" in first.summary
+    assert first.new_flags == ()
+    _append(log, "RuntimeError: NCCL Error 2: unhandled system error\n")
+    second = mon.poll()
+    assert [f.worker for f in second.new_flags] == ["llama-a"] and "NCCL Error 2" in second.new_flags[0].message
+    assert mon.poll().new_flags == ()
