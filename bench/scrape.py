@@ -1,10 +1,11 @@
 """Scrape cost of ``amdtop export`` on the 8-GPU demo node against the raw poll cost, measured in one run.
 
-Usage: .venv/bin/python bench/scrape.py [--n 300] [--port 19430]
+Usage: .venv/bin/python bench/scrape.py [--n 300] [--port 19430]  (uses PORT and PORT+1)
 
 Prints medians of: the raw poll (SimBackend.sample), an in-process render that polls (min_interval 0), an
-in-process render served from the cache, and HTTP scrapes of a real ``amdtop export --demo`` subprocess (wall time
-seen by the client, CPU time the exporter process spent per scrape, read from /proc through psutil).
+in-process render served from the cache, and HTTP scrapes of a real ``amdtop export --demo`` subprocess (demo
+profiles through the supervisor) polling on every scrape and serving from its cache (wall time seen by the client,
+CPU time the exporter process spent per scrape, read from /proc through psutil).
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ def demo_sim() -> SimBackend:
     return sim
 
 
-def http_scrapes(port: int, n: int) -> tuple[float, float, int]:
-    """Median client wall time and exporter CPU per scrape; every scrape polls (interval 0.001 s)."""
-    argv = [sys.executable, "-m", "amdtop", "export", "--demo", "--interval", "0.001", "--listen", f"127.0.0.1:{port}"]
+def http_scrapes(port: int, n: int, interval: str) -> tuple[float, float, int]:
+    """Median client wall time and exporter CPU per scrape (``interval`` 0.001: every scrape polls)."""
+    argv = [sys.executable, "-m", "amdtop", "export", "--demo", "--interval", interval, "--listen", f"127.0.0.1:{port}"]
     argv += ["--config", "/nonexistent/amdtop-bench.toml", "--state-dir", "/tmp/amdtop-bench-state"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/metrics"
@@ -92,7 +93,8 @@ def main() -> None:
     render_wall, render_cpu = timed(uncached.render, args.n)
     cached = Exporter(lambda: ExportState(sim.sample()), "127.0.0.1:0", min_interval=3600.0)
     cached_wall, cached_cpu = timed(cached.render, args.n)
-    http_wall, http_cpu, size = http_scrapes(args.port, args.n)
+    http_wall, http_cpu, size = http_scrapes(args.port, args.n, "0.001")
+    hc_wall, hc_cpu, _ = http_scrapes(args.port + 1, args.n, "3600")
 
     us = 1e6
     print(f"8-GPU demo node, n={args.n}, page {size} bytes")
@@ -103,6 +105,7 @@ def main() -> None:
         ("render, polling (min_interval 0)", render_wall, render_cpu),
         ("render, cached (burst within min_interval)", cached_wall, cached_cpu),
         ("HTTP scrape of amdtop export (polling)", http_wall, http_cpu),
+        ("HTTP scrape of amdtop export (cached)", hc_wall, hc_cpu),
     ]
     for name, wall, cpu in rows:
         print(f"{name:<44}{wall * us:>16.0f}{cpu * us:>14.0f}{wall / poll_wall:>12.1f}")
