@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from amdtop.errors import AmdtopError, InputError
 from amdtop.exporter import FAMILIES, Exporter, ExportState, LinkBandwidth, RampKnee, RcclCounts, parse_listen
 from amdtop.exporter.families import GPU_LABELS, MB
+from amdtop.exporter.server import is_loopback
 from amdtop.model import (
     Flag,
     FlagKind,
@@ -318,3 +319,8 @@ def test_sysfs_missing_files_and_vanished_gpu_give_no_series(tmp_path: Path) -> 
         assert "3" not in {s.labels["gpu_id"] for s in fams[name].samples}, name
     assert {s.labels["gpu_id"]: s.value for s in fams["amdtop_gpu_lost"].samples}["3"] == 1.0
     assert {s.labels["type"] for s in fams["amdtop_link_info"].samples} == {"PCIE"}
+
+
+def test_loopback_detection() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("gpu-node-1")
