@@ -13,9 +13,11 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Input, Log, Static
 
+from amdtop.model import Flag, FlagKind
 from amdtop.rccl.lines import ERROR, WARN, LogLine, classify
 
 FILTERS = ("all", "problems", "transport")
+_BUILD_PATH = "/longer_pathname_so_that_rpms"
 
 
 class LevelHighlighter(Highlighter):
@@ -46,7 +48,7 @@ class LogTailPane(Widget, can_focus=True):
 
     DEFAULT_CSS = """
     LogTailPane { height: 1fr; layout: vertical; border: round $panel; }
-    LogTailPane > #logs-summary { height: auto; max-height: 8; color: $text; padding: 0 1; }
+    LogTailPane > #logs-summary { height: auto; max-height: 10; color: $text; padding: 0 1; }
     LogTailPane > #logs-status { height: 1; color: $text-muted; padding: 0 1; }
     LogTailPane > #logs-search { display: none; height: 3; }
     LogTailPane > #logs-search.-open { display: block; }
@@ -60,6 +62,7 @@ class LogTailPane(Widget, can_focus=True):
         Binding("slash", "search", "Search", id="logs-search"),
         Binding("p", "toggle_pause", "Pause", id="logs-pause"),
         Binding("c", "clear_filters", "All lines", id="logs-clear"),
+        Binding("escape", "close_search", "Close search", show=False, id="logs-close-search"),
     ]
 
     mode: reactive[str] = reactive("all")
@@ -80,6 +83,8 @@ class LogTailPane(Widget, can_focus=True):
         self._workers: list[str] = []
         self._pending = 0
         self._dropped = 0
+        self._summary: str | Text = "no communicator seen yet"
+        self._flags: tuple[Flag, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Static("no communicator seen yet", id="logs-summary", markup=False)
@@ -91,6 +96,7 @@ class LogTailPane(Widget, can_focus=True):
 
     def on_mount(self) -> None:
         self.border_title = "logs"
+        self._show_summary()
         self._update_status()
 
     # -- data in ---------------------------------------------------------------------------------------------
@@ -116,7 +122,28 @@ class LogTailPane(Widget, can_focus=True):
         self._update_status()
 
     def set_summary(self, text: str | Text) -> None:
-        """Show the per-communicator summary (plain text or a Rich renderable) above the tail."""
+        """Show the per-communicator summary (plain text or Rich ``Text``) above the tail."""
+        self._summary = text or "no communicator seen yet"
+        self._show_summary()
+
+    def set_flags(self, flags: Sequence[Flag]) -> None:
+        """Show log-derived flags (errors, timeouts, transport fallbacks) under the summary, errors first."""
+        flags = tuple(flags)
+        if flags != self._flags:
+            self._flags = flags
+            self._show_summary()
+
+    def show_worker(self, worker: str | None) -> None:
+        """Show only ``worker``'s lines (``None``: all), e.g. when a TP group is selected elsewhere."""
+        if worker is not None and worker not in self._workers:
+            self._workers.append(worker)
+        self.worker = worker
+
+    def _show_summary(self) -> None:
+        text = Text(self._summary) if isinstance(self._summary, str) else self._summary.copy()
+        for flag in self._flags:
+            style = "bold red" if flag.kind in (FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT) else "bold magenta"
+            text.append(f"\n! {flag.kind.value}: {flag.message}", style=style)
         self.query_one("#logs-summary", Static).update(text)
 
     # -- filtering -------------------------------------------------------------------------------------------
@@ -130,7 +157,14 @@ class LogTailPane(Widget, can_focus=True):
         return not self.search or self.search.lower() in line.text.lower()
 
     def _format(self, line: LogLine) -> str:
-        return f"{line.worker}| {line.text}" if len(self._workers) > 1 else line.text
+        text = line.text
+        i = text.find(_BUILD_PATH)
+        if i >= 0:
+            # RCCL package builds put a ~120-character build path before each WARN's file: keep src/<file>
+            j = text.rfind("/src/", i, text.find(" ", i) if text.find(" ", i) > 0 else len(text))
+            if j > i:
+                text = text[:i] + "…" + text[j:]
+        return f"{line.worker}| {text}" if len(self._workers) > 1 else text
 
     def _rebuild(self) -> None:
         log = self.query_one(Log)
@@ -183,6 +217,12 @@ class LogTailPane(Widget, can_focus=True):
         box.add_class("-open")
         box.value = self.search
         box.focus()
+
+    def action_close_search(self) -> None:
+        box = self.query_one("#logs-search", Input)
+        if box.has_class("-open"):
+            box.remove_class("-open")
+            self.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

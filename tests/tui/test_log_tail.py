@@ -1,0 +1,106 @@
+"""The log tail pane on its own: filter keys, pause/follow, dropped note, SVG snapshots with a fallback and an error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.widgets import Input, Log, Static
+
+from amdtop.rccl import LogLine, make_line
+from amdtop.rccl.diagnose import diagnose
+from amdtop.rccl.parser import LogParser
+from amdtop.telemetry.sim import SimBackend
+from tests.fixtures.rccl.make_logs import rccl_rank_lines
+from widgets.log_tail import LogTailPane
+
+
+def _lines(worker: str, nranks: int = 2, **kw: Any) -> list[LogLine]:
+    out = []
+    for r in range(nranks):
+        out += [make_line(worker, f"rank{r}.log", t) for t in rccl_rank_lines(r, nranks, nchannels=2, **kw) if t]
+    return out
+
+
+def _summary_and_flags(lines: list[LogLine], worker: str) -> tuple[str, list[Any]]:
+    p = LogParser()
+    for n, line in enumerate(lines, 1):
+        p.feed(line.text, line.file, n)
+    rep = p.report()
+    flags = diagnose(rep, SimBackend().topology(), worker)
+    return "\n".join(f"{worker}: {rep.library} {rep.version} comm {c.id}: {c.summary}" for c in rep.comms), flags
+
+
+class PaneApp(App[None]):
+    """Hosts one pane, fed before the first frame."""
+
+    def __init__(self, lines: list[LogLine], summary: str = "", flags: list[Any] | None = None) -> None:
+        super().__init__()
+        self._lines, self._summary, self._flags = lines, summary, flags or []
+
+    def compose(self) -> ComposeResult:
+        yield LogTailPane(id="logs", max_lines=500)
+
+    def on_mount(self) -> None:
+        pane = self.query_one(LogTailPane)
+        pane.feed(self._lines)
+        if self._summary:
+            pane.set_summary(self._summary)
+        pane.set_flags(self._flags)
+        pane.focus()
+
+
+def _shown(app: App[None]) -> list[str]:
+    return list(app.query_one(Log).lines)
+
+
+async def test_filter_keys_pause_and_search() -> None:
+    lines = _lines("llama-a", errors=True) + _lines("qwen-b", transport="SHM/direct")
+    app = PaneApp(lines)
+    async with app.run_test(size=(140, 40)) as pilot:
+        pane = app.query_one(LogTailPane)
+        assert len(_shown(app)) == len(lines)
+        await pilot.press("e")
+        shown = _shown(app)
+        assert shown and all(("WARN" in t or "-> 3" in t or "Error" in t or "Watchdog" in t) for t in shown)
+        await pilot.press("e", "t")
+        assert _shown(app) and all(" via " in t or "Connected all" in t for t in _shown(app))
+        await pilot.press("w")  # first worker only
+        assert pane.worker == "llama-a" and all(t.startswith("llama-a|") for t in _shown(app))
+        await pilot.press("c", "slash")
+        assert isinstance(app.focused, Input)
+        await pilot.press(*"shm/direct", "enter")
+        assert pane.search == "shm/direct" and app.focused is pane
+        assert _shown(app) and all("SHM/direct" in t for t in _shown(app))
+        await pilot.press("c", "p")
+        before = len(_shown(app))
+        pane.feed([make_line("llama-a", "x", "n1:1:1 [0] NCCL INFO late line")])
+        await pilot.pause()
+        assert len(_shown(app)) == before
+        assert "PAUSED (1 new)" in str(app.query_one("#logs-status", Static).render())
+        await pilot.press("p")
+        assert _shown(app)[-1].endswith("late line")
+
+
+async def test_dropped_note_is_visible() -> None:
+    app = PaneApp([])
+    async with app.run_test(size=(100, 20)) as pilot:
+        pane = app.query_one(LogTailPane)
+        pane.feed([make_line("w", "f", "n1:1:1 [0] NCCL INFO kept")], dropped=12345)
+        await pilot.pause()
+        assert "12345 lines dropped" in _shown(app)[-1]
+        assert "12345 lines dropped" in str(app.query_one("#logs-status", Static).render())
+
+
+def test_snapshot_transport_fallback(snap_compare: Any) -> None:
+    lines = _lines("llama-a", nranks=4, transport="SHM/direct")
+    summary, flags = _summary_and_flags(lines, "llama-a")
+    assert [f.kind.value for f in flags] == ["transport_fallback"]
+    assert snap_compare(PaneApp(lines[-30:], summary, flags), terminal_size=(140, 30))
+
+
+def test_snapshot_error(snap_compare: Any) -> None:
+    lines = _lines("llama-a", nranks=2, errors=True)
+    summary, flags = _summary_and_flags(lines, "llama-a")
+    assert {f.kind.value for f in flags} == {"nccl_error", "nccl_timeout"}
+    assert snap_compare(PaneApp(lines[-24:], summary, flags[:3]), terminal_size=(140, 30))
