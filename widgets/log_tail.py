@@ -95,7 +95,8 @@ class LogTailPane(Widget, can_focus=True):
         yield log
 
     def on_mount(self) -> None:
-        self.border_title = "logs"
+        if not self.border_title:
+            self.border_title = "logs"
         self._show_summary()
         self._update_status()
 
