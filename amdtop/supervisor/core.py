@@ -92,7 +92,12 @@ class Supervisor:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._meters: dict[str, EngineMeter] = {}
         self._lock = threading.RLock()
-        self._http = httpx.Client(timeout=httpx.Timeout(health_timeout_s), trust_env=False)
+        # No keep-alive: a pooled connection to a worker outlives its server and leaves the port in FIN_WAIT2.
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(health_timeout_s),
+            trust_env=False,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
 
     # -- profiles ---------------------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -146,6 +151,12 @@ class Supervisor:
             # The simulated node has NUMA nodes this host lacks; demo workers then run unpinned.
             return None
         return node
+
+    def _profile_numa(self, profile: Profile) -> int | None:
+        try:
+            return resolve_numa(profile, self.topology)
+        except InputError:
+            return None
 
     def _start(self, profile: Profile, *, restarts: int) -> WorkerRecord:
         launch_id = uuid.uuid4().hex[:12]
@@ -382,7 +393,7 @@ class Supervisor:
                 profile.gpus,
                 port=profile.port,
                 url=profile.url,
-                numa_node=None if isinstance(profile.numa_node, str) else profile.numa_node,
+                numa_node=self._profile_numa(profile),
                 log=str(self.store.log_path(name)),
             )
         marker = f"{name}:{rec.launch_id}"
@@ -421,17 +432,26 @@ class Supervisor:
         rotate_log(Path(rec.log), self.log_max_bytes, self.log_backups)
         cpus: set[int] = set()
         mems: set[int] = set()
-        for pid in pids:
-            b = read_binding(pid)
-            if b is not None:
-                cpus.update(b.cpus)
-                mems.update(b.mems)
+        numa = rec.numa_node
+        if self.demo:
+            # Demo workers run on this host but stand for workers of the simulated node: report the binding they
+            # would have there, so NUMA checks against the simulated topology stay meaningful.
+            numa = self._profile_numa(profile)
+            if pids and numa is not None:
+                cpus.update(next((n.cpus for n in self.topology.numa_nodes if n.id == numa), ()))
+                mems.add(numa)
+        else:
+            for pid in pids:
+                b = read_binding(pid)
+                if b is not None:
+                    cpus.update(b.cpus)
+                    mems.update(b.mems)
         return WorkerStatus(
             name=name,
             state=state,
             gpus=rec.gpus,
             port=rec.port,
-            numa_node=rec.numa_node,
+            numa_node=numa,
             pid=rec.pid if pids else None,
             pgid=rec.pgid if pids else None,
             url=rec.url,

@@ -114,8 +114,13 @@ def command_path(command: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(command, path=env.get("PATH", os.defpath))
 
 
-def _only_time_wait(port: int, proc_net: Path = Path("/proc/net")) -> bool:
-    """True when every TCP socket on local ``port`` listed in procfs is in TIME_WAIT (state 06)."""
+# TCP states (``/proc/net/tcp`` hex) of connections a dead server leaves behind: TIME_WAIT, FIN_WAIT1/2, CLOSE_WAIT,
+# LAST_ACK, CLOSING. They block a plain bind but not the server's own, which sets SO_REUSEADDR.
+_LEFTOVER_STATES = frozenset({"06", "04", "05", "08", "09", "0B"})
+
+
+def _only_leftover_connections(port: int, proc_net: Path = Path("/proc/net")) -> bool:
+    """True when every TCP socket on local ``port`` listed in procfs is a closing connection (no listener)."""
     states: list[str] = []
     for name in ("tcp", "tcp6"):
         try:
@@ -126,13 +131,12 @@ def _only_time_wait(port: int, proc_net: Path = Path("/proc/net")) -> bool:
             fields = line.split()
             if len(fields) > 3 and int(fields[1].rsplit(":", 1)[1], 16) == port:
                 states.append(fields[3])
-    return bool(states) and all(s == "06" for s in states)
+    return bool(states) and all(s in _LEFTOVER_STATES for s in states)
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """True when something already holds ``port`` (tries to bind it, the way the server will).
-
-    Connections left in TIME_WAIT by a server that just stopped do not count: vLLM binds with SO_REUSEADDR.
+    """True when something already holds ``port``: a listener, or a socket bound but not yet listening (vLLM binds
+    its port early and listens only when ready). Connections a stopped server left closing do not count.
     """
     addr = "0.0.0.0" if host in ("0.0.0.0", "", "::") else host
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -141,7 +145,7 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         except OSError as exc:
             if exc.errno == errno.EACCES:
                 return True
-            return exc.errno == errno.EADDRINUSE and not _only_time_wait(port)
+            return exc.errno == errno.EADDRINUSE and not _only_leftover_connections(port)
     return False
 
 

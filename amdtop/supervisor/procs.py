@@ -12,6 +12,7 @@ from amdtop.supervisor.launchspec import MARKER_ENV
 
 VLLM_TITLE = "VLLM::"
 _TP_RANK = re.compile(r"VLLM::Worker(?:_\w+?)*_TP(\d+)")
+SHM_PREFIXES = ("vllm", "psm_")
 DIST_ID = re.compile(r"vllm_dist_([0-9a-f]{32})")
 
 
@@ -142,7 +143,8 @@ def rank_pids(pids: set[int], proc: Path = PROC) -> tuple[tuple[int, int], ...]:
 
 
 def mapped_shm(pids: set[int], proc: Path = PROC) -> set[str]:
-    """``/dev/shm/vllm*`` files mapped or held open by ``pids``."""
+    """``/dev/shm`` files of vLLM (``vllm*``) and of Python's ``SharedMemory`` (``psm_*``, vLLM's message queues,
+    ~160-250 MB each on the CPU build) mapped or held open by ``pids``."""
     out: set[str] = set()
     for pid in pids:
         try:
@@ -162,7 +164,7 @@ def mapped_shm(pids: set[int], proc: Path = PROC) -> set[str]:
                     out.add(target.split(" (deleted)")[0])
         except OSError:
             pass
-    return {p for p in out if Path(p).name.startswith("vllm")}
+    return {p for p in out if Path(p).name.startswith(SHM_PREFIXES)}
 
 
 def dist_ids_in(text: str) -> set[str]:

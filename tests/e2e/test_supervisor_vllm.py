@@ -17,7 +17,7 @@ from amdtop.model import WorkerState
 from amdtop.procinfo import read_cmdline
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.metrics import parse_samples
-from amdtop.supervisor.procs import dist_ids_in
+from amdtop.supervisor.procs import dist_ids_in, mapped_shm
 from amdtop.telemetry.sim import SimBackend
 from tests.e2e.conftest import READY_TIMEOUT_S, SERVED_NAME, VllmWorker, marked_pids, profile_toml
 
@@ -106,6 +106,8 @@ def test_tp2_reattach_retune_stop(tmp_path: Path, vllm_tp1: VllmWorker) -> None:
         restart_ready_s = time.monotonic() - t1
         assert stream_completion(new.url or "")
 
+        held = mapped_shm(set(sup.status_one("tp2").pids))
+        assert any(Path(h).name.startswith("psm_") for h in held)  # vLLM's SharedMemory message queues
         report = sup.stop("tp2")
         print(
             f"\nE2E tp2: launch->ready {ready_s:.1f} s, retune restart->ready {restart_ready_s:.1f} s, "
@@ -114,6 +116,7 @@ def test_tp2_reattach_retune_stop(tmp_path: Path, vllm_tp1: VllmWorker) -> None:
         assert sup.status_one("tp2").state is WorkerState.STOPPED
         assert not marked_pids("tp2:")
         assert not _shm_of(Path(new.log or ""))
+        assert not [h for h in held if Path(h).exists()], "shared memory of the stopped worker left behind"
     finally:
         sup.stop("tp2", grace=5)
         sup.close()

@@ -209,3 +209,27 @@ def test_crash_shows_last_log_lines(tmp_path: Path, sup_for) -> None:  # type: i
     assert st.state is WorkerState.CRASHED and "boom: engine died" in st.last_log_lines
     with pytest.raises(Exception, match="boom: engine died"):
         sup.wait_ready("w", timeout=1)
+
+
+def test_demo_worker_runs_simserver_and_drives_sim_gpus(tmp_path: Path) -> None:
+    sim = SimBackend()
+    sup = Supervisor(
+        tmp_path / "none.toml", tmp_path / "st", topology=sim.topology(), demo=True, sim=sim, demo_port_base=18060
+    )
+    try:
+        launched = sup.launch("qwen-32b")
+        argv = Path(f"/proc/{launched.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"amdtop.simserver" in argv and b"--tensor-parallel-size" in argv
+        st = sup.wait_ready("qwen-32b", timeout=30, poll=0.1)
+        assert st.numa_node == 1 and st.mems_allowed == (1,)  # the simulated node's binding
+        rows = {r.name: r for r in sup.status()}
+        assert rows["qwen-32b"].state is WorkerState.READY and rows["llama-70b"].state is WorkerState.STOPPED
+        snap = sim.sample()
+        assert snap.gpus[4].vram_used_bytes > 100 * 1024**3 and snap.gpus[0].vram_used_bytes < 1024**3  # type: ignore[operator]
+        assert any(p.pid == st.pid for p in snap.gpus[5].processes)
+        sup.stop("qwen-32b", grace=5)
+        sup.status()
+        assert sim.sample().gpus[4].vram_used_bytes < 1024**3  # type: ignore[operator]
+    finally:
+        sup.stop("qwen-32b", grace=0.5)
+        sup.close()

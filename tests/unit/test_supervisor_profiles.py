@@ -227,6 +227,21 @@ def test_port_in_time_wait_is_free_but_bound_is_not() -> None:
     with socket.socket() as probe, pytest.raises(OSError):
         probe.bind(("127.0.0.1", 18005))  # a plain bind still fails here...
     assert not launchspec.port_in_use(18005)  # ...but the server (SO_REUSEADDR) can bind it
+    # A dead server whose client still holds the connection: the server's end sits in FIN_WAIT2.
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 18007))
+    srv.listen()
+    client = socket.create_connection(("127.0.0.1", 18007))
+    conn, _ = srv.accept()
+    conn.close()
+    srv.close()
+    try:
+        with socket.socket() as probe, pytest.raises(OSError):
+            probe.bind(("127.0.0.1", 18007))
+        assert not launchspec.port_in_use(18007)
+    finally:
+        client.close()
     with socket.socket() as held:
         held.bind(("127.0.0.1", 18006))  # bound, not listening: vLLM pre-binds its port while loading
         assert launchspec.port_in_use(18006)
