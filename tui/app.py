@@ -61,6 +61,7 @@ class AmdtopApp(ControlActions, App[int]):
         autopoll: bool = True,
         watch_tty: bool = False,
         log_follower: Any = None,
+        follow_logs: bool = False,
         window_s: float = 5.0,
         discover: bool = True,
         exporter_listen: str = "127.0.0.1:9464",
@@ -81,6 +82,8 @@ class AmdtopApp(ControlActions, App[int]):
         self.poller = Poller(
             backend, workers, proc_root=proc_root, window_s=window_s, discover=discover, log_follower=log_follower
         )
+        if follow_logs and log_follower is None:
+            self.poller.follow_logs()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pending: Frame | None = None
@@ -102,6 +105,9 @@ class AmdtopApp(ControlActions, App[int]):
         self._wake.set()
         if self.exporter is not None:
             self.exporter.stop()
+        close = getattr(self.control, "close", None)
+        if callable(close):
+            close()  # releases the supervisor's HTTP client; workers keep running
         self.backend.close()
 
     # -- polling -----------------------------------------------------------------------------------------------------
@@ -225,11 +231,11 @@ def load_bandwidth(state_dir: Path) -> tuple[tuple[int, int, float], ...] | None
         return None
     if results is None:
         return None
-    pairs = getattr(results, "pairs", None) or getattr(results, "links", None) or ()
     out = []
-    for pair in pairs:
-        a, b = getattr(pair, "a", None), getattr(pair, "b", None)
-        gbps = getattr(pair, "gbps", None) or getattr(pair, "bandwidth_gbps", None)
-        if isinstance(a, int) and isinstance(b, int) and isinstance(gbps, (int, float)):
-            out.append((min(a, b), max(a, b), float(gbps)))
+    gpus = sorted(getattr(results, "gpus", ()))
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1 :]:
+            gbps = results.pair_gbps(a, b)
+            if gbps is not None:
+                out.append((a, b, float(gbps)))
     return tuple(out) or None

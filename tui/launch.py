@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import config_path, open_from_args, state_dir
@@ -64,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
     source, control, note = open_control(args, backend, demo)
     if note:
         banner = f"{banner} · {note}" if banner else note
-    follower = _log_follower(source)
     app = AmdtopApp(
         backend,
         workers=source,
@@ -74,32 +71,9 @@ def run(args: argparse.Namespace) -> int:
         banner=banner,
         state_dir=state_dir(args),
         watch_tty=True,
-        log_follower=follower,
+        follow_logs=True,
         # Real vLLM processes have nothing to do with the simulated GPUs: discover only on real backends.
         discover=not isinstance(backend, SimBackend),
     )
     result = app.run()
     return int(result or 0)
-
-
-def _log_follower(source: Any) -> Any:
-    """A LogFollower over the workers' log files, when the log subsystem is present."""
-    try:
-        from amdtop.rccl.tail import LogFollower
-    except ImportError:
-        return None
-
-    def paths() -> list[Path]:
-        try:
-            return [Path(w.log) for w in source.status() if getattr(w, "log", None)] if source is not None else []
-        except Exception:
-            return []
-
-    try:
-        return LogFollower(paths)
-    except Exception:
-        return None
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(0)

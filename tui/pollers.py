@@ -52,6 +52,17 @@ class Poller:
         self._discovered: list[WorkerStatus] = []
         self._ticks = 0
         self.last_error: str | None = None
+        self.last_workers: tuple[WorkerStatus, ...] = ()
+
+    def follow_logs(self) -> bool:
+        """Tail the workers' log files (owner LOGS: amdtop.rccl.tail); False when that module is absent."""
+        try:
+            from amdtop.rccl.tail import LogFollower
+        except ImportError:
+            return False
+        # Paths come from the last worker list, so ranks that start later are picked up without another status call.
+        self.log_follower = LogFollower(lambda: [(w.name, Path(w.log)) for w in self.last_workers if w.log])
+        return True
 
     def _worker_list(self, gpu_pids: dict[int, tuple[int, ...]]) -> list[WorkerStatus]:
         own: list[WorkerStatus] = []
@@ -75,6 +86,7 @@ class Poller:
             for proc in sample.processes:
                 gpu_pids[proc.pid] = (*gpu_pids.get(proc.pid, ()), sample.index)
         workers = self._worker_list(gpu_pids)
+        self.last_workers = tuple(workers)
         self._ticks += 1
         for sample in snap.gpus:
             hist = self._history.setdefault(sample.index, deque(maxlen=HISTORY))

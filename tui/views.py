@@ -76,12 +76,12 @@ def gpu_rows(frame: Frame) -> dict[str, tuple[object, ...]]:
             rows[f"gpu-{info.index}"] = (
                 Text(f"{info.index} n{numa}", style="bold red"),
                 Text("LOST", style="bold red"),
-                "",
                 Text(why[:30], style="red"),
                 "-",
                 "-",
                 worker,
                 flags,
+                "",
             )
             continue
         util = s.util_pct
@@ -97,7 +97,7 @@ def gpu_rows(frame: Frame) -> dict[str, tuple[object, ...]]:
             vram = Text("N/A", style="dim")
         power = "N/A" if s.power_w is None else f"{s.power_w:4.0f}W"
         temp = "N/A" if s.temp_c is None else f"{s.temp_c:3.0f}°C"
-        rows[f"gpu-{info.index}"] = (gpu, util_t, hist, vram, power, temp, worker, flags)
+        rows[f"gpu-{info.index}"] = (gpu, util_t, vram, power, temp, worker, flags, hist)
     return rows
 
 
@@ -140,6 +140,11 @@ def groups_view(frame: Frame) -> tuple[Text, ...]:
             lines.append(Text(f"  ! {f.message}", style="red"))
         for g in warn:
             lines.append(Text(f"  ! {g.message}", style="yellow"))
+        lost = [g for g in w.gpus if (s := snap.sample(g)) is None or s.lost]
+        if lost:
+            lines.append(
+                Text(f"  ! GPU {','.join(map(str, lost))} lost: the group cannot make progress", style="bold red")
+            )
     if not lines:
         lines.append(Text("No TP groups: no worker is running.", style="dim"))
     return tuple(lines)

@@ -24,10 +24,16 @@ class DiffTable(DataTable[Any]):
         """How many times the rows were rebuilt (tests assert it stays flat tick after tick)."""
 
     def on_mount(self) -> None:
-        for key, label in self.COLUMNS:
-            self.add_column(label, key=key)
+        self._ensure_columns()
+
+    def _ensure_columns(self) -> None:
+        # A frame can arrive before on_mount ran (the poller starts with the app).
+        if not self.columns:
+            for key, label in self.COLUMNS:
+                self.add_column(label, key=key)
 
     def show(self, rows: Mapping[str, tuple[Any, ...]]) -> None:
+        self._ensure_columns()
         if list(rows) != list(self._rows):
             self._rebuild(rows)
             return

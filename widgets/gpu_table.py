@@ -12,10 +12,10 @@ class GpuTable(DiffTable):
     COLUMNS = (
         ("gpu", "GPU"),
         ("util", "Util"),
-        ("hist", "History"),
         ("vram", "VRAM used/total"),
         ("power", "Power"),
         ("temp", "Temp"),
         ("worker", "Worker/rank"),
         ("flags", "Flags"),
+        ("hist", "Util history"),  # last: the first column to scroll off on an 80-column terminal
     )

@@ -1,0 +1,247 @@
+"""Pilot tests: navigation, every key, read-only mode, the poller thread and row diffing."""
+
+from __future__ import annotations
+
+import io
+import threading
+from typing import Any
+
+from rich.console import Console
+
+from tests.tui.conftest import imbalanced_specs, make_app, settle
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.help import HelpScreen
+from tui.screens.retune import RetuneScreen, parse_changes
+from widgets.gpu_table import GpuTable
+from widgets.topo_matrix import TopoMatrix
+
+
+async def _ready(pilot: Any, steps: int = 3) -> None:
+    await pilot.pause()
+    pilot.app.step(steps)
+    await settle(pilot)
+
+
+async def test_q_quits() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0 and not app.is_running
+
+
+async def test_ctrl_c_quits() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert not app.is_running
+
+
+async def test_lost_terminal_exits() -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _ready(pilot)
+        app._check_tty()  # stdin under pytest is not a TTY: same as an SSH drop
+        await pilot.pause()
+    assert not app.is_running
+
+
+async def test_panes_built_from_gpu_list_and_rows_diffed() -> None:
+    for scenario, n in (("mi300x-8", 8), ("pcie-4", 4), ("empty", 0)):
+        app = make_app(scenario)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await _ready(pilot)
+            table = app.dashboard.query_one("#pane-gpus", GpuTable)
+            assert table.row_count == n
+            rebuilds = table.rebuilds
+            app.step(3)
+            await settle(pilot)
+            assert table.rebuilds == rebuilds  # updated cell by cell, never rebuilt per tick
+
+
+async def test_number_keys_switch_tabs_on_small_terminal() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _ready(pilot)
+        board = app.dashboard
+        assert board.narrow
+        for key, pane in zip("123456", ("gpus", "topo", "groups", "numa", "workers", "logs"), strict=True):
+            await pilot.press(key)
+            await pilot.pause()
+            assert board.active_pane == pane
+            assert board.query_one(f"#pane-{pane}").display
+            others = [p for p in ("gpus", "topo", "groups", "numa", "workers") if p != pane]
+            assert not any(board.query_one(f"#pane-{p}").region.height for p in others)
+
+
+async def test_wide_terminal_shows_every_pane() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        assert not app.dashboard.narrow
+        for pane in ("gpus", "topo", "groups", "numa", "workers", "logs"):
+            assert app.dashboard.query_one(f"#pane-{pane}").region.height > 0, pane
+
+
+async def test_help_opens_and_closes() -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _ready(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert any(k == "s" for k, _, _ in app.screen.keys)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.dashboard
+
+
+async def test_stop_asks_then_stops_selected_worker() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("5", "down")  # workers pane, second worker
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await settle(pilot)
+        assert app.control.calls == []
+        await pilot.press("s")
+        await pilot.pause()
+        await pilot.press("y")
+        await settle(pilot)
+        assert app.control.calls == [("stop", "qwen-32b")]
+
+
+async def test_restart_and_launch_keys() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("5", "r")
+        await pilot.pause()
+        await pilot.press("y")
+        await settle(pilot)
+        await pilot.press("l")
+        await settle(pilot)
+        assert app.control.calls == [("restart", "llama-70b"), ("launch", "llama-70b")]
+
+
+async def test_retune_dialog_diff_confirm() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("5", "e")
+        await pilot.pause()
+        assert isinstance(app.screen, RetuneScreen)
+        await pilot.press(*"max-num-seqs=64", "enter")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen) and "max-num-seqs" in app.screen.text
+        await pilot.press("y")
+        await settle(pilot)
+        assert app.control.calls == [("retune", "llama-70b", "max-num-seqs=64")]
+
+
+def test_parse_changes_rejects_bad_pairs() -> None:
+    assert parse_changes("--max-num-seqs=8 block-size=16") == {"max-num-seqs": "8", "block-size": "16"}
+    for bad in ("", "max-num-seqs", "=3"):
+        try:
+            parse_changes(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
+
+
+async def test_readonly_hides_and_blocks_control_keys() -> None:
+    app = make_app(readonly=True)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        for action in ("launch", "restart", "stop", "retune", "ramp", "exporter"):
+            assert app.check_action(action, ()) is False
+        await pilot.press("5", "s", "r", "l", "e")
+        await settle(pilot)
+        assert app.screen is app.dashboard
+        footer_keys = {b.binding.key for b in app.screen.active_bindings.values() if b.enabled and b.binding.show}
+        assert "s" not in footer_keys and "q" in footer_keys
+
+
+async def test_ramp_key_opens_ramp_screen_for_selected_worker() -> None:
+    from tui.screens.ramp import RampScreen
+
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        app.push_screen = _capture(app, RampScreen)  # type: ignore[method-assign]
+        await pilot.press("5", "a")
+        await pilot.pause()
+        assert app.pushed.url == "http://127.0.0.1:18200" and app.pushed.worker == "llama-70b"
+
+
+def _capture(app: Any, kind: type) -> Any:
+    def push(screen: Any, *args: Any, **kw: Any) -> None:
+        assert isinstance(screen, kind)
+        app.pushed = screen
+
+    return push
+
+
+async def test_exporter_key_starts_and_stops_exporter() -> None:
+    app = make_app(exporter_listen="127.0.0.1:18290")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("x")
+        await settle(pilot)
+        assert app.exporter is not None and "18290" in app.exporter.url
+        await pilot.press("x")
+        await settle(pilot)
+        assert app.exporter is None
+
+
+async def test_matrix_mode_needs_probe_results_then_toggles() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("m")
+        await pilot.pause()
+        assert app.dashboard.show_gbps is False
+        app.dashboard.bandwidth = ((0, 1, 48.5),)
+        await pilot.press("m")
+        await pilot.pause()
+        assert app.dashboard.show_gbps is True
+        topo = app.dashboard.query_one("#pane-topo", TopoMatrix)
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(topo.render_view(topo.view))
+        assert "48GB/s" in console.export_text()
+
+
+async def test_pause_freezes_the_view() -> None:
+    app = make_app(specs=imbalanced_specs())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("p")
+        before = app.frames
+        app.post_message_no_wait = None
+        from tui.messages import SnapshotReady
+
+        app.post_message(SnapshotReady(app.poller.tick()))
+        await settle(pilot)
+        assert app.frames == before
+        await pilot.press("p")
+        await settle(pilot)
+        assert app.frames == before + 1
+
+
+async def test_poller_thread_delivers_frames_and_stops_on_quit() -> None:
+    app = make_app(autopoll=True, interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if app.frames >= 3:
+                break
+        assert app.frames >= 3
+        assert len(app.workers) == 1  # one telemetry worker, no overlap
+    assert not any(t.name.startswith("asyncio") is False and "telemetry" in t.name for t in threading.enumerate())
+    assert app._stop.is_set()
