@@ -250,6 +250,7 @@ def amdsmi_get_gpu_asic_info(processor_handle):
 
 
 def amdsmi_get_gpu_device_uuid(processor_handle):
+    # Shape only (dashed hex from device id + ASIC serial); the exact byte layout of the C library is not modelled.
     info = amdsmi_get_gpu_asic_info(processor_handle)
     serial = int(info["asic_serial"], 16) if info["asic_serial"] != "N/A" else 0
     dev = int(info["device_id"], 16)
