@@ -38,8 +38,7 @@ def _payload(spec: LoadSpec, prompt: str) -> dict[str, Any]:
         "stream": True,
         "stream_options": {"include_usage": True},
         "ignore_eos": True,
-        "temperature": 0.0,
-    }
+    }  # no sampling settings: the server's defaults, as `vllm bench serve` sends
     if spec.chat:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
