@@ -49,5 +49,6 @@ def open_backend(name: str, options: BackendOptions) -> TelemetryBackend:
         try:
             return opener(options)
         except BackendUnavailable as exc:
-            reasons.append(f"{candidate}: {exc}")
+            text = str(exc)
+            reasons.append(text if text.startswith(f"{candidate}:") else f"{candidate}: {text}")
     raise NoGpuFound("no GPU found (" + "; ".join(reasons) + "); run with --demo for a simulated 8x MI300X node")
