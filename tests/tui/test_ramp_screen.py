@@ -74,3 +74,23 @@ async def test_apply_disabled_without_callback(tmp_path: Path) -> None:
 
 def test_snapshot_finished_ramp(snap_compare: Any, tmp_path: Path) -> None:
     assert snap_compare(make(Path("/nonexistent-state"), []), terminal_size=(160, 50))
+
+
+async def test_live_ramp_against_simulated_server(tmp_path: Path) -> None:
+    from amdtop.ramp import RampConfig
+    from tests.unit.simproc import simserver
+
+    with simserver(18117, "--capacity", "2", "--tokens-per-s", "200", "--ttft-ms", "5"):
+        cfg = RampConfig(url="http://127.0.0.1:18117", concurrencies=(1, 2, 4), step_seconds=0.5, warmup_seconds=0.2,
+                         input_len=4, output_len=4, refine_points=0)  # fmt: skip
+        screen = RampScreen(cfg.url, None, worker="sim", state_dir=tmp_path, apply=None, config=cfg)
+        app = Host(screen)
+        async with app.run_test(size=(160, 50)) as pilot:
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if screen.doc and screen.doc.get("finished"):
+                    break
+            assert screen.doc is not None and screen.doc["finished"]
+            assert screen.query_one("#ramp-steps", DataTable).row_count == 3
+            assert screen.check_action("abort", ()) is False  # no ramp running any more
+    assert list((tmp_path / "ramp").glob("*.json"))
