@@ -79,7 +79,11 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
 def open_from_args(args: argparse.Namespace) -> TelemetryBackend:
     """Open the backend the arguments ask for (``--demo`` means ``sim``)."""
     name = "sim" if args.demo else args.backend
-    return open_backend(name, backend_options(args))
+    backend = open_backend(name, backend_options(args))
+    if name == "auto":
+        # The contract promises that auto says what it picked; stderr keeps --json stdout clean.
+        sys.stderr.write(f"amdtop: backend auto picked {backend.name}\n")
+    return backend
 
 
 def print_json(doc: Any) -> None:
