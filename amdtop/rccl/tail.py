@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from amdtop.rccl.lines import LogBatch, LogLine, make_line
+from amdtop.rccl.lines import ERROR, WARN, LogBatch, LogLine, make_line
 
 PathSpec = Path | str | tuple[str, Path | str]
 """A path (worker = file stem) or ``(worker, path)``."""
@@ -20,10 +20,35 @@ PathSpec = Path | str | tuple[str, Path | str]
 _CHUNK = 1 << 20
 _MAX_PARTIAL = 1 << 20
 _CONTROL = {c: "?" for c in range(32) if c != 9}
+# lines worth keeping even when a flood is dropped to counting: errors must never be lost in the noise
+_KEEP = (
+    b" NCCL WARN ",
+    b"NCCL Error",
+    b"Watchdog caught",
+    b"unhandled system error",
+    b"unhandled cuda error",
+    b"DistBackendError",
+    b"Init COMPLETE",
+)
+_MAX_KEEP = 200
+
+
+def _important(buf: bytes, limit: int = _MAX_KEEP) -> list[bytes]:
+    """Whole lines of ``buf`` holding an error/warning mark, in order (``bytes.find`` only: cheap on MBs)."""
+    found: dict[int, bytes] = {}
+    for mark in _KEEP:
+        i = buf.find(mark)
+        while i >= 0 and len(found) < limit:
+            start = buf.rfind(b"\n", 0, i) + 1
+            end = buf.find(b"\n", i)
+            end = len(buf) if end < 0 else end
+            found[start] = buf[start:end]
+            i = buf.find(mark, end)
+    return [found[k] for k in sorted(found)]
 
 
 class _Tail:
-    __slots__ = ("fh", "ident", "partial", "path", "pos", "seen", "worker")
+    __slots__ = ("fh", "ident", "kept", "partial", "path", "pos", "seen", "worker")
 
     def __init__(self, worker: str, path: Path) -> None:
         self.worker, self.path = worker, path
@@ -32,6 +57,7 @@ class _Tail:
         self.pos = 0
         self.partial = b""
         self.seen = False
+        self.kept: list[bytes] = []
 
     def close(self) -> None:
         if self.fh is not None:
@@ -94,8 +120,10 @@ class LogFollower:
             dropped += lost
         self._first = False
         if len(lines) > self.max_lines:
-            dropped += len(lines) - self.max_lines
-            lines = lines[-self.max_lines :]
+            cut = len(lines) - self.max_lines
+            keep = [x for x in lines[:cut] if x.level in (ERROR, WARN)][-_MAX_KEEP:]
+            dropped += cut - len(keep)
+            lines = keep + lines[cut:]
         self.dropped_total += dropped
         return LogBatch(tuple(lines), dropped)
 
@@ -157,6 +185,8 @@ class LogFollower:
                         break
                     dropped += chunk.count(b"\n")
                     tail.pos += len(chunk)
+                    if len(tail.kept) < _MAX_KEEP:
+                        tail.kept += _important(chunk, _MAX_KEEP - len(tail.kept))
                 tail.partial = b""
                 rest = tail.fh.readline()
                 tail.pos += len(rest)
@@ -168,7 +198,8 @@ class LogFollower:
         return data, dropped
 
     def _split(self, tail: _Tail, data: bytes, dropped: int) -> tuple[list[LogLine], int]:
-        if not data:
+        kept, tail.kept = tail.kept, []
+        if not data and not kept:
             return [], dropped
         buf = tail.partial + data if tail.partial else data
         parts = buf.split(b"\n")
@@ -178,8 +209,13 @@ class LogFollower:
             parts.append(tail.partial[:_MAX_PARTIAL])
             tail.partial = b""
         if len(parts) > self.max_lines:
-            dropped += len(parts) - self.max_lines
-            parts = parts[-self.max_lines :]
+            cut = len(parts) - self.max_lines
+            kept += _important(b"\n".join(parts[:cut]), _MAX_KEEP - len(kept))
+            dropped += cut
+            parts = parts[cut:]
+        if kept:
+            dropped -= len(kept)
+            parts = kept + parts
         name = str(tail.path)
         out = []
         for raw in parts:

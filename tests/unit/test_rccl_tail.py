@@ -92,6 +92,21 @@ def test_flood_drops_to_counting(tmp_path: Path) -> None:
     assert batch.dropped_count == batch.dropped
 
 
+def test_flood_keeps_errors_and_warnings(tmp_path: Path) -> None:
+    log = tmp_path / "flood.log"
+    f = LogFollower([log], max_lines=100, max_bytes=10_000)
+    f.poll()
+    lines = [f"x{i:07d}" for i in range(50_000)]
+    lines[10] = "RuntimeError: NCCL Error 2: unhandled system error"  # in the skipped (counted) region
+    lines[49_850] = "n1:1:1 [0] init.cc:1 NCCL WARN late warning"  # decoded, but cut by max_lines
+    log.write_text("\n".join(lines) + "\n")
+    batch = f.poll()
+    texts = [x.text for x in batch.lines]
+    assert texts[:2] == [lines[10], lines[49_850]]
+    assert texts[2:] == lines[-100:]
+    assert batch.dropped == 50_000 - 102
+
+
 def test_levels_and_transport_marks(tmp_path: Path) -> None:
     log = tmp_path / "r.log"
     log.write_text("\n".join(rccl_rank_lines(0, 2, errors=True)) + "\n")
