@@ -34,12 +34,19 @@ class RampResult:
     """Why the ramp stopped early, ``None`` when it ran to its end."""
     finished: bool = False
     started: float = field(default_factory=time.time)
+    worker: str | None = None
+    """Supervisor worker the ramp ran against (the exporter labels knees with it)."""
+    finished_at: float | None = None
+    """When the ramp ended (finished or stopped early), seconds since the epoch."""
 
     def to_json(self) -> dict[str, Any]:
         """The contract document: url, model, steps, knee, recommended_max_num_seqs (plus extras)."""
         return {
             "url": self.url,
             "model": self.model,
+            "worker": self.worker,
+            "timestamp": self.started,
+            "finished_at": self.finished_at,
             "date": time.strftime("%Y%m%d-%H%M%S", time.localtime(self.started)),
             "settings": self.settings,
             "steps": sorted(self.steps, key=lambda s: s["concurrency"]),

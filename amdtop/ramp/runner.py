@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -68,6 +69,7 @@ class Ramp:
         *,
         on_update: StepCallback | None = None,
         alive: Callable[[], bool] | None = None,
+        worker: str | None = None,
     ) -> None:
         cfg.validate()
         self.cfg = cfg
@@ -76,7 +78,7 @@ class Ramp:
         self.alive = alive
         """Optional worker liveness check (the supervisor's view); False stops the ramp."""
         self._stop = threading.Event()
-        self.result = RampResult(url=cfg.url.rstrip("/"), model=cfg.model or "", settings=asdict(cfg))
+        self.result = RampResult(url=cfg.url.rstrip("/"), model=cfg.model or "", settings=asdict(cfg), worker=worker)
         self.paths: tuple[Path, Path] | None = None
         self.status = "starting"
 
@@ -124,6 +126,7 @@ class Ramp:
             self.result.finished = True
             self.status = "finished"
         finally:
+            self.result.finished_at = time.time()
             self._update_knee()
             self._publish()
         return self.result

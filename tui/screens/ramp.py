@@ -123,7 +123,7 @@ class RampScreen(Screen[None]):
 
     def action_start(self) -> None:
         try:
-            self._ramp = Ramp(self.config, self.state_dir, on_update=self._ramp_update)
+            self._ramp = Ramp(self.config, self.state_dir, on_update=self._ramp_update, worker=self.worker)
         except AmdtopError as exc:
             self._fail(str(exc))
             return
