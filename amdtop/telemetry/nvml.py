@@ -1,0 +1,270 @@
+"""NVIDIA GPUs through NVML (``nvidia-ml-py``'s ``pynvml`` module).
+
+Handles are looked up once; a field that answers NOT_SUPPORTED (or no permission) is remembered and never asked
+again, so a poll costs only the calls that can give a value. An error on one GPU marks that GPU lost (flag
+``gpu_lost``) and leaves the others updating; ``GPU_IS_LOST`` is sticky, any other error is retried next poll.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import time
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from amdtop.errors import BackendUnavailable
+from amdtop.model import Flag, FlagKind, GpuInfo, GpuProcess, GpuSample, Link, LinkType, NodeSnapshot, Topology
+from amdtop.telemetry.base import BackendOptions
+from amdtop.telemetry.nvml_host import host_numa_nodes, mask_to_cpus, normalize_bdf, pci_numa_node
+
+# NVML return codes (stable ABI values, nvml.h) that mean "this field is not available here", not "GPU broken".
+_SOFT_ERRORS = frozenset(
+    {2, 3, 4, 6, 13}
+)  # INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, FUNCTION_NOT_FOUND
+_GPU_IS_LOST = 15
+_CPU_SET_WORDS = 16  # 1024 CPUs: a fixed size keeps the call (and a recorded fixture) independent of the host
+_NVLINK_GBS_PER_LINK = 25  # NVLink 2-4: 25 GB/s per direction per link
+_TOPOLOGY_SYSTEM = 50  # NVML_TOPOLOGY_SYSTEM: the path crosses the inter-socket link
+
+
+def _err_code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(slots=True)
+class _Device:
+    index: int
+    handle: Any
+    unsupported: set[str] = field(default_factory=set)
+    lost_reason: str | None = None
+
+
+class NvmlBackend:
+    """Telemetry from NVML; ``nvml`` is the ``pynvml`` module (or a replaying stand-in in tests)."""
+
+    name = "nvml"
+
+    def __init__(self, nvml: ModuleType | Any, options: BackendOptions) -> None:
+        """Initialise NVML and read the static topology.
+
+        Raises:
+            BackendUnavailable: NVML cannot initialise or finds no GPU.
+        """
+        self._nvml = nvml
+        self._options = options
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:  # pynvml raises NVMLError subclasses, OSError or others when the driver is absent
+            raise BackendUnavailable(f"NVML did not initialise ({exc})") from None
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+            self._devices = [_Device(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+        except nvml.NVMLError as exc:
+            self._shutdown()
+            raise BackendUnavailable(f"NVML could not list GPUs ({exc})") from None
+        if not self._devices:
+            self._shutdown()
+            raise BackendUnavailable("NVML found no GPU")
+        self._hostname = socket.gethostname()
+        self._topology = self._read_topology()
+
+    # -- static -------------------------------------------------------------------------------------------------
+
+    def _soft(self, dev: _Device, key: str, fn: Any, *args: Any) -> Any:
+        """Call ``fn``; ``None`` (remembered) when the field is not supported on this GPU."""
+        if key in dev.unsupported:
+            return None
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError as exc:
+            if _err_code(exc) in _SOFT_ERRORS:
+                dev.unsupported.add(key)
+                return None
+            raise
+
+    def _static_soft(self, dev: _Device, key: str, fn: Any, *args: Any) -> Any:
+        # At start-up any error on an optional field is survivable: the GPU will show as lost at the first poll.
+        try:
+            return self._soft(dev, key, fn, *args)
+        except self._nvml.NVMLError:
+            return None
+
+    def _read_topology(self) -> Topology:
+        nv = self._nvml
+        numa_nodes = host_numa_nodes(self._options.sysfs_root)
+        node_cpus = {n.id: n.cpus for n in numa_nodes}
+        gpus: list[GpuInfo] = []
+        self._bdfs: list[str] = []
+        for dev in self._devices:
+            h = dev.handle
+            name = self._static_soft(dev, "name", nv.nvmlDeviceGetName, h)
+            pci = self._static_soft(dev, "pci", nv.nvmlDeviceGetPciInfo, h)
+            bdf = normalize_bdf(pci.busId) if pci is not None else ""
+            self._bdfs.append(bdf)
+            uuid = self._static_soft(dev, "uuid", nv.nvmlDeviceGetUUID, h)
+            mem = self._static_soft(dev, "memory", nv.nvmlDeviceGetMemoryInfo, h)
+            cap_mw = self._static_soft(dev, "power_cap", nv.nvmlDeviceGetEnforcedPowerLimit, h)
+            numa = self._static_soft(dev, "numa", nv.nvmlDeviceGetNumaNodeId, h)
+            numa = int(numa) if numa is not None and int(numa) >= 0 else pci_numa_node(self._options.sysfs_root, bdf)
+            mask = self._static_soft(dev, "cpu_affinity", nv.nvmlDeviceGetCpuAffinity, h, _CPU_SET_WORDS)
+            cpus = mask_to_cpus([int(w) for w in mask]) if mask is not None else ()
+            if not cpus and numa is not None:
+                cpus = node_cpus.get(numa, ())
+            gpus.append(
+                GpuInfo(
+                    index=dev.index,
+                    name=_text(name) if name is not None else "NVIDIA GPU",
+                    bdf=bdf,
+                    numa_node=numa,
+                    vendor="NVIDIA",
+                    uuid=_text(uuid) if uuid is not None else None,
+                    vram_total_bytes=int(mem.total) if mem is not None else None,
+                    cpu_affinity=cpus,
+                    power_cap_w=cap_mw / 1000.0 if cap_mw is not None else None,
+                )
+            )
+        return Topology(tuple(gpus), self._read_links(), numa_nodes)
+
+    def _nvlink_peers(self, dev: _Device) -> tuple[dict[str, int], int]:
+        """Active NVLinks of ``dev``: count per remote GPU BDF, and count of links to NVSwitches."""
+        nv = self._nvml
+        peers: dict[str, int] = {}
+        to_switch = 0
+        for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                state = nv.nvmlDeviceGetNvLinkState(dev.handle, link)
+            except nv.NVMLError:
+                break  # past the last link (INVALID_ARGUMENT) or no NVLink at all (NOT_SUPPORTED)
+            if int(state) != 1:  # NVML_FEATURE_ENABLED
+                continue
+            try:
+                remote = normalize_bdf(nv.nvmlDeviceGetNvLinkRemotePciInfo(dev.handle, link).busId)
+            except nv.NVMLError:
+                continue
+            try:
+                is_switch = int(nv.nvmlDeviceGetNvLinkRemoteDeviceType(dev.handle, link)) == 2
+            except nv.NVMLError:
+                is_switch = remote not in self._bdfs
+            if is_switch:
+                to_switch += 1
+            else:
+                peers[remote] = peers.get(remote, 0) + 1
+        return peers, to_switch
+
+    def _read_links(self) -> tuple[Link, ...]:
+        nv = self._nvml
+        if len(self._devices) < 2:
+            return ()
+        nvl = [self._nvlink_peers(dev) for dev in self._devices]
+        links: list[Link] = []
+        for a, da in enumerate(self._devices):
+            for b in range(a + 1, len(self._devices)):
+                direct = nvl[a][0].get(self._bdfs[b], 0)
+                # Through NVSwitch every GPU reaches every other over all its switch links (nvidia-smi: NV18).
+                switched = min(nvl[a][1], nvl[b][1])
+                n = direct + switched
+                if n:
+                    links.append(
+                        Link(
+                            a, b, LinkType.NVLINK, hops=1, nvlinks=n, max_bandwidth_mbs=n * _NVLINK_GBS_PER_LINK * 1000
+                        )
+                    )
+                    continue
+                try:
+                    level = int(nv.nvmlDeviceGetTopologyCommonAncestor(da.handle, self._devices[b].handle))
+                except nv.NVMLError:
+                    links.append(Link(a, b, LinkType.UNKNOWN))
+                    continue
+                links.append(Link(a, b, LinkType.PCIE, hops=3 if level >= _TOPOLOGY_SYSTEM else 2))
+        return tuple(links)
+
+    # -- per poll -----------------------------------------------------------------------------------------------
+
+    def topology(self) -> Topology:
+        """Return the static topology."""
+        return self._topology
+
+    def _process_name(self, pid: int) -> str | None:
+        try:
+            return (self._options.proc_root / str(pid) / "comm").read_text().strip() or None
+        except OSError:
+            return None
+
+    def _sample_gpu(self, dev: _Device) -> GpuSample:
+        nv = self._nvml
+        h = dev.handle
+        util = self._soft(dev, "util", nv.nvmlDeviceGetUtilizationRates, h)
+        mem = self._soft(dev, "memory", nv.nvmlDeviceGetMemoryInfo, h)
+        power_mw = self._soft(dev, "power", nv.nvmlDeviceGetPowerUsage, h)
+        temp = self._soft(dev, "temp", nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
+        sclk = self._soft(dev, "sclk", nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
+        mclk = self._soft(dev, "mclk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
+        procs = self._soft(dev, "procs", nv.nvmlDeviceGetComputeRunningProcesses, h) or []
+        return GpuSample(
+            index=dev.index,
+            util_pct=float(util.gpu) if util is not None else None,
+            vram_used_bytes=int(mem.used) if mem is not None else None,
+            vram_total_bytes=int(mem.total) if mem is not None else None,
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
+            temp_c=float(temp) if temp is not None else None,
+            mem_temp_c=None,
+            sclk_mhz=float(sclk) if sclk is not None else None,
+            mclk_mhz=float(mclk) if mclk is not None else None,
+            mem_util_pct=float(util.memory) if util is not None else None,
+            processes=tuple(
+                GpuProcess(
+                    int(p.pid),
+                    self._process_name(int(p.pid)),
+                    int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,
+                )
+                for p in procs
+            ),
+        )
+
+    def sample(self) -> NodeSnapshot:
+        """Poll every GPU once; a GPU that errors is reported lost and the others still update."""
+        samples: list[GpuSample] = []
+        flags: list[Flag] = []
+        for dev in self._devices:
+            reason = dev.lost_reason
+            if reason is None:
+                try:
+                    samples.append(self._sample_gpu(dev))
+                    continue
+                except self._nvml.NVMLError as exc:
+                    reason = f"NVML: {exc}"
+                    if _err_code(exc) == _GPU_IS_LOST:
+                        dev.lost_reason = reason
+            samples.append(GpuSample(dev.index, lost=True, error=reason))
+            flags.append(Flag(FlagKind.GPU_LOST, f"GPU {dev.index} lost: {reason}", gpus=(dev.index,)))
+        return NodeSnapshot("nvml", self._hostname, time.time(), self._topology, tuple(samples), tuple(flags))
+
+    def _shutdown(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:  # closing must never fail a command
+            pass
+
+    def close(self) -> None:
+        """Shut NVML down."""
+        self._shutdown()
+
+
+def open_backend(options: BackendOptions) -> NvmlBackend:
+    """Open NVML (``pynvml`` from nvidia-ml-py).
+
+    Raises:
+        BackendUnavailable: pynvml is missing, NVML cannot start, or there is no NVIDIA GPU.
+    """
+    try:
+        nvml = importlib.import_module("pynvml")
+    except ImportError:
+        raise BackendUnavailable("pynvml (nvidia-ml-py) is not installed") from None
+    return NvmlBackend(nvml, options)
