@@ -11,7 +11,13 @@ from amdtop.rccl import grammar as g
 from amdtop.rccl.env import FAKE_VARS, is_known
 from amdtop.rccl.report import Comm, Edge, EnvSetting, LogReport, Message, RankInfo
 
-_ERROR_WORDS = ("unhandled system error", "unhandled cuda error", "DistBackendError", "NCCL communicator was aborted")
+_ERROR_WORDS = (
+    "unhandled system error",
+    "unhandled cuda error",
+    "DistBackendError",
+    "NCCL communicator was aborted",
+    "ProcessRaisedException",
+)
 
 
 @dataclass(slots=True)
@@ -322,21 +328,30 @@ class LogParser:
         self._trail_key = key
         code = m.group(3)
         text = f"{hop} -> {code} ({g.RESULTS.get(code, 'error')})"
-        _h, _p, _t, dev, _ = self._header(key[1])
+        host, pid, _t, dev, _ = self._header(key[1])
         facts = (("result", int(code)), ("trail", (hop,)))
-        self.errors.append(Message(file, lineno, text, "error_trail", dev, facts))
+        self.errors.append(Message(file, lineno, text, "error_trail", self._rank_of(host, pid, dev), facts))
 
     # -- WARN and the rest ---------------------------------------------------------------------------------------
     def _warn(self, line: str, i: int, j: int, file: str, lineno: int) -> None:
         text = line[j:].strip()
-        _host, _pid, _tid, dev, where = self._header(line[:i])
+        host, pid, _tid, dev, where = self._header(line[:i])
         src = g.WARN_SOURCE.search(where)
         extra: tuple[tuple[str, object], ...] = ()
         if src:
             extra = (("source", f"{g.short_file(src.group(1))}:{src.group(2)}"),)
         if line.startswith("[") and line[1:5].isdigit():
             extra = (*extra, ("time", line[1 : line.find("]")]))
-        self.warnings.append(Message(file, lineno, text, "warn", dev, extra))
+        self.warnings.append(Message(file, lineno, text, "warn", self._rank_of(host, pid, dev), extra))
+
+    def _rank_of(self, host: str | None, pid: int | None, dev: int | None) -> int | None:
+        # the rank a process holds in its newest communicator (one rank per process in vLLM/torchrun); else the dev
+        comm = self._comms.get(self._by_thread.get((host, pid, None)) or "")
+        if comm is not None and pid is not None:
+            for r in comm.ranks.values():
+                if r.pid == pid and r.host == host and (dev is None or r.dev is None or r.dev == dev):
+                    return r.rank
+        return dev
 
     def _other(self, s: str, file: str, lineno: int) -> None:
         if self._in_banner:

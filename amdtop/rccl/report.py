@@ -66,7 +66,7 @@ class Comm:
     @property
     def summary(self) -> str:
         """One line: ``4 ranks, all pairs P2P/IPC`` or the mix of transports."""
-        head = f"{self.nranks} ranks"
+        head = f"{self.nranks} rank{'s' if self.nranks != 1 else ''}"
         hosts = {r.host for r in self.ranks if r.host}
         if len(hosts) > 1 or (self.nnodes or 1) > 1:
             head += f" on {max(len(hosts), self.nnodes or 0)} nodes"
@@ -74,7 +74,7 @@ class Comm:
         for e in self.edges:
             pairs.setdefault(e.transport, set()).add((min(e.src, e.dst), max(e.src, e.dst)))
         if not pairs:
-            text = f"{head}, no transport lines seen"
+            text = f"{head}, no peers" if self.nranks == 1 else f"{head}, no transport lines seen"
         elif len(pairs) == 1:
             text = f"{head}, all pairs {next(iter(pairs))}"
         else:
