@@ -6,7 +6,6 @@ import fcntl
 import os
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -91,7 +90,6 @@ class Supervisor:
         validate_profiles(self._profiles, topology)
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._meters: dict[str, EngineMeter] = {}
-        self._lock = threading.RLock()
         # No keep-alive: a pooled connection to a worker outlives its server and leaves the port in FIN_WAIT2.
         self._http = httpx.Client(
             timeout=httpx.Timeout(health_timeout_s),
@@ -122,9 +120,10 @@ class Supervisor:
 
     @contextmanager
     def _worker_lock(self, name: str) -> Iterator[None]:
-        # flock serialises control actions across amdtop processes sharing the state dir (TUI + CLI).
+        # flock (per open file, so per call) serialises control actions on one worker across threads and across amdtop
+        # processes sharing the state dir (TUI + CLI); actions on different workers run in parallel.
         self.store.dir.mkdir(parents=True, exist_ok=True)
-        with self._lock, open(self.store.dir / f".{name}.lock", "w") as fh:
+        with open(self.store.dir / f".{name}.lock", "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -405,7 +404,7 @@ class Supervisor:
         if rec.stopping and pids:
             state = WorkerState.STOPPING
         elif not leader:
-            state = WorkerState.STOPPED if rec.stopped else WorkerState.CRASHED
+            state = WorkerState.STOPPED if rec.stopped or (rec.stopping and not pids) else WorkerState.CRASHED
         else:
             code = self._health(rec.url)
             if code == 200:
@@ -427,8 +426,7 @@ class Supervisor:
             if shm != set(rec.shm):
                 changed["shm"] = tuple(sorted(shm))
         if changed:
-            rec = rec.with_(**changed)
-            self.store.save(rec)
+            rec = self._merge(rec, changed)
         rotate_log(Path(rec.log), self.log_max_bytes, self.log_backups)
         cpus: set[int] = set()
         mems: set[int] = set()
@@ -466,6 +464,24 @@ class Supervisor:
             engine=engine,
             last_log_lines=lines,
         )
+
+    def _merge(self, seen: WorkerRecord, changed: dict[str, object]) -> WorkerRecord:
+        """Save what a status poll learnt, unless a control action holds the worker (it owns the record then)."""
+        self.store.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.store.dir / f".{seen.name}.lock", "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return seen.with_(**changed)
+            try:
+                current = self.store.load(seen.name)
+                if current is None or current.launch_id != seen.launch_id or current.stopping:
+                    return seen.with_(**changed)
+                merged = current.with_(**changed)
+                self.store.save(merged)
+                return merged
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _scrape(self, name: str, url: str) -> EngineStats | None:
         try:

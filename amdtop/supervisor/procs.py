@@ -96,36 +96,35 @@ def members(
 ) -> set[int]:
     """PIDs of the worker launched as group ``pgid`` at ``start_ticks`` with env ``marker``.
 
-    A process belongs when it is in the group or session (and started no earlier than the leader: PIDs are reused),
-    is a (pid, start) seen earlier, or descends from one that belongs. ``deep`` also reads every process's environment
-    for the marker and checks ``VLLM::`` titles: that finds processes that left the group and were reparented.
+    Positively ours: a (pid, start) seen before (the leader is recorded at launch) or a process carrying ``marker``.
+    Processes in the group or session ``pgid`` (started no earlier than the leader) count too, but only while the
+    group is anchored by a positively-ours member: the kernel does not reuse a PID while a group or session with that
+    id exists, and vLLM's EngineCore and workers lose their readable environment to setproctitle. Descendants of
+    members belong. ``deep`` reads every process's environment for the marker: that finds processes that left the
+    group and session and were reparented.
     """
     table = scan(proc) if table is None else table
-    found: set[int] = set()
     known_set = set(known)
+    me = os.getpid()
+    sure: set[int] = set()
+    grouped: list[ProcStat] = []
     for st in table.values():
         if (st.pid, st.start_ticks) in known_set:
-            found.add(st.pid)
+            sure.add(st.pid)
         elif (st.pgid == pgid or st.sid == pgid) and st.start_ticks >= start_ticks:
-            env_marker = read_environ(st.pid, proc).get(MARKER_ENV) if deep else None
-            if env_marker is None or env_marker == marker:
-                found.add(st.pid)
-    if deep:
-        me = os.getpid()
-        for st in table.values():
-            if st.pid in found or st.pid == me:
-                continue
-            env_marker = read_environ(st.pid, proc).get(MARKER_ENV)
-            if env_marker == marker:
-                found.add(st.pid)
-            elif (
-                env_marker is None
-                and (st.sid == pgid or st.pgid == pgid)
-                and st.start_ticks >= start_ticks
-                and title(st.pid, proc).startswith(VLLM_TITLE)
-            ):
-                # A vLLM process whose environment was clobbered by setproctitle: ours if its session is ours.
-                found.add(st.pid)
+            grouped.append(st)
+        elif deep and st.pid != me and read_environ(st.pid, proc).get(MARKER_ENV) == marker:
+            sure.add(st.pid)
+    foreign: set[int] = set()
+    for st in grouped:
+        env_marker = read_environ(st.pid, proc).get(MARKER_ENV)
+        if env_marker == marker:
+            sure.add(st.pid)
+        elif env_marker is not None:
+            foreign.add(st.pid)
+    found = set(sure)
+    if any(table[p].pgid == pgid or table[p].sid == pgid for p in sure):
+        found |= {st.pid for st in grouped if st.pid not in foreign}
     return _descendants(found, table) & set(table)
 
 

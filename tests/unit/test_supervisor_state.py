@@ -248,3 +248,33 @@ def test_cli_bad_profile_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "amdtop: error: worker[b].gpus: GPU 1 is already used by worker a; give each worker its own GPUs\n"
     )
     assert not (tmp_path / "st" / "workers").exists()
+
+
+def _fake_proc(tmp: Path, envs: dict[int, dict[str, str]]) -> Path:
+    for pid, env in envs.items():
+        d = tmp / str(pid)
+        d.mkdir(parents=True)
+        (d / "environ").write_bytes(b"".join(f"{k}={v}\0".encode() for k, v in env.items()))
+    return tmp
+
+
+def test_members_need_an_anchor_in_the_group(tmp_path: Path) -> None:
+    from amdtop.supervisor.procs import ProcStat, members
+
+    def st(pid: int, ppid: int, pgid: int, ticks: int = 200) -> ProcStat:
+        return ProcStat(pid, ppid, pgid, pgid, "S", ticks, "x")
+
+    ours = {"AMDTOP_WORKER": "w:abc"}
+    # Group 100 after our launch died and PID 100 was reused: no member is positively ours -> nothing is ours.
+    reused = {100: st(100, 1, 100), 101: st(101, 100, 100)}
+    proc = _fake_proc(tmp_path / "a", {100: {"PATH": "/bin"}, 101: {}})
+    assert members(pgid=100, start_ticks=150, marker="w:abc", table=reused, proc=proc) == set()
+    # Our API server was SIGKILLed; EngineCore (environment clobbered by setproctitle) and the resource tracker (marker
+    # intact) live on in the group: the tracker anchors the group, EngineCore's child follows by parent chain.
+    orphans = {102: st(102, 1, 100), 103: st(103, 1, 100), 104: st(104, 102, 100), 105: st(105, 1, 100)}
+    proc = _fake_proc(tmp_path / "b", {102: {}, 103: ours, 104: {}, 105: {"AMDTOP_WORKER": "other:1"}})
+    assert members(pgid=100, start_ticks=150, marker="w:abc", table=orphans, proc=proc) == {102, 103, 104}
+    # A process older than the launch is never ours, and a known (pid, start) is ours anywhere.
+    old = {102: st(102, 1, 100, ticks=10), 106: st(106, 1, 555)}
+    proc = _fake_proc(tmp_path / "c", {102: ours, 106: {}})
+    assert members(pgid=100, start_ticks=150, marker="w:abc", known=((106, 200),), table=old, proc=proc) == {106}
