@@ -1,0 +1,35 @@
+"""The probe's results cached in the state dir (``<state_dir>/probe.json``), read by the topology pane."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from amdtop.probe.model import ProbeResults, results_from_json, results_json
+
+CACHE_NAME = "probe.json"
+
+
+def cache_path(state_dir: Path) -> Path:
+    """Where the cached results live."""
+    return state_dir / CACHE_NAME
+
+
+def save_results(state_dir: Path, results: ProbeResults) -> Path:
+    """Write ``results`` atomically (a reader never sees half a file); returns the path."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_path(state_dir)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results_json(results), indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_results(state_dir: Path) -> ProbeResults | None:
+    """The cached results, or ``None`` when there are none or the file is unreadable or malformed."""
+    try:
+        doc = json.loads(cache_path(state_dir).read_text())
+        return results_from_json(doc)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
