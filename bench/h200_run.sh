@@ -52,12 +52,37 @@ while time.time() - t < 25:
   cp $R/state/probe.json $R/probe/state_probe.json 2>/dev/null
 fi
 
-if [ "$MODE" = tui ] || [ -f tui/launch.py ]; then
+if [ "$MODE" = final ]; then
+  # Second run: re-record under load (now with the single GPU's NVLink answers), poll cost busy and idle.
+  step load-start
+  python3 -c '
+import torch, time
+x = torch.empty(8 << 30, dtype=torch.uint8, device="cuda")
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+t = time.time()
+while time.time() - t < 30:
+    a @ a
+    torch.cuda.synchronize()
+' & LOADPID=$!
+  sleep 8
+  step nvml-record
+  python3 -m amdtop.telemetry.nvml_replay record --out $R/nvml/h200_replay.json --polls 3 >>$LOG 2>&1
+  python3 -m amdtop snapshot --json --backend nvml > $R/nvml/h200_snapshot.json 2>>$LOG; echo "rc=$?" >>$LOG
+  python3 -m amdtop topo --json --backend nvml > $R/nvml/h200_topo.json 2>>$LOG
+  python3 -m amdtop topo --backend nvml > $R/nvml/h200_topo.txt 2>>$LOG
+  step poll-bench-busy
+  python3 bench/poll_nvml.py --rounds 21 --polls 200 --json $R/bench/poll_nvml_busy.json 2>&1 | tee -a $LOG
+  wait $LOADPID
+  step poll-bench-idle
+  python3 bench/poll_nvml.py --rounds 21 --polls 200 --json $R/bench/poll_nvml_idle.json 2>&1 | tee -a $LOG
+fi
+
+if [ "$MODE" = tui ] || [ "$MODE" = final ] || [ -f tui/launch.py ]; then
   step tui-cpu
   SECS=${TUI_SECONDS:-60}
   for i in 1 2; do
-    python3 bench/tui_cpu_pty.py --label amdtop --seconds $SECS -- python3 -m amdtop --backend nvml --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
-    python3 bench/tui_cpu_pty.py --label nvitop --seconds $SECS -- python3 -m nvitop --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
+    python3 bench/tui_cpu_pty.py --label amdtop --seconds $SECS --expect H200 --save $R/bench/amdtop_screen_$i.bin -- python3 -m amdtop --backend nvml --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
+    python3 bench/tui_cpu_pty.py --label nvitop --seconds $SECS --expect H200 --save $R/bench/nvitop_screen_$i.bin -- python3 -m nvitop --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
   done
 fi
 step pack

@@ -55,7 +55,8 @@ def tree_ticks(root: int) -> int:
     return total
 
 
-def drain(fd: int, until: float) -> int:
+def drain(fd: int, until: float, keep: bytearray) -> int:
+    """Read what the program writes until ``until``; keep the last 256 KiB in ``keep``."""
     n = 0
     while True:
         left = until - time.monotonic()
@@ -64,9 +65,12 @@ def drain(fd: int, until: float) -> int:
         r, _, _ = select.select([fd], [], [], min(left, 0.2))
         if r:
             try:
-                n += len(os.read(fd, 65536))
+                chunk = os.read(fd, 65536)
             except OSError:
                 return n
+            n += len(chunk)
+            keep += chunk
+            del keep[: max(0, len(keep) - 262144)]
 
 
 def main() -> int:
@@ -76,6 +80,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--cols", type=int, default=200)
     ap.add_argument("--rows", type=int, default=50)
+    ap.add_argument("--expect", default=None, help="text that must appear on screen (proves it drew real data)")
+    ap.add_argument("--save", default=None, help="write the last 256 KiB of terminal output here")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -86,13 +92,14 @@ def main() -> int:
         os.execvp(cmd[0], cmd)
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", args.rows, args.cols, 0, 0))
     start = time.monotonic()
-    drain(fd, start + args.warmup)
+    keep = bytearray()
+    drain(fd, start + args.warmup, keep)
     t0, c0 = time.monotonic(), tree_ticks(pid)
-    nbytes = drain(fd, t0 + args.seconds)
+    nbytes = drain(fd, t0 + args.seconds, keep)
     t1, c1 = time.monotonic(), tree_ticks(pid)
     alive = os.waitpid(pid, os.WNOHANG) == (0, 0)
     os.kill(pid, signal.SIGTERM)
-    drain(fd, time.monotonic() + 1.0)
+    drain(fd, time.monotonic() + 1.0, bytearray())
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -111,7 +118,11 @@ def main() -> int:
         "cpu_pct_one_core": round(100.0 * cpu_s / (t1 - t0), 3),
         "output_bytes": nbytes,
         "alive_at_end": alive,
+        "expect_seen": None if args.expect is None else args.expect.encode() in keep,
     }
+    if args.save:
+        with open(args.save, "wb") as fh:
+            fh.write(bytes(keep))
     print(json.dumps(out), flush=True)
     return 0 if alive else 1
 

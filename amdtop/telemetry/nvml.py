@@ -158,6 +158,10 @@ class NvmlBackend:
                 peers[remote] = peers.get(remote, 0) + 1
         return peers, to_switch
 
+    def record_nvlinks(self) -> list[tuple[dict[str, int], int]]:
+        """NVLink peers of every GPU (what the link reading asks NVML), for the fixture recorder."""
+        return [self._nvlink_peers(dev) for dev in self._devices]
+
     def _read_links(self) -> tuple[Link, ...]:
         nv = self._nvml
         if len(self._devices) < 2:
