@@ -1,0 +1,108 @@
+"""`amdtop --demo` in a real terminal (tmux): first paint, keys, quit, and no process left after the terminal dies."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+
+AMDTOP = Path(sys.executable).with_name("amdtop")
+
+
+class Tmux:
+    def __init__(self, tmp: Path) -> None:
+        self.socket = f"amdtop-test-{os.getpid()}"
+        self.tmp = tmp
+        self.pidfile = tmp / "pid"
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20)
+
+    def start(self, width: int = 200, height: int = 50) -> None:
+        cmd = (
+            f"unset COLUMNS LINES; echo $$ > {self.pidfile}; exec {AMDTOP} --demo --interval 0.5 "
+            f"--state-dir {self.tmp / 'state'} --config {self.tmp / 'none.toml'}"
+        )
+        env = {"TERM": "xterm-256color"}
+        self.run("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
+                 *(f"-e{k}={v}" for k, v in env.items()), "sh", "-c", cmd)  # fmt: skip
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "t").stdout
+
+    def wait_for(self, *texts: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if all(text in screen for text in texts):
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{texts!r} not on screen:\n{screen}")
+
+    def wait_without(self, text: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text in self.screen():
+            assert time.monotonic() < deadline, f"{text!r} still on screen"
+            time.sleep(0.2)
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "t", *keys)
+
+    def pid(self) -> int:
+        return int(self.pidfile.read_text().strip())
+
+    def kill(self) -> None:
+        self.run("kill-server")
+
+
+def gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[Tmux]:
+    t = Tmux(tmp_path)
+    yield t
+    t.kill()
+
+
+def test_demo_in_tmux_keys_and_quit(tmux: Tmux) -> None:
+    tmux.start()
+    screen = tmux.wait_for("Topology", "NUMA binding", "Workers", "Quit")
+    assert "8 GPUs" in screen and "GPU7" in screen and "llama-70b" in screen
+    tmux.keys("?")
+    tmux.wait_for("amdtop keys")
+    tmux.keys("Escape")
+    # Wait: a key right after ESC would arrive as alt+key.
+    tmux.wait_without("amdtop keys")
+    tmux.keys("5", "s")
+    tmux.wait_for("Stop worker llama-70b?")
+    tmux.keys("n")
+    tmux.wait_without("Stop worker")
+    pid = tmux.pid()
+    tmux.keys("q")
+    assert gone(pid), "amdtop still running after q"
+
+
+def test_terminal_going_away_ends_amdtop(tmux: Tmux) -> None:
+    tmux.start(80, 24)
+    tmux.wait_for("GPUs")
+    pid = tmux.pid()
+    tmux.kill()  # the pty closes, as on an SSH drop
+    assert gone(pid), "amdtop kept running after its terminal went away"
