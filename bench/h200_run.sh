@@ -81,7 +81,7 @@ if [ "$MODE" = tui ] || [ "$MODE" = final ] || [ -f tui/launch.py ]; then
   step tui-cpu
   SECS=${TUI_SECONDS:-60}
   for i in 1 2; do
-    python3 bench/tui_cpu_pty.py --label amdtop --seconds $SECS --expect H200 --save $R/bench/amdtop_screen_$i.bin -- python3 -m amdtop --backend nvml --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
+    python3 bench/tui_cpu_pty.py --label amdtop --seconds $SECS --expect nvml --save $R/bench/amdtop_screen_$i.bin -- python3 -m amdtop --backend nvml --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
     python3 bench/tui_cpu_pty.py --label nvitop --seconds $SECS --expect H200 --save $R/bench/nvitop_screen_$i.bin -- python3 -m nvitop --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
   done
 fi

@@ -189,3 +189,25 @@ def test_open_backend_unavailable(fixture: dict[str, Any], monkeypatch: pytest.M
 def test_replay_fails_loudly_on_unrecorded_call(fixture: dict[str, Any]) -> None:
     with pytest.raises(ReplayMiss):
         ReplayNvml(fixture).nvmlDeviceGetFanSpeed(None)
+
+
+def test_host_helpers(tmp_path: Path) -> None:
+    from amdtop.telemetry.nvml_host import host_numa_nodes, mask_to_cpus, normalize_bdf, pci_numa_node
+
+    assert normalize_bdf("00000000:1B:00.0") == "0000:1b:00.0" and normalize_bdf(b"00000001:C3:00.0") == "0001:c3:00.0"
+    assert mask_to_cpus([0b101, 1]) == (0, 2, 64)
+    dev = tmp_path / "bus/pci/devices/0000:1b:00.0"
+    dev.mkdir(parents=True)
+    assert pci_numa_node(tmp_path, "0000:1b:00.0") is None  # no file
+    (dev / "numa_node").write_text("-1\n")
+    assert pci_numa_node(tmp_path, "0000:1b:00.0") is None
+    (dev / "numa_node").write_text("1\n")
+    assert pci_numa_node(tmp_path, "0000:1b:00.0") == 1
+    for n, cpus in ((1, "8-15"), (0, "0-7")):
+        d = tmp_path / f"devices/system/node/node{n}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+        (d / "meminfo").write_text(f"Node {n} MemTotal:       1024 kB\nNode {n} MemFree: 1 kB\n")
+    (tmp_path / "devices/system/node/possible").write_text("0-1\n")
+    nodes = host_numa_nodes(tmp_path)
+    assert [(x.id, x.cpus[0], x.mem_total_bytes) for x in nodes] == [(0, 0, 1024 * 1024), (1, 8, 1024 * 1024)]
