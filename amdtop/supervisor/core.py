@@ -90,6 +90,7 @@ class Supervisor:
         validate_profiles(self._profiles, topology)
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._meters: dict[str, EngineMeter] = {}
+        self._last_stop: dict[str, StopReport] = {}
         # No keep-alive: a pooled connection to a worker outlives its server and leaves the port in FIN_WAIT2.
         self._http = httpx.Client(
             timeout=httpx.Timeout(health_timeout_s),
@@ -265,9 +266,11 @@ class Supervisor:
             f"{name}: stopped in {secs:.1f} s; {len(group)} terminated, {len(left)} killed after {wait:g} s grace, "
             f"{len(swept)} leftover process(es) swept, {len(removed)} shm file(s) removed"
         )
-        return StopReport(
+        report = StopReport(
             name, tuple(sorted(group)), tuple(sorted(left)), tuple(sorted(swept)), tuple(sorted(removed)), msg, secs
         )
+        self._last_stop[name] = report
+        return report
 
     @staticmethod
     def _signal_group(pgid: int, pids: set[int], sig: signal.Signals) -> None:
@@ -322,6 +325,10 @@ class Supervisor:
                 return fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+    def last_stop(self, name: str) -> StopReport | None:
+        """The report of the last stop of ``name`` by this supervisor (also the stop inside restart and retune)."""
+        return self._last_stop.get(name)
 
     # -- restart / retune -------------------------------------------------------------------------------------------
     def restart(self, name: str, grace: float | None = None) -> WorkerStatus:

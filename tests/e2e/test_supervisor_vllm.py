@@ -17,7 +17,7 @@ from amdtop.model import WorkerState
 from amdtop.procinfo import read_cmdline
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.metrics import parse_samples
-from amdtop.supervisor.procs import dist_ids_in, mapped_shm
+from amdtop.supervisor.procs import dist_ids_in, mapped_shm, scan
 from amdtop.telemetry.sim import SimBackend
 from tests.e2e.conftest import READY_TIMEOUT_S, SERVED_NAME, VllmWorker, marked_pids, profile_toml
 
@@ -95,28 +95,44 @@ def test_tp2_reattach_retune_stop(tmp_path: Path, vllm_tp1: VllmWorker) -> None:
         assert first is not None
         old_pids = set(st.pids)
 
+        first_held = mapped_shm(old_pids)
         t1 = time.monotonic()
         new = sup.retune("tp2", {"max-num-seqs": "3"})
+        clean = sup.last_stop("tp2")
+        assert clean is not None and set(clean.terminated) == old_pids and not clean.killed
         assert new.pid != first.pid and new.restarts == 1
         argv = read_cmdline(new.pid or 0)
         assert argv[argv.index("--max-num-seqs") + 1] == "3"
         assert "# e2e worker tp2" in config.read_text() and "max-num-seqs = 3" in config.read_text()
         assert not (old_pids & set(sup.status_one("tp2").pids))
+        assert not [h for h in first_held if Path(h).exists()], "shared memory of the first run left behind"
         sup.wait_ready("tp2", timeout=READY_TIMEOUT_S)
         restart_ready_s = time.monotonic() - t1
         assert stream_completion(new.url or "")
 
-        held = mapped_shm(set(sup.status_one("tp2").pids))
+        # SIGKILL the API server alone (vLLM issue #55510): EngineCore, the TP workers and the resource tracker live
+        # on as orphans holding memory; the supervisor must see a crash and the stop must take them all.
+        running = sup.status_one("tp2")
+        held = mapped_shm(set(running.pids))
         assert any(Path(h).name.startswith("psm_") for h in held)  # vLLM's SharedMemory message queues
+        os.kill(running.pid or 0, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (crashed := sup.status_one("tp2")).state is not WorkerState.CRASHED and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert crashed.state is WorkerState.CRASHED
+        orphans = set(crashed.pids)
+        assert len(orphans) >= 4 and running.pid not in orphans  # EngineCore, 2 workers, resource tracker
         report = sup.stop("tp2")
         print(
             f"\nE2E tp2: launch->ready {ready_s:.1f} s, retune restart->ready {restart_ready_s:.1f} s, "
-            f"stop {report.seconds:.2f} s; {report.message}; shm removed {list(report.swept_shm)}"
+            f"clean stop {clean.seconds:.2f} s ({clean.message}; removed {list(clean.swept_shm)}); "
+            f"orphan stop {report.seconds:.2f} s ({report.message}; removed {list(report.swept_shm)})"
         )
+        assert set(report.terminated) | set(report.swept_pids) >= orphans
         assert sup.status_one("tp2").state is WorkerState.STOPPED
-        assert not marked_pids("tp2:")
+        assert not marked_pids("tp2:") and not (orphans & set(scan()))
         assert not _shm_of(Path(new.log or ""))
-        assert not [h for h in held if Path(h).exists()], "shared memory of the stopped worker left behind"
+        assert not [h for h in held if Path(h).exists()], "shared memory of the killed worker left behind"
     finally:
         sup.stop("tp2", grace=5)
         sup.close()
