@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from amdtop.errors import InputError
 from amdtop.rccl import grammar as g
@@ -37,7 +38,7 @@ class _Comm:
     nranks: int
     ranks: dict[int, _Rank] = field(default_factory=dict)
     # (src, dst, transport) -> channel ids seen
-    edges: dict[tuple[int, int, str], set[tuple[int, int, str]]] = field(default_factory=dict)
+    edges: dict[tuple[str, str, str], set[tuple[str, str | None, str | None]]] = field(default_factory=dict)
     nnodes: int | None = None
     rings: set[int] = field(default_factory=set)
     trees: set[int] = field(default_factory=set)
@@ -72,13 +73,15 @@ class LogParser:
         self._in_banner = False
         self._trail_key: tuple[str, str] | None = None
         self._heads: dict[str, tuple[str | None, int | None, int | None, int | None, str]] = {}
+        self._chan_comm: dict[tuple[str, str | None], _Comm] = {}
 
     # -- entry points --------------------------------------------------------------------------------------------
     def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
         """Parse ``lines`` (with or without newlines) read from ``file``, numbering from ``start``."""
         self.files.add(file)
         # the hot loop: INFO lines (most of a log) go straight to _info; locals avoid attribute lookups
-        mark, limit, info, rest = g.INFO_MARK, g.MAX_LINE, self._info, self._not_info
+        mark, limit, info, rest, channel = g.INFO_MARK, g.MAX_LINE, self._info, self._not_info, self._channel
+        quiet = _QUIET_APP
         n = start - 1
         for n, line in enumerate(lines, start):
             if len(line) > limit:
@@ -86,10 +89,15 @@ class LogParser:
                 continue
             i = line.find(mark)
             if i >= 0:
-                self._in_banner = False
+                if line.startswith("Channel ", i + 11):
+                    # the commonest line: ring listings are skipped, connections parsed, no slicing before that
+                    if " via " in line:
+                        channel(line, i)
+                    continue
                 info(line, i, file, n)
-            else:
+            elif not (line.startswith(quiet) and "nccl==" not in line):
                 rest(line, file, n)
+            # else: vLLM/Python INFO and DEBUG lines, known and factless
         self.lines += n - start + 1
 
     def feed(self, line: str, file: str, lineno: int) -> None:
@@ -100,7 +108,6 @@ class LogParser:
             return
         i = line.find(g.INFO_MARK)
         if i >= 0:
-            self._in_banner = False
             self._info(line, i, file, lineno)
             return
         self._not_info(line, file, lineno)
@@ -141,14 +148,15 @@ class LogParser:
 
     # -- INFO ----------------------------------------------------------------------------------------------------
     def _info(self, line: str, i: int, file: str, lineno: int) -> None:
-        msg = line[i + len(g.INFO_MARK) :].rstrip()
+        self._in_banner = False
+        msg = line[i + 11 :]  # len(" NCCL INFO ")
         c = msg[:1]
+        if c == "C" and msg.startswith("Channel "):
+            if " via " in msg:
+                self._channel(line, i)
+            return
+        msg = msg.rstrip()
         if c == "C":
-            if msg.startswith("Channel "):
-                self._trail_key = None
-                if " via " in msg:
-                    self._channel(line[:i], msg)
-                return
             if msg.startswith("Connected all "):
                 self._connected(line[:i], msg)
                 return
@@ -242,6 +250,7 @@ class LogParser:
         return comm
 
     def _init(self, head: str, msg: str) -> None:
+        self._chan_comm.clear()
         m = g.COMM_INIT.search(msg)
         if m is None:
             if "Destroy COMPLETE" in msg or "Abort COMPLETE" in msg:
@@ -280,32 +289,50 @@ class LogParser:
         self._synthetic += 1
         return f"comm-{self._synthetic}"
 
-    def _channel(self, head: str, msg: str) -> None:
-        m = g.CHANNEL.match(msg)
+    def _channel(self, line: str, i: int) -> None:
+        self._trail_key = None
+        m = g.CHANNEL.match(line, i + 11)
         if m is None:
             self.unknown += 1
             return
         ch, conn, src, sbus, dst, dbus, direction, transport, ptr, nr = m.groups()
-        if self.library is None and ptr is not None:
-            self.library = "RCCL"
-        comm = self._comm_for(head, ptr, int(nr) if nr else None)
-        s, d = int(src), int(dst)
-        for rank, bus in ((s, sbus), (d, dbus)):
-            info = comm.rank(rank)
+        # channel lines come in runs from one thread: cache the comm per (head, ptr); Init lines clear the cache
+        head = line[:i]
+        comm = self._chan_comm.get((head, ptr))
+        if comm is None:
+            if self.library is None and ptr is not None:
+                self.library = "RCCL"
+            comm = self._comm_for(head, ptr, int(nr) if nr else None)
+            self._chan_comm[(head, ptr)] = comm
+        key = (src, dst, transport)
+        seen = comm.edges.get(key)
+        if seen is None:
+            seen = comm.edges[key] = set()
+            self._channel_ranks(comm, head, int(src), sbus, int(dst), dbus, direction, ptr)
+        elif direction is not None:
+            self._channel_ranks(comm, head, int(src), sbus, int(dst), dbus, direction, ptr)
+        before = len(seen)
+        # raw strings: ints are made once per edge at report time, not once per line
+        seen.add((ch, conn, direction))
+        if len(seen) > before:
+            self.transports[transport] = self.transports.get(transport, 0) + 1
+
+    def _channel_ranks(
+        self, comm: _Comm, head: str, s: int, sbus: str, d: int, dbus: str, direction: str | None, ptr: str | None
+    ) -> None:
+        src_info, dst_info = comm.rank(s), comm.rank(d)
+        if ptr is not None:
             # rank[x] is a bus id in RCCL and old NCCL, a cudaDev in NCCL >= 2.19: only trust it with the comm suffix
-            if info.bus_id is None and ptr is not None:
-                info.bus_id = g.norm_bus_id(bus)
-        printer = comm.rank(d if direction == "receive" else s)
+            if src_info.bus_id is None:
+                src_info.bus_id = g.norm_bus_id(sbus)
+            if dst_info.bus_id is None:
+                dst_info.bus_id = g.norm_bus_id(dbus)
+        printer = dst_info if direction == "receive" else src_info
         if printer.host is None:
             host, pid, _tid, dev, _ = self._header(head)
             printer.host, printer.pid = host, pid
             if printer.dev is None:
                 printer.dev = dev
-        seen = comm.edges.setdefault((s, d, transport), set())
-        before = len(seen)
-        seen.add((int(ch), int(conn or 0), direction or ""))
-        if len(seen) > before:
-            self.transports[transport] = self.transports.get(transport, 0) + 1
 
     def _connected(self, head: str, msg: str) -> None:
         comm = self._comm_for(head, _suffix_ptr(msg), None)
@@ -362,6 +389,16 @@ class LogParser:
             if s.startswith(("Hostname", "Librccl path", "HIP version", "ROCm version")):
                 return
             self._in_banner = False
+        if s[:1] in _LEVEL_INITIALS and _is_app_log(s):
+            # vLLM / Python logging: only the pynccl version line and ERROR/CRITICAL lines matter
+            if s[0] == "I" and "nccl==" in s:
+                m = g.VLLM_NCCL.search(s)
+                if m:
+                    self.versions["vllm-nccl"] = m.group(1)
+                    self.version = self.version or m.group(1)
+                return
+            if s[0] not in "EC":
+                return
         if "Watchdog caught" in s:
             m = g.WATCHDOG.search(s)
             if m:
@@ -397,6 +434,8 @@ class LogParser:
         self.unknown += 1
 
 
+_READ_CHARS = 1 << 22
+_QUIET_APP = ("INFO ", "DEBUG ")
 _LEVEL_INITIALS = frozenset("IWDEC")
 _APP_LEVELS = ("INFO ", "WARNING ", "DEBUG ", "ERROR ", "CRITICAL ")
 
@@ -425,10 +464,37 @@ def _freeze(c: _Comm) -> Comm:
         RankInfo(r.rank, r.dev, r.bus_id, r.host, r.pid, r.complete, r.init_s) for _, r in sorted(c.ranks.items())
     )
     edges = tuple(
-        Edge(s, d, t, len({(ch, conn) for ch, conn, _dir in seen})) for (s, d, t), seen in sorted(c.edges.items())
+        sorted(
+            (
+                Edge(int(s), int(d), t, len({(int(ch), int(conn or 0)) for ch, conn, _dir in seen}))
+                for (s, d, t), seen in c.edges.items()
+            ),
+            key=lambda e: (e.src, e.dst, e.transport),
+        )
     )
     nranks = c.nranks or (max(c.ranks) + 1 if c.ranks else 0)
     return Comm(c.key, nranks, ranks, edges, c.nnodes, len(c.rings), len(c.trees), c.coll_channels, c.ended)
+
+
+def _feed_file(p: LogParser, fh: TextIO, name: str) -> None:
+    # big reads split in C are much cheaper than readline per line; the cut line is carried to the next chunk
+    p.files.add(name)
+    carry = ""
+    n = 1
+    while True:
+        chunk = fh.read(_READ_CHARS)
+        if not chunk:
+            break
+        lines = (carry + chunk).split("\n") if carry else chunk.split("\n")
+        carry = lines.pop()
+        if len(carry) > g.MAX_LINE * 64:
+            # a newline-free monster: count it as one unknown line and move on
+            lines.append(carry[: g.MAX_LINE + 1])
+            carry = ""
+        p.feed_lines(lines, name, n)
+        n += len(lines)
+    if carry:
+        p.feed_lines([carry], name, n)
 
 
 def parse_lines(lines: Iterable[str], file: str = "<memory>") -> LogReport:
@@ -450,7 +516,7 @@ def parse_files(paths: Sequence[Path | str]) -> LogReport:
         try:
             # errors="replace": binary junk in a log must not stop the parse
             with open(path, encoding="utf-8", errors="replace", newline=None) as fh:
-                p.feed_lines(fh, name)
+                _feed_file(p, fh, name)
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             raise InputError(f"{name}: cannot read ({reason}); pass a readable RCCL/NCCL log file") from None
