@@ -138,10 +138,20 @@ class Supervisor:
         profile = self.profile(name)
         with self._worker_lock(name):
             old = self.store.load(name)
-            if old is not None and procs.members(
-                pgid=old.pgid, start_ticks=old.start_ticks, marker=f"{name}:{old.launch_id}", known=old.known
-            ):
+            live = (
+                procs.members(
+                    pgid=old.pgid, start_ticks=old.start_ticks, marker=f"{name}:{old.launch_id}", known=old.known
+                )
+                if old is not None
+                else set()
+            )
+            if old is not None and old.pid in live:
                 raise InputError(f"worker[{name}]: already running (pid {old.pid}); stop or restart it first")
+            if live:
+                raise InputError(
+                    f"worker[{name}]: {len(live)} process(es) of its last run are still alive (pids "
+                    f"{' '.join(map(str, sorted(live)))}); stop it first so they are swept"
+                )
             self._start(profile, restarts=old.restarts if old else 0)
         return self.status_one(name)
 
@@ -335,6 +345,9 @@ class Supervisor:
         """Stop then launch ``name``, appending to the same log; counts a restart."""
         self._check_writable("restart")
         profile = self.profile(name)
+        # Bad input must not cost the running worker: check all but the port (still its own) before stopping.
+        preflight(profile, self._numa_for(profile), build_env(profile, os.environ, vendor=self.vendor, marker="-"),
+                  check_port=False)  # fmt: skip
         with self._worker_lock(name):
             old = self.store.load(name)
             self._stop(profile, grace)

@@ -149,8 +149,11 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def preflight(profile: Profile, numa_node: int | None, env: Mapping[str, str]) -> None:
-    """Launch-time checks: numactl present when pinning, command found, port free. Raises InputError."""
+def preflight(profile: Profile, numa_node: int | None, env: Mapping[str, str], *, check_port: bool = True) -> None:
+    """Launch-time checks: numactl present when pinning, command found, port free. Raises InputError.
+
+    A restart checks everything but the port before stopping the running worker (which holds the port itself).
+    """
     field = f"worker[{profile.name}]"
     if numa_node is not None and command_path("numactl", env) is None:
         raise InputError(
@@ -159,7 +162,7 @@ def preflight(profile: Profile, numa_node: int | None, env: Mapping[str, str]) -
         )
     if command_path(profile.command[0], env) is None:
         raise InputError(f"{field}.command: {profile.command[0]!r} not found on PATH; install it or give the full path")
-    if port_in_use(profile.port, profile.host):
+    if check_port and port_in_use(profile.port, profile.host):
         raise InputError(
             f"{field}.port: port {profile.port} is already in use on this host; stop what holds it or pick another port"
         )

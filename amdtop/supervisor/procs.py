@@ -101,7 +101,7 @@ def members(
     group is anchored by a positively-ours member: the kernel does not reuse a PID while a group or session with that
     id exists, and vLLM's EngineCore and workers lose their readable environment to setproctitle. Descendants of
     members belong. ``deep`` reads every process's environment for the marker: that finds processes that left the
-    group and session and were reparented.
+    group and session and were reparented; it also takes orphaned ``VLLM::`` processes of an unanchored group.
     """
     table = scan(proc) if table is None else table
     known_set = set(known)
@@ -125,6 +125,12 @@ def members(
     found = set(sure)
     if any(table[p].pgid == pgid or table[p].sid == pgid for p in sure):
         found |= {st.pid for st in grouped if st.pid not in foreign}
+    elif deep:
+        # Nothing positively ours is left in the group, yet orphaned ``VLLM::`` processes (EngineCore, workers whose
+        # API server and resource tracker died) may hold GPUs there. Take them when they are orphans: a vLLM of
+        # someone else that reused the group id would hang under its own live API server instead.
+        titled = {st.pid for st in grouped if st.pid not in foreign and title(st.pid, proc).startswith(VLLM_TITLE)}
+        found |= {p for p in titled if table[p].ppid == 1 or table[p].ppid in titled}
     return _descendants(found, table) & set(table)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from amdtop.errors import InputError
 from amdtop.model import WorkerState
 from amdtop.procinfo import read_environ
 from amdtop.supervisor import Supervisor
@@ -233,3 +234,32 @@ def test_demo_worker_runs_simserver_and_drives_sim_gpus(tmp_path: Path) -> None:
     finally:
         sup.stop("qwen-32b", grace=0.5)
         sup.close()
+
+
+def test_bad_restart_keeps_the_running_worker(tmp_path: Path, sup_for) -> None:  # type: ignore[no-untyped-def]
+    cfg = write_profile(tmp_path, FAMILY)
+    sup = sup_for(cfg)
+    first = sup.launch("w")
+    pids = wait_files(tmp_path, 5)
+    with pytest.raises(Exception, match=r"worker\[w\]: already running"):
+        sup.launch("w")
+    cfg.write_text(cfg.read_text().replace(sys.executable, "/no/such/python"))
+    broken = sup_for(cfg)
+    with pytest.raises(InputError, match=r"worker\[w\]\.command: '/no/such/python' not found"):
+        broken.restart("w")
+    assert alive(pids) == pids and broken.status_one("w").pid == first.pid
+
+
+def test_launch_refused_while_orphans_of_last_run_live(tmp_path: Path, sup_for) -> None:  # type: ignore[no-untyped-def]
+    sup = sup_for(write_profile(tmp_path, FAMILY))
+    first = sup.launch("w")
+    pids = wait_files(tmp_path, 5)
+    os.kill(first.pid or 0, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while first.pid in alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(InputError, match=r"worker\[w\]: 4 process\(es\) of its last run are still alive"):
+        sup.launch("w")
+    sup.stop("w")
+    assert not alive(pids)
+    sup.launch("w")

@@ -278,3 +278,19 @@ def test_members_need_an_anchor_in_the_group(tmp_path: Path) -> None:
     old = {102: st(102, 1, 100, ticks=10), 106: st(106, 1, 555)}
     proc = _fake_proc(tmp_path / "c", {102: ours, 106: {}})
     assert members(pgid=100, start_ticks=150, marker="w:abc", known=((106, 200),), table=old, proc=proc) == {106}
+
+
+def test_deep_sweep_takes_orphaned_vllm_titles_of_an_unanchored_group(tmp_path: Path) -> None:
+    from amdtop.supervisor.procs import ProcStat, members
+
+    def st(pid: int, ppid: int, pgid: int = 100) -> ProcStat:
+        return ProcStat(pid, ppid, pgid, pgid, "S", 200, "x")
+
+    # API server and resource tracker are gone; EngineCore (orphan) and its worker keep the group, environ clobbered.
+    table = {110: st(110, 1), 111: st(111, 110), 120: st(120, 1), 121: st(121, 120)}
+    proc = _fake_proc(tmp_path, {110: {}, 111: {}, 120: {}, 121: {}})
+    for pid, argv in ((110, "VLLM::EngineCore"), (111, "VLLM::Worker_TP0"), (120, "python3"), (121, "VLLM::Worker")):
+        (proc / str(pid) / "cmdline").write_bytes(argv.encode() + b"\0")
+    assert members(pgid=100, start_ticks=150, marker="w:abc", table=table, proc=proc) == set()
+    # 121 hangs under a live non-vLLM parent that is not ours: left alone.
+    assert members(pgid=100, start_ticks=150, marker="w:abc", table=table, proc=proc, deep=True) == {110, 111}
