@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from amdtop.ramp.stats import RequestResult, StepResult
+from amdtop.ramp.stats import RequestResult, StepResult, window_tokens
 
 FAILURE_BACKOFF_S = 0.05
 """Pause of a slot after a failed request so a dead endpoint is not hammered in a tight loop."""
@@ -196,10 +196,12 @@ async def run_step(
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     measured = max(0.0, w_close - w_start)
+    streamed: tuple[float, float] | None = window_tokens(everything, w_start, w_close)
     if measured <= 0.0 and everything:
         # Aborted during warm-up: report what ran so far rather than nothing.
         window = list(everything)
         measured = max(1e-9, max(r.end for r in everything) - wall0)
+        streamed = None
     step = StepResult(
         concurrency=concurrency,
         duration=measured,
@@ -208,5 +210,6 @@ async def run_step(
         wall_s=time.perf_counter() - wall0,
         all_output_tokens=sum(r.output_tokens for r in everything if r.ok),
         all_requests=len(everything),
+        window_tokens=streamed,
     )
     return step, state["abort"]

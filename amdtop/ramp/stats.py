@@ -35,6 +35,17 @@ class RequestResult:
     """Failure reason: ``http_<status>``, ``stream_error``, ``timeout``, ``connect`` or ``protocol``."""
     detail: str = ""
 
+    def chunk_times(self) -> list[float]:
+        """Arrival times of the content chunks (monotonic seconds)."""
+        if self.ttft is None:
+            return []
+        t = self.start + self.ttft
+        out = [t]
+        for gap in self.itl:
+            t += gap
+            out.append(t)
+        return out
+
     @property
     def tpot(self) -> float | None:
         """Time per output token excluding the first, ``None`` for one-token outputs."""
@@ -91,6 +102,8 @@ class StepResult:
     """Output tokens of every request of the step incl. warm-up and drain (matches server counter deltas)."""
     all_requests: int = 0
     refined: bool = False
+    window_tokens: tuple[float, float] | None = None
+    """(input, output) tokens streamed inside the window, see :func:`window_tokens`; ``None`` = count whole requests."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -109,10 +122,16 @@ class StepResult:
         n = len(self.results)
         return self.failed / n if n else 0.0
 
+    def _tokens(self) -> tuple[float, float]:
+        if self.window_tokens is not None:
+            return self.window_tokens
+        ok = [r for r in self.results if r.ok]
+        return float(sum(r.input_tokens for r in ok)), float(sum(r.output_tokens for r in ok))
+
     @property
     def output_throughput(self) -> float:
-        """Output tokens of completed requests per second."""
-        return sum(r.output_tokens for r in self.results if r.ok) / self.duration if self.duration > 0 else 0.0
+        """Output tokens per second of the window."""
+        return self._tokens()[1] / self.duration if self.duration > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The step as a dict with `vllm bench serve` result keys plus amdtop's own."""
@@ -120,6 +139,7 @@ class StepResult:
         dur = self.duration
         tin = sum(r.input_tokens for r in ok)
         tout = sum(r.output_tokens for r in ok)
+        win_in, win_out = self._tokens()
         doc: dict[str, Any] = {
             "concurrency": self.concurrency,
             "max_concurrency": self.concurrency,
@@ -129,8 +149,8 @@ class StepResult:
             "total_input_tokens": tin,
             "total_output_tokens": tout,
             "request_throughput": len(ok) / dur if dur > 0 else 0.0,
-            "output_throughput": tout / dur if dur > 0 else 0.0,
-            "total_token_throughput": (tin + tout) / dur if dur > 0 else 0.0,
+            "output_throughput": win_out / dur if dur > 0 else 0.0,
+            "total_token_throughput": (win_in + win_out) / dur if dur > 0 else 0.0,
         }
         doc.update(_summ("ttft", [r.ttft for r in ok if r.ttft is not None]))
         doc.update(_summ("tpot", [t for r in ok if (t := r.tpot) is not None]))
@@ -146,6 +166,28 @@ class StepResult:
         doc["refined"] = self.refined
         doc.update(self.extra)
         return {k: _clean(v) for k, v in doc.items()}
+
+
+def window_tokens(results: Sequence[RequestResult], start: float, end: float) -> tuple[float, float]:
+    """Input and output tokens that streamed inside ``[start, end]``, from usage counts spread over the chunks.
+
+    Counting only whole requests that end inside a fixed window quantises throughput by up to one request per slot
+    (worse when a batched server finishes its slots together); crediting each completed request's usage tokens in
+    proportion to its content chunks inside the window removes that edge error. A prompt counts where its first
+    chunk arrives.
+    """
+    tin = tout = 0.0
+    for r in results:
+        if not r.ok:
+            continue
+        times = r.chunk_times()
+        if not times:
+            continue
+        inside = sum(1 for t in times if start <= t <= end)
+        tout += r.output_tokens * inside / len(times)
+        if start <= times[0] <= end:
+            tin += r.input_tokens
+    return tin, tout
 
 
 def _clean(v: Any) -> Any:

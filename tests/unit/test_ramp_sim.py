@@ -33,9 +33,10 @@ def test_knee_found_within_one_step_of_capacity(tmp_path: Path, port: int, capac
     assert doc["aborted"] is None and doc["finished"]
     assert abs(doc["recommended_max_num_seqs"] - capacity) <= 1, doc["knee"]
     by_c = {s["concurrency"]: s for s in doc["steps"]}
-    # Below capacity every stream decodes at 100 tok/s; above it the total saturates at capacity x 100.
-    assert by_c[1]["output_throughput"] == pytest.approx(100, rel=0.2)
-    assert by_c[8]["output_throughput"] == pytest.approx(100 * capacity, rel=0.2)
+    # Below capacity throughput grows with concurrency; above it the total saturates at capacity x one stream.
+    one = by_c[1]["output_throughput"]
+    assert one == pytest.approx(100, rel=0.25)
+    assert by_c[8]["output_throughput"] == pytest.approx(capacity * one, rel=0.15)
     assert by_c[8]["mean_ttft_ms"] > 2 * by_c[1]["mean_ttft_ms"]  # queueing above capacity shows in TTFT
     assert any(s["refined"] for s in doc["steps"])
     saved = json.loads(next((tmp_path / "ramp").glob("*.json")).read_text())
