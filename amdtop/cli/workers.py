@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import config_path, open_from_args, print_json, state_dir
-from amdtop.errors import InputError
-from amdtop.model import WorkerStatus
+from amdtop.errors import InputError, NoGpuFound
+from amdtop.model import Topology, WorkerStatus
 from amdtop.supervisor import StopReport, Supervisor
+from amdtop.telemetry.base import TelemetryBackend
+from amdtop.telemetry.numa import read_numa_nodes
 from amdtop.telemetry.sim import SimBackend
 
 
@@ -42,12 +45,22 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def open_supervisor(args: argparse.Namespace) -> Supervisor:
     """A supervisor for the profile file, state dir and backend the arguments name."""
-    backend = open_from_args(args)
     try:
-        topology = backend.topology()
-    finally:
-        if not isinstance(backend, SimBackend):
-            backend.close()
+        backend: TelemetryBackend | None = open_from_args(args)
+    except NoGpuFound:
+        if args.backend != "auto":
+            raise
+        backend = None
+    if backend is None:
+        # A host without GPUs can still run CPU workers (gpus = []): validate against its NUMA nodes alone.
+        sys.stderr.write("amdtop: no GPU found; supervising CPU-only workers (profiles must use gpus = [])\n")
+        topology = Topology((), (), read_numa_nodes(Path(args.sysfs_root)))
+    else:
+        try:
+            topology = backend.topology()
+        finally:
+            if not isinstance(backend, SimBackend):
+                backend.close()
     vendor = topology.gpus[0].vendor if topology.gpus else "AMD"
     return Supervisor(
         config_path(args),

@@ -294,3 +294,26 @@ def test_deep_sweep_takes_orphaned_vllm_titles_of_an_unanchored_group(tmp_path: 
     assert members(pgid=100, start_ticks=150, marker="w:abc", table=table, proc=proc) == set()
     # 121 hangs under a live non-vLLM parent that is not ours: left alone.
     assert members(pgid=100, start_ticks=150, marker="w:abc", table=table, proc=proc, deep=True) == {110, 111}
+
+
+def test_cli_without_gpu_supervises_cpu_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from amdtop.cli import workers as cli_workers
+    from amdtop.cli.main import main
+    from amdtop.errors import NoGpuFound
+
+    def no_gpu(_args: object) -> object:
+        raise NoGpuFound("no GPU found")
+
+    monkeypatch.setattr(cli_workers, "open_from_args", no_gpu)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[[worker]]\nname = "cpu"\nmodel = "m"\ngpus = []\nnuma_node = 0\nport = 18032\ncommand = ["sleep"]\n'
+    )
+    rc = main(["--config", str(cfg), "--state-dir", str(tmp_path / "st"), "workers", "status", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0 and json.loads(out.out)[0]["state"] == "stopped" and "CPU-only" in out.err
+    cfg.write_text(cfg.read_text().replace("gpus = []", "gpus = [0]"))
+    assert main(["--config", str(cfg), "--state-dir", str(tmp_path / "st"), "workers", "status"]) == 2
+    assert "GPU 0 does not exist (this node has no GPUs)" in capsys.readouterr().err
