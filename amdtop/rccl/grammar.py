@@ -23,7 +23,7 @@ COMM_ID = re.compile(r"commId (0x[0-9a-fA-F]+)")
 COMM_NODES = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+)")
 CHANNEL = re.compile(  # used with match(line, pos): no ^ (it would only match at 0)
     r"Channel (\d+)(?:/(\d+))? : (\d+)\[([0-9a-fA-F]+)\] -> (\d+)\[([0-9a-fA-F]+)\]"
-    r"(?: \[(send|receive)\])? via (P2P/direct pointer|\S+)(?: comm (0x[0-9a-fA-F]+) nRanks (\d+))?"
+    r"(?: \[(send|receive)\])? via (P2P/direct pointer\S*|\S+)(?: comm (0x[0-9a-fA-F]+) nRanks (\d+))?"
 )
 COMM_SUFFIX = re.compile(r" comm (0x[0-9a-fA-F]+) nRanks (\d+)")
 TIMINGS = re.compile(r"rank (\d+) nranks (\d+) total ([\d.]+)")

@@ -164,3 +164,21 @@ def test_report_json_has_contract_keys() -> None:
     assert {"rank", "dev", "bus_id", "host", "pid"} <= set(comm["ranks"][0])
     assert set(comm["edges"][0]) >= {"from", "to", "transport", "channels"}
     assert {"file", "line", "text"} <= set(doc["warnings"][0])
+
+
+@pytest.mark.parametrize(
+    ("tail", "transport"),
+    [
+        ("via P2P/IPC/read comm 0x1 nRanks 02", "P2P/IPC/read"),
+        ("via P2P/IPC/CE comm 0x1 nRanks 02", "P2P/IPC/CE"),
+        ("via P2P/CUMEM/read", "P2P/CUMEM/read"),
+        ("via P2P/indirect/2[c6000] comm 0x1 nRanks 02", "P2P/indirect/2[c6000]"),
+        ("via SHM/CE comm 0x1 nRanks 02", "SHM/CE"),
+        ("[send] via NET/IB/1/GDRDMA comm 0x1 nRanks 02", "NET/IB/1/GDRDMA"),
+        ("via P2P/direct pointer/read", "P2P/direct pointer/read"),
+    ],
+)
+def test_transport_names(tail: str, transport: str) -> None:
+    rep = parse_lines([f"n1:1:1 [0] NCCL INFO Channel 03/1 : 0[5000] -> 1[26000] {tail}"])
+    assert dict(rep.transports) == {transport: 1}
+    assert [(e.src, e.dst, e.channels) for e in rep.comms[0].edges] == [(0, 1, 1)]

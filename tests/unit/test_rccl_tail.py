@@ -137,7 +137,10 @@ def test_monitor_summarises_and_flags_new_errors(tmp_path: Path) -> None:
     log.write_text("\n".join(rccl_rank_lines(0, 2)) + "\n")
     mon = LogMonitor([("llama-a", log)])
     first = mon.poll()
-    assert "llama-a: RCCL 2.22.3 comm 0x551d06754c6bacf2: 2 ranks, all pairs P2P/IPC (init complete on 1/2)" in first.summary
+    assert (
+        "llama-a: RCCL 2.22.3 comm 0x551d06754c6bacf2: 2 ranks, all pairs P2P/IPC (init complete on 1/2)"
+        in first.summary
+    )
     assert first.new_flags == ()
     _append(log, "RuntimeError: NCCL Error 2: unhandled system error\n")
     second = mon.poll()
