@@ -389,6 +389,13 @@ class LogParser:
             if s.startswith(("Hostname", "Librccl path", "HIP version", "ROCm version")):
                 return
             self._in_banner = False
+        if s[:1] == "(":
+            # vLLM process prefix ``(APIServer pid=1) `` / ``(VllmWorker TP0 pid=2) ``: judge what follows
+            j = s.find(") ")
+            if 0 < j < 80 and "pid=" in s[:j]:
+                s = s[j + 2 :]
+        if s.startswith("INFO:"):
+            return  # uvicorn access/startup lines
         if s[:1] in _LEVEL_INITIALS and _is_app_log(s):
             # vLLM / Python logging: only the pynccl version line and ERROR/CRITICAL lines matter
             if s[0] == "I" and "nccl==" in s:
@@ -435,7 +442,7 @@ class LogParser:
 
 
 _READ_CHARS = 1 << 22
-_QUIET_APP = ("INFO ", "DEBUG ")
+_QUIET_APP = ("INFO ", "DEBUG ", "INFO:")
 _LEVEL_INITIALS = frozenset("IWDEC")
 _APP_LEVELS = ("INFO ", "WARNING ", "DEBUG ", "ERROR ", "CRITICAL ")
 

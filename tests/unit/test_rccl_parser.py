@@ -182,3 +182,19 @@ def test_transport_names(tail: str, transport: str) -> None:
     rep = parse_lines([f"n1:1:1 [0] NCCL INFO Channel 03/1 : 0[5000] -> 1[26000] {tail}"])
     assert dict(rep.transports) == {transport: 1}
     assert [(e.src, e.dst, e.channels) for e in rep.comms[0].edges] == [(0, 1, 1)]
+
+
+def test_simserver_and_vllm_lines_are_known() -> None:
+    from amdtop.simserver.logs import rccl_init_lines
+
+    lines = [
+        "(APIServer pid=812) INFO 11-29 14:41:40 [api_server.py:1234] Starting vLLM API server on http://127.0.0.1:8000",
+        'INFO:     127.0.0.1:51234 - "POST /v1/completions HTTP/1.1" 200 OK',
+        "(VllmWorker TP1 pid=815) INFO 11-29 14:41:41 [pynccl.py:70] vLLM is using nccl==2.22.3",
+        *rccl_init_lines(4, 812),
+    ]
+    rep = parse_lines(lines)
+    assert rep.unknown_lines == 0
+    assert dict(rep.versions)["vllm-nccl"] == "2.22.3"
+    (comm,) = rep.comms
+    assert comm.summary == "4 ranks, all pairs P2P/IPC"
