@@ -15,6 +15,7 @@ from textual.widgets import Input, Log, Static
 
 from amdtop.model import Flag, FlagKind
 from amdtop.rccl.lines import ERROR, WARN, LogLine, classify
+from amdtop.rccl.monitor import LogUpdate
 
 FILTERS = ("all", "problems", "transport")
 _BUILD_PATH = "/longer_pathname_so_that_rpms"
@@ -134,6 +135,13 @@ class LogTailPane(Widget, can_focus=True):
             self._flags = flags
             self._show_summary()
 
+    def show_update(self, update: LogUpdate) -> None:
+        """Apply one :class:`amdtop.rccl.monitor.LogUpdate`: new lines, dropped count, summary and flags."""
+        self.feed(update.lines, update.dropped)
+        if update.summary:
+            self.set_summary(update.summary)
+        self.set_flags(update.flags)
+
     def show_worker(self, worker: str | None) -> None:
         """Show only ``worker``'s lines (``None``: all), e.g. when a TP group is selected elsewhere."""
         if worker is not None and worker not in self._workers:
@@ -149,6 +157,8 @@ class LogTailPane(Widget, can_focus=True):
 
     # -- filtering -------------------------------------------------------------------------------------------
     def _match(self, line: LogLine) -> bool:
+        if not line.text or line.text.isspace():
+            return False  # RCCL puts an empty line before each WARN: noise in a tail
         if self.worker is not None and line.worker != self.worker:
             return False
         if self.mode == "problems" and line.level not in (ERROR, WARN):

@@ -28,6 +28,11 @@ class LogUpdate:
     new_flags: tuple[Flag, ...]
     """Flags that appeared in this poll: show them at once."""
 
+    @property
+    def dropped_count(self) -> int:
+        """Alias of :attr:`dropped`, so a monitor can stand in for a bare :class:`LogFollower`."""
+        return self.dropped
+
 
 class LogMonitor:
     """Follower + incremental parser per worker + diagnosis. ``poll()`` is cheap and non-blocking (call it from a

@@ -104,3 +104,26 @@ def test_snapshot_error(snap_compare: Any) -> None:
     summary, flags = _summary_and_flags(lines, "llama-a")
     assert {f.kind.value for f in flags} == {"nccl_error", "nccl_timeout"}
     assert snap_compare(PaneApp(lines[-24:], summary, flags[:3]), terminal_size=(140, 30))
+
+
+async def test_show_update_from_a_monitor(tmp_path: Any) -> None:
+    from amdtop.rccl.monitor import LogMonitor
+
+    log = tmp_path / "llama-a.log"
+    log.write_text("\n".join(rccl_rank_lines(0, 2, transport="SHM/direct", errors=True)) + "\n")
+    monitor = LogMonitor([("llama-a", log)], SimBackend().topology())
+    app = PaneApp([])
+    async with app.run_test(size=(140, 30)) as pilot:
+        pane = app.query_one(LogTailPane)
+        pane.show_update(monitor.poll())
+        await pilot.pause()
+        summary = str(app.query_one("#logs-summary", Static).render())
+        assert "llama-a: RCCL 2.22.3 comm 0x551d06754c6bacf2: 2 ranks" in summary
+        assert "! nccl_timeout:" in summary and "! nccl_error:" in summary
+        assert _shown(app)[-1].startswith("[rank0]") and "Watchdog caught" in _shown(app)[-1]
+        pane.show_worker("other")
+        await pilot.pause()
+        assert _shown(app) == []
+        pane.show_worker(None)
+        await pilot.pause()
+        assert len(_shown(app)) == len([t for t in rccl_rank_lines(0, 2, errors=True) if t])
