@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from amdtop.model import Flag, Topology
 from amdtop.rccl.diagnose import diagnose
@@ -44,8 +45,11 @@ class LogMonitor:
         topology: Topology | None = None,
         *,
         max_lines: int = 5000,
+        prime_bytes: int = 64 << 20,
+        backlog_bytes: int = 256 << 10,
     ) -> None:
-        self.follower = LogFollower(sources, max_lines=max_lines)
+        self.follower = LogFollower(sources, max_lines=max_lines, backlog_bytes=backlog_bytes)
+        self.prime_bytes = prime_bytes
         self.topology = topology
         self._parsers: dict[str, LogParser] = {}
         self._counts: dict[str, int] = {}
@@ -55,6 +59,10 @@ class LogMonitor:
         """Read, parse, diagnose."""
         batch = self.follower.poll()
         touched: set[str] = set()
+        for worker, path, nbytes in self.follower.skipped_heads():
+            # the tail starts near the end of a long log, but communicator init sits at its start: parse that part
+            self._prime(worker, path, nbytes)
+            touched.add(worker)
         for line in batch.lines:
             parser = self._parsers.get(line.worker)
             if parser is None:
@@ -73,6 +81,23 @@ class LogMonitor:
             new = tuple(f for f in flags if f not in old)
             self._flags = tuple(flags)
         return LogUpdate(batch.lines, batch.dropped, self.summary(), self._flags, new)
+
+    def _prime(self, worker: str, path: Path, nbytes: int) -> None:
+        parser = self._parsers.get(worker)
+        if parser is None:
+            parser = self._parsers[worker] = LogParser()
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(min(nbytes, self.prime_bytes))
+        except OSError:
+            return
+        lines = head.decode("utf-8", "replace").split("\n")
+        if nbytes > self.prime_bytes:
+            lines.pop()  # cut mid-line
+        name = str(path)
+        parser.feed_lines(lines, name, self._counts.get(name, 0) + 1)
+        # line numbers of the tail continue after the primed head (approximate when the head was capped)
+        self._counts[name] = self._counts.get(name, 0) + len(lines)
 
     def report(self, worker: str) -> LogReport | None:
         """The parsed report of one worker so far (``None`` before its first line)."""

@@ -48,7 +48,7 @@ def _important(buf: bytes, limit: int = _MAX_KEEP) -> list[bytes]:
 
 
 class _Tail:
-    __slots__ = ("fh", "ident", "kept", "partial", "path", "pos", "seen", "worker")
+    __slots__ = ("fh", "ident", "kept", "partial", "path", "pos", "seen", "skipped", "worker")
 
     def __init__(self, worker: str, path: Path) -> None:
         self.worker, self.path = worker, path
@@ -58,6 +58,7 @@ class _Tail:
         self.partial = b""
         self.seen = False
         self.kept: list[bytes] = []
+        self.skipped = 0
 
     def close(self) -> None:
         if self.fh is not None:
@@ -127,6 +128,16 @@ class LogFollower:
         self.dropped_total += dropped
         return LogBatch(tuple(lines), dropped)
 
+    def skipped_heads(self) -> list[tuple[str, Path, int]]:
+        """``(worker, path, bytes)`` for files whose start was skipped (opened at the backlog window) and not yet
+        reported; each file is reported once, so a consumer can parse the head (communicator init) itself."""
+        out = []
+        for path, tail in self._tails.items():
+            if tail.skipped:
+                out.append((tail.worker, path, tail.skipped))
+                tail.skipped = 0
+        return out
+
     def close(self) -> None:
         """Close every file."""
         for tail in self._tails.values():
@@ -145,6 +156,7 @@ class LogFollower:
             fh.seek(st.st_size - self.backlog_bytes)
             fh.readline()  # drop the cut line
         tail.pos = fh.tell()
+        tail.skipped = tail.pos  # bytes before the backlog window, never handed over
 
     def _read(self, tail: _Tail) -> tuple[list[LogLine], int]:
         try:

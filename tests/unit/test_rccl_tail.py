@@ -146,3 +146,16 @@ def test_monitor_summarises_and_flags_new_errors(tmp_path: Path) -> None:
     second = mon.poll()
     assert [f.worker for f in second.new_flags] == ["llama-a"] and "NCCL Error 2" in second.new_flags[0].message
     assert mon.poll().new_flags == ()
+
+
+def test_monitor_primes_the_head_of_a_long_log(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    app = "".join(f"INFO 11-29 14:41:{i % 60:02d} [metrics.py:1] throughput {i}\n" for i in range(20_000))
+    log.write_text("\n".join(rccl_rank_lines(0, 2)) + "\n" + app)
+    mon = LogMonitor([("llama-a", log)], backlog_bytes=4096)
+    update = mon.poll()
+    assert len(update.lines) < 100  # the tail shows only the backlog window...
+    assert "comm 0x551d06754c6bacf2: 2 ranks, all pairs P2P/IPC" in update.summary  # ...the summary saw the init
+    rep = mon.report("llama-a")
+    assert rep is not None and rep.warnings[0].line == 26
+    assert mon.poll().summary == update.summary
