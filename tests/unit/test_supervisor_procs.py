@@ -263,3 +263,30 @@ def test_launch_refused_while_orphans_of_last_run_live(tmp_path: Path, sup_for) 
     sup.stop("w")
     assert not alive(pids)
     sup.launch("w")
+
+
+def test_cli_launch_survives_its_process_and_cli_stop_sweeps(tmp_path: Path, sup_for) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    cfg = write_profile(tmp_path, FAMILY)
+    base = [
+        sys.executable,
+        "-m",
+        "amdtop",
+        "--backend",
+        "sim",
+        "--config",
+        str(cfg),
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
+    done = subprocess.run([*base, "workers", "launch", "w"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pids = wait_files(tmp_path, 5)  # the launching process has exited; the worker lives on in its own session
+    st = sup_for(cfg).status_one("w")
+    assert set(st.pids) >= pids and st.state is WorkerState.STARTING
+    status = subprocess.run([*base, "workers", "status", "--json"], capture_output=True, text=True, timeout=60)
+    assert '"state": "starting"' in status.stdout
+    stop = subprocess.run([*base, "workers", "stop", "w", "--grace", "2"], capture_output=True, text=True, timeout=60)
+    assert stop.returncode == 0 and "5 terminated" in stop.stderr
+    assert not alive(pids)
