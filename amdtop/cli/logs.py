@@ -9,7 +9,7 @@ from typing import Any
 from amdtop.cli.common import open_from_args, print_json
 from amdtop.errors import InputError
 from amdtop.model import Flag, Topology
-from amdtop.rccl.diagnose import diagnose
+from amdtop.rccl.diagnose import comm_summary, diagnose
 from amdtop.rccl.parser import parse_files
 from amdtop.rccl.report import LogReport, report_json
 from amdtop.report import flag_json
@@ -48,20 +48,24 @@ def run_parse(args: argparse.Namespace) -> int:
         if path.is_dir():
             raise InputError(f"{path}: is a directory; pass the log files inside it")
     report = parse_files(args.files)
-    flags = diagnose(report, _topology(args))
+    topology = _topology(args)
+    flags = diagnose(report, topology)
     if args.json:
-        print_json(report_json(report, [flag_json(f) for f in flags]))
+        doc = report_json(report, [flag_json(f) for f in flags])
+        for entry, comm in zip(doc["comms"], report.comms, strict=True):
+            entry["summary"] = comm_summary(comm, topology)
+        print_json(doc)
     else:
-        print(render_report(report, flags), end="")
+        print(render_report(report, flags, topology), end="")
     return 0
 
 
-def render_report(report: LogReport, flags: list[Flag], limit: int = 10) -> str:
+def render_report(report: LogReport, flags: list[Flag], topology: Topology | None = None, limit: int = 10) -> str:
     """Human summary: library, communicators with their transports, env, warnings, errors, flags."""
     lib = f"{report.library or 'unknown library'} {report.version or ''}".strip()
     out = [f"{lib} · {report.files} files · {report.lines} lines ({report.unknown_lines} unknown)"]
     for c in report.comms:
-        out.append(f"comm {c.id}: {c.summary}")
+        out.append(f"comm {c.id}: {comm_summary(c, topology)}")
         for r in c.ranks:
             out.append(
                 f"  rank {r.rank:<3} dev {'?' if r.dev is None else r.dev:<3} bus {r.bus_id or '?':<8} {r.host or '?'} pid {r.pid or '?'}"

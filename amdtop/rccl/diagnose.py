@@ -76,3 +76,23 @@ def diagnose(report: LogReport, topology: Topology | None, worker: str | None = 
         for comm in report.comms:
             flags.extend(_fallbacks(comm, topology, worker))
     return flags
+
+
+def comm_summary(comm: Comm, topology: Topology | None) -> str:
+    """:attr:`Comm.summary` enriched with the node's view: ``4 ranks, all pairs P2P/IPC over XGMI (GPUs 0-3)``."""
+    text = comm.summary
+    if topology is None:
+        return text
+    gpus = rank_gpus(comm, topology)
+    kinds = set()
+    for e in comm.edges:
+        if e.transport.startswith("P2P") and e.src in gpus and e.dst in gpus and gpus[e.src] != gpus[e.dst]:
+            link = topology.link(gpus[e.src], gpus[e.dst])
+            kinds.add(link.type.value if link else "?")
+    transports = {e.transport for e in comm.edges}
+    if len(kinds) == 1 and len(transports) == 1:
+        t = next(iter(transports))
+        text = text.replace(f"all pairs {t}", f"all pairs {t} over {next(iter(kinds))}", 1)
+    if comm.ranks and len(gpus) == len(comm.ranks):
+        text += " (GPUs " + ",".join(str(gpus[r.rank]) for r in comm.ranks) + ")"
+    return text

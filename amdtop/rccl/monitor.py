@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdtop.model import Flag, Topology
-from amdtop.rccl.diagnose import diagnose
+from amdtop.rccl.diagnose import comm_summary, diagnose
 from amdtop.rccl.lines import LogLine
 from amdtop.rccl.parser import LogParser
 from amdtop.rccl.report import LogReport
@@ -113,7 +113,8 @@ class LogMonitor:
             rep = parser.report()
             lib = f"{rep.library or ''} {rep.version or ''}".strip()
             for comm in rep.comms:
-                out.append(f"{name}: {lib} comm {comm.id}: {comm.summary}".replace(":  comm", ": comm"))
+                line = f"{name}: {lib} comm {comm.id}: {comm_summary(comm, self.topology)}"
+                out.append(line.replace(":  comm", ": comm"))
             if rep.errors:
                 out.append(f"{name}: {len(rep.errors)} error(s), last: {rep.errors[-1].text[:120]}")
         return "\n".join(out)

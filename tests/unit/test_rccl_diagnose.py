@@ -79,7 +79,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["logs", "parse", *map(str, paths), "--json", "--demo", "--topo"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["library"] == "RCCL" and doc["files"] == 4 and doc["transports"] == {"SHM/direct": 16}
-    assert doc["comms"][0]["summary"] == "4 ranks, all pairs SHM/direct"
+    assert doc["comms"][0]["summary"] == "4 ranks, all pairs SHM/direct (GPUs 0,1,2,3)"
     assert [f["kind"] for f in doc["flags"]] == ["transport_fallback"]
 
 
@@ -94,3 +94,14 @@ def test_cli_human_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert captured.out == ""
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("amdtop: error:") and str(missing) in err[0]
+
+
+def test_comm_summary_names_the_link_and_gpus() -> None:
+    from amdtop.rccl.diagnose import comm_summary
+
+    topo = SimBackend().topology()
+    comm = _report(4).comms[0]
+    assert comm_summary(comm, topo) == "4 ranks, all pairs P2P/IPC over XGMI (GPUs 0,1,2,3)"
+    assert comm_summary(comm, None) == "4 ranks, all pairs P2P/IPC"
+    shm = _report(4, transport="SHM/direct").comms[0]
+    assert comm_summary(shm, topo) == "4 ranks, all pairs SHM/direct (GPUs 0,1,2,3)"
