@@ -72,9 +72,11 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, prompt: str) -> Re
                 return RequestResult(st, time.perf_counter(), False, error=f"http_{resp.status_code}", detail=text)
             buf = b""
             done = False
-            async for data in resp.aiter_bytes():
+            # Skip the content decoder when the body is not compressed (SSE never is in vLLM): less CPU per chunk.
+            chunks_iter = resp.aiter_bytes() if resp.headers.get("content-encoding") else resp.aiter_raw()
+            async for data in chunks_iter:
                 now = time.perf_counter()
-                buf += data
+                buf = buf + data if buf else data
                 while True:
                     cut = buf.find(b"\n\n")
                     if cut < 0:
@@ -86,24 +88,28 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, prompt: str) -> Re
                     if payload == b"[DONE]":
                         done = True
                         continue
-                    doc = json.loads(payload)
-                    if "error" in doc:
-                        err = doc["error"]
-                        msg = err.get("message", "") if isinstance(err, dict) else str(err)
-                        return RequestResult(st, now, False, error="stream_error", detail=str(msg)[:200])
-                    choices = doc.get("choices")
-                    if choices:
-                        if not _is_content(choices[0], spec.chat):
-                            continue
+                    # Fast path: a chunk with non-empty choices is a token (a quote inside generated text is escaped,
+                    # so the marker cannot come from the text). Chat role-only openers still need a real parse.
+                    if b'"choices":[{' in payload and not (spec.chat and b'"role"' in payload):
+                        is_content = True
+                    else:
+                        doc = json.loads(payload)
+                        if "error" in doc:
+                            err = doc["error"]
+                            msg = err.get("message", "") if isinstance(err, dict) else str(err)
+                            return RequestResult(st, now, False, error="stream_error", detail=str(msg)[:200])
+                        choices = doc.get("choices")
+                        is_content = bool(choices) and _is_content(choices[0], spec.chat)
+                        if not choices and (usage := doc.get("usage")):
+                            out_tokens = int(usage.get("completion_tokens") or 0)
+                            in_tokens = int(usage.get("prompt_tokens") or in_tokens)
+                    if is_content:
                         chunks += 1
                         if ttft is None:
                             ttft = now - st
                         else:
                             itl.append(now - last)
                         last = now
-                    elif usage := doc.get("usage"):
-                        out_tokens = int(usage.get("completion_tokens") or 0)
-                        in_tokens = int(usage.get("prompt_tokens") or in_tokens)
             end = time.perf_counter()
             if ttft is None:
                 return RequestResult(st, end, False, error="protocol", detail="no content chunk in the stream")

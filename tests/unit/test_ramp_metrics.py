@@ -61,7 +61,9 @@ def test_parses_real_vllm_stream() -> None:
     body = CAPTURE.read_text().split("\n\nHTTP 200")[0] + "\n\n"
 
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+        return httpx.Response(
+            200, stream=httpx.ByteStream(body.encode()), headers={"content-type": "text/event-stream"}
+        )
 
     async def go() -> RequestResult:
         spec = LoadSpec("http://x", "m", ("p",), 5, 32)
@@ -78,7 +80,7 @@ def test_error_chunk_inside_200_stream() -> None:
 
     async def go() -> RequestResult:
         spec = LoadSpec("http://x", "m", ("p",), 5, 32)
-        t = httpx.MockTransport(lambda r: httpx.Response(200, content=err))
+        t = httpx.MockTransport(lambda r: httpx.Response(200, stream=httpx.ByteStream(err)))
         async with httpx.AsyncClient(base_url="http://x", transport=t) as c:
             return await send_one(c, spec, "p")
 
