@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from amdtop.errors import InputError
 from amdtop.rccl import grammar as g
 from amdtop.rccl.env import FAKE_VARS, is_known
-from amdtop.rccl.report import Comm, Edge, EnvSetting, LogReport, Message, RankInfo
+from amdtop.rccl.report import EnvSetting, LogReport, Message
+from amdtop.rccl.state import CommState, freeze
 
 _ERROR_WORDS = (
     "unhandled system error",
@@ -19,37 +19,6 @@ _ERROR_WORDS = (
     "NCCL communicator was aborted",
     "ProcessRaisedException",
 )
-
-
-@dataclass(slots=True)
-class _Rank:
-    rank: int
-    dev: int | None = None
-    bus_id: str | None = None
-    host: str | None = None
-    pid: int | None = None
-    complete: bool = False
-    init_s: float | None = None
-
-
-@dataclass(slots=True)
-class _Comm:
-    key: str
-    nranks: int
-    ranks: dict[int, _Rank] = field(default_factory=dict)
-    # (src, dst, transport) -> channel ids seen
-    edges: dict[tuple[str, str, str], set[tuple[str, str | None, str | None]]] = field(default_factory=dict)
-    nnodes: int | None = None
-    rings: set[int] = field(default_factory=set)
-    trees: set[int] = field(default_factory=set)
-    coll_channels: int | None = None
-    ended: str | None = None
-
-    def rank(self, r: int) -> _Rank:
-        got = self.ranks.get(r)
-        if got is None:
-            got = self.ranks[r] = _Rank(r)
-        return got
 
 
 class LogParser:
@@ -62,7 +31,7 @@ class LogParser:
         self.files: set[str] = set()
         self.lines = 0
         self.unknown = 0
-        self._comms: dict[str, _Comm] = {}
+        self._comms: dict[str, CommState] = {}
         self._by_ptr: dict[tuple[str | None, int | None, str], str] = {}
         self._by_thread: dict[tuple[str | None, int | None, int | None], str] = {}
         self._synthetic = 0
@@ -73,7 +42,7 @@ class LogParser:
         self._in_banner = False
         self._trail_key: tuple[str, str] | None = None
         self._heads: dict[str, tuple[str | None, int | None, int | None, int | None, str]] = {}
-        self._chan_comm: dict[tuple[str, str | None], _Comm] = {}
+        self._chan_comm: dict[tuple[str, str | None], CommState] = {}
 
     # -- entry points --------------------------------------------------------------------------------------------
     def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
@@ -128,7 +97,7 @@ class LogParser:
 
     def report(self) -> LogReport:
         """A frozen view of everything parsed so far."""
-        comms = tuple(_freeze(c) for c in self._comms.values())
+        comms = tuple(freeze(c) for c in self._comms.values())
         library = self.library
         if library is None and (self.version or comms):
             library = "NCCL"
@@ -230,7 +199,7 @@ class LogParser:
         self._heads[head] = got
         return got
 
-    def _comm_for(self, head: str, ptr: str | None, nranks: int | None) -> _Comm:
+    def _comm_for(self, head: str, ptr: str | None, nranks: int | None) -> CommState:
         host, pid, tid, _dev, _ = self._header(head)
         key = None
         if ptr is not None:
@@ -244,7 +213,7 @@ class LogParser:
             self._by_thread[(host, pid, tid)] = self._by_thread[(host, pid, None)] = key
         comm = self._comms.get(key)
         if comm is None:
-            comm = self._comms[key] = _Comm(key, nranks or 0)
+            comm = self._comms[key] = CommState(key, nranks or 0)
         elif nranks and not comm.nranks:
             comm.nranks = nranks
         return comm
@@ -269,7 +238,7 @@ class LogParser:
             # a comm first seen through its pointer (channel lines before Init) is renamed to its commId
             old = self._by_ptr.get((host, pid, ptr))
             provisional = old == ptr and old in self._comms
-            self._comms[key] = self._comms.pop(old) if provisional and old else _Comm(key, nranks)
+            self._comms[key] = self._comms.pop(old) if provisional and old else CommState(key, nranks)
             self._comms[key].key, self._comms[key].nranks = key, nranks
         self._by_ptr[(host, pid, ptr)] = key
         self._by_thread[(host, pid, tid)] = self._by_thread[(host, pid, None)] = key
@@ -318,7 +287,7 @@ class LogParser:
             self.transports[transport] = self.transports.get(transport, 0) + 1
 
     def _channel_ranks(
-        self, comm: _Comm, head: str, s: int, sbus: str, d: int, dbus: str, direction: str | None, ptr: str | None
+        self, comm: CommState, head: str, s: int, sbus: str, d: int, dbus: str, direction: str | None, ptr: str | None
     ) -> None:
         src_info, dst_info = comm.rank(s), comm.rank(d)
         if ptr is not None:
@@ -464,23 +433,6 @@ def _torch_rank(s: str) -> int | None:
     if m is None:
         return None
     return int(m.group(1) or m.group(2))
-
-
-def _freeze(c: _Comm) -> Comm:
-    ranks = tuple(
-        RankInfo(r.rank, r.dev, r.bus_id, r.host, r.pid, r.complete, r.init_s) for _, r in sorted(c.ranks.items())
-    )
-    edges = tuple(
-        sorted(
-            (
-                Edge(int(s), int(d), t, len({(int(ch), int(conn or 0)) for ch, conn, _dir in seen}))
-                for (s, d, t), seen in c.edges.items()
-            ),
-            key=lambda e: (e.src, e.dst, e.transport),
-        )
-    )
-    nranks = c.nranks or (max(c.ranks) + 1 if c.ranks else 0)
-    return Comm(c.key, nranks, ranks, edges, c.nnodes, len(c.rings), len(c.trees), c.coll_channels, c.ended)
 
 
 def _feed_file(p: LogParser, fh: TextIO, name: str) -> None:
