@@ -9,6 +9,8 @@ from amdtop.rccl.report import Comm, Edge, RankInfo
 
 @dataclass(slots=True)
 class RankState:
+    """One rank as lines about it arrive."""
+
     rank: int
     dev: int | None = None
     bus_id: str | None = None
@@ -20,6 +22,8 @@ class RankState:
 
 @dataclass(slots=True)
 class CommState:
+    """One communicator as lines about it arrive (merged over every rank's file)."""
+
     key: str
     nranks: int
     ranks: dict[int, RankState] = field(default_factory=dict)
