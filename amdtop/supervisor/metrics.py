@@ -6,6 +6,8 @@ import math
 import time
 from collections.abc import Callable
 
+import httpx
+
 from amdtop.model import EngineStats
 
 # New name first; older vLLM releases used the second (renamed in V1, see reference vllm.md section 8).
@@ -78,3 +80,40 @@ class EngineMeter:
         """Forget the previous scrape (after a restart)."""
         self._last = None
         self._rate = None
+
+
+class Prober:
+    """Short HTTP calls to workers: ``/health`` and ``/metrics`` (with one :class:`EngineMeter` per worker)."""
+
+    def __init__(self, timeout_s: float = 0.5) -> None:
+        """Every call gives up after ``timeout_s``."""
+        # No keep-alive: a pooled connection to a worker outlives its server and leaves the port in FIN_WAIT2.
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(timeout_s), trust_env=False, limits=httpx.Limits(max_keepalive_connections=0)
+        )
+        self._meters: dict[str, EngineMeter] = {}
+
+    def health(self, url: str) -> int | None:
+        """HTTP status of ``/health``; ``None`` when refused or timed out (normal while vLLM loads)."""
+        try:
+            return self._http.get(f"{url}/health").status_code
+        except httpx.HTTPError:
+            return None
+
+    def scrape(self, name: str, url: str) -> EngineStats | None:
+        """Scrape ``/metrics`` of worker ``name``; ``None`` when it does not answer 200."""
+        try:
+            resp = self._http.get(f"{url}/metrics")
+        except httpx.HTTPError:
+            return None
+        if resp.status_code != 200:
+            return None
+        return self._meters.setdefault(name, EngineMeter()).update(resp.text)
+
+    def forget(self, name: str) -> None:
+        """Drop ``name``'s counter history (a new run starts its counters at zero)."""
+        self._meters.pop(name, None)
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self._http.close()

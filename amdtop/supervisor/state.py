@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -141,6 +143,40 @@ class StateStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    @contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """Hold worker ``name`` for a control action.
+
+        flock is per open file, so this serialises actions on one worker across threads and across amdtop processes
+        sharing the state dir (TUI + CLI); actions on different workers run in parallel.
+        """
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / f".{name}.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def merge(self, seen: WorkerRecord, changed: dict[str, Any]) -> WorkerRecord:
+        """Save what a status poll learnt about run ``seen``, unless a control action holds the worker (it owns the
+        record then) or another run replaced it; returns ``seen`` with the changes either way."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / f".{seen.name}.lock", "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return seen.with_(**changed)
+            try:
+                current = self.load(seen.name)
+                if current is None or current.launch_id != seen.launch_id or current.stopping:
+                    return seen.with_(**changed)
+                merged = current.with_(**changed)
+                self.save(merged)
+                return merged
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     def names(self) -> list[str]:
         """Names with a state file."""

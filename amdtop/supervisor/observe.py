@@ -1,0 +1,116 @@
+"""One look at a worker: processes, state (procfs + /health), engine numbers, binding; learns pids for the sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from amdtop.errors import InputError
+from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.procinfo import read_binding
+from amdtop.supervisor import procs
+from amdtop.supervisor.metrics import Prober
+from amdtop.supervisor.profiles import Profile, resolve_numa
+from amdtop.supervisor.state import StateStore, rotate_log, tail_lines
+
+
+def profile_numa(profile: Profile, topology: Topology) -> int | None:
+    """The node the profile resolves to on ``topology`` (``None``: unpinned or unresolvable)."""
+    try:
+        return resolve_numa(profile, topology)
+    except InputError:
+        return None
+
+
+def observe(
+    profile: Profile,
+    store: StateStore,
+    table: dict[int, procs.ProcStat],
+    prober: Prober,
+    *,
+    topology: Topology,
+    demo: bool = False,
+    log_max_bytes: int = 50 * 1024 * 1024,
+    log_backups: int = 3,
+) -> WorkerStatus:
+    """Status of ``profile``'s worker from its state record, the process ``table`` and a short HTTP probe."""
+    name = profile.name
+    rec = store.load(name)
+    if rec is None:
+        return WorkerStatus(
+            name,
+            WorkerState.STOPPED,
+            profile.gpus,
+            port=profile.port,
+            url=profile.url,
+            numa_node=profile_numa(profile, topology),
+            log=str(store.log_path(name)),
+        )
+    marker = f"{name}:{rec.launch_id}"
+    pids = procs.members(pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table)
+    leader = rec.pid in pids and table[rec.pid].start_ticks == rec.start_ticks
+    engine = None
+    lines: tuple[str, ...] = ()
+    changed: dict[str, object] = {}
+    if rec.stopping and pids:
+        state = WorkerState.STOPPING
+    elif not leader:
+        state = WorkerState.STOPPED if rec.stopped or (rec.stopping and not pids) else WorkerState.CRASHED
+    else:
+        code = prober.health(rec.url)
+        if code == 200:
+            state = WorkerState.READY
+            if not rec.ready_seen:
+                changed["ready_seen"] = True
+            engine = prober.scrape(name, rec.url)
+        elif code is not None and code >= 500:
+            state = WorkerState.CRASHED
+        else:
+            state = WorkerState.STARTING
+    if state is WorkerState.CRASHED:
+        lines = tail_lines(Path(rec.log), 20)
+    if pids:
+        known = set(rec.known) | {(p, table[p].start_ticks) for p in pids}
+        if known != set(rec.known):
+            changed["known"] = tuple(sorted(known))
+        shm = set(rec.shm) | procs.mapped_shm(pids)
+        if shm != set(rec.shm):
+            changed["shm"] = tuple(sorted(shm))
+    if changed:
+        rec = store.merge(rec, changed)
+    rotate_log(Path(rec.log), log_max_bytes, log_backups)
+    cpus: set[int] = set()
+    mems: set[int] = set()
+    numa = rec.numa_node
+    if demo:
+        # Demo workers run on this host but stand for workers of the simulated node: report the binding they
+        # would have there, so NUMA checks against the simulated topology stay meaningful.
+        numa = profile_numa(profile, topology)
+        if pids and numa is not None:
+            cpus.update(next((n.cpus for n in topology.numa_nodes if n.id == numa), ()))
+            mems.add(numa)
+    else:
+        for pid in pids:
+            b = read_binding(pid)
+            if b is not None:
+                cpus.update(b.cpus)
+                mems.update(b.mems)
+    return WorkerStatus(
+        name=name,
+        state=state,
+        gpus=rec.gpus,
+        port=rec.port,
+        numa_node=numa,
+        pid=rec.pid if pids else None,
+        pgid=rec.pgid if pids else None,
+        url=rec.url,
+        pids=tuple(sorted(pids)),
+        rank_pids=procs.rank_pids(pids),
+        cpu_affinity=tuple(sorted(cpus)),
+        mems_allowed=tuple(sorted(mems)),
+        log=rec.log,
+        restarts=rec.restarts,
+        started_at=rec.started_at if pids else None,
+        source="amdtop",
+        engine=engine,
+        last_log_lines=lines,
+    )

@@ -1,0 +1,130 @@
+"""Stopping one run of a worker: SIGTERM the group, grace, SIGKILL the group, sweep leftovers and shared memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from amdtop.supervisor import procs
+from amdtop.supervisor.state import WorkerRecord
+
+
+@dataclass(frozen=True, slots=True)
+class StopReport:
+    """What a stop did."""
+
+    name: str
+    """Worker name."""
+    terminated: tuple[int, ...]
+    """PIDs of the process group that got SIGTERM."""
+    killed: tuple[int, ...]
+    """PIDs still alive after the grace period that got SIGKILL."""
+    swept_pids: tuple[int, ...]
+    """Leftovers outside the group found by env marker, parent chain or ``VLLM::`` title, and killed."""
+    swept_shm: tuple[str, ...]
+    """``/dev/shm`` (and temp) files of this launch that were removed."""
+    message: str
+    """One line for humans."""
+    seconds: float = 0.0
+    """Wall time of the stop."""
+
+
+def _signal_group(pgid: int, pids: set[int], sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _alive_of(pids: set[int]) -> set[int]:
+    table = procs.scan()
+    return {p for p in pids if p in table}
+
+
+def _wait_gone(pids: set[int], timeout: float, reap: Callable[[], None]) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        reap()
+        if not _alive_of(pids) or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
+def log_since_launch(rec: WorkerRecord) -> str:
+    """The log text this run wrote (the whole file when it was rotated since)."""
+    try:
+        with open(rec.log, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(rec.log_offset if rec.log_offset <= size else 0)
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _remove_files(rec: WorkerRecord, mapped: set[str]) -> set[str]:
+    ids = set(rec.dist_ids) | procs.dist_ids_in(log_since_launch(rec))
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    candidates = mapped | procs.shm_for_ids(ids) | {str(tmp / f"vllm_dist_{i}") for i in ids}
+    removed: set[str] = set()
+    for path in candidates:
+        try:
+            os.unlink(path)
+            removed.add(path)
+        except OSError:
+            pass
+    return removed
+
+
+def stop_run(rec: WorkerRecord, grace: float, reap: Callable[[], None] = lambda: None) -> StopReport:
+    """Stop the run ``rec`` describes; ``reap`` collects the launched child where this process is its parent.
+
+    Only processes and files tied to this run (see :func:`procs.members`) are signalled or removed.
+    """
+    t0 = time.monotonic()
+    marker = f"{rec.name}:{rec.launch_id}"
+    table = procs.scan()
+    everyone = procs.members(
+        pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table, deep=True
+    )
+    # Read the mappings before anything dies: afterwards nothing says which segments were this run's.
+    shm = set(rec.shm) | procs.mapped_shm(everyone)
+    group = {p for p in everyone if table[p].pgid == rec.pgid}
+    if group:
+        _signal_group(rec.pgid, group, signal.SIGTERM)
+    _wait_gone(group, grace, reap)
+    left = _alive_of(group)
+    if left:
+        _signal_group(rec.pgid, left, signal.SIGKILL)
+        _wait_gone(left, 5.0, reap)
+    # Sweep: anything still tied to this launch (escaped the group, reparented, or started late).
+    swept: set[int] = set()
+    for _ in range(3):
+        rest = procs.members(pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, deep=True)
+        if not rest:
+            break
+        swept |= rest
+        for pid in rest:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _wait_gone(rest, 5.0, reap)
+    removed = _remove_files(rec, shm)
+    reap()
+    secs = time.monotonic() - t0
+    msg = (
+        f"{rec.name}: stopped in {secs:.1f} s; {len(group)} terminated, {len(left)} killed after {grace:g} s grace, "
+        f"{len(swept)} leftover process(es) swept, {len(removed)} shm file(s) removed"
+    )
+    return StopReport(
+        rec.name, tuple(sorted(group)), tuple(sorted(left)), tuple(sorted(swept)), tuple(sorted(removed)), msg, secs
+    )
