@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.style import Style
 from textual.widgets import DataTable
 
 
@@ -20,6 +21,7 @@ class DiffTable(DataTable[Any]):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False, show_cursor=True)
         self._rows: dict[str, tuple[Any, ...]] = {}
+        self._cells: dict[tuple[Any, Any], tuple[tuple[Any, ...], Any, Any]] = {}
         self.rebuilds = 0
         """How many times the rows were rebuilt (tests assert it stays flat tick after tick)."""
 
@@ -42,11 +44,14 @@ class DiffTable(DataTable[Any]):
             old = self._rows[row_key]
             for col, (new_cell, old_cell) in enumerate(zip(cells, old, strict=True)):
                 if new_cell != old_cell:
-                    self.update_cell(row_key, keys[col], new_cell, update_width=True)
+                    # Widening a column relayouts the table: only do it when the text got longer.
+                    wider = len(str(new_cell)) > len(str(old_cell))
+                    self.update_cell(row_key, keys[col], new_cell, update_width=wider)
         self._rows = dict(rows)
 
     def _rebuild(self, rows: Mapping[str, tuple[Any, ...]]) -> None:
         self.rebuilds += 1
+        self._cells.clear()
         selected = self.selected_key()
         self.clear()
         for row_key, cells in rows.items():
@@ -59,3 +64,35 @@ class DiffTable(DataTable[Any]):
         if not self._rows or self.cursor_row < 0 or self.cursor_row >= len(self._rows):
             return None
         return list(self._rows)[self.cursor_row]
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> Any:
+        # DataTable keys its cell cache on a table-wide update counter, so one update_cell re-renders every visible
+        # cell. Keep our own cache keyed on the cell's value instead: unchanged cells reuse their segments.
+        if row_index < 0 or column_index < 0:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        value = self._data.get(row_key, {}).get(column_key)
+        context = (
+            base_style,
+            width,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._pseudo_class_state,
+            self.show_cursor,
+        )
+        hit = self._cells.get((row_key, column_key))
+        if hit is not None and hit[0] == context and hit[1] == value:
+            return hit[2]
+        lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        self._cells[(row_key, column_key)] = (context, value, lines)
+        return lines

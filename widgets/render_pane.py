@@ -26,5 +26,7 @@ class RenderPane(Static):
             return Group(*view)
         return view  # type: ignore[no-any-return]
 
-    def watch_view(self, view: Any) -> None:
-        self.update(self.render_view(view))
+    def watch_view(self, old: Any, view: Any) -> None:
+        # Same number of lines: repaint in place, skipping the layout pass (which repaints every scrollbar).
+        same_height = isinstance(old, tuple) and isinstance(view, tuple) and len(old) == len(view)
+        self.update(self.render_view(view), layout=not same_height)

@@ -46,6 +46,7 @@ class DashboardScreen(Screen[None]):
         self.bandwidth: tuple[tuple[int, int, float], ...] | None = None
         self.show_gbps = False
         self.last_frame: Frame | None = None
+        self._status = ""
 
     def compose(self) -> ComposeResult:
         yield Static("amdtop", id="status")
@@ -73,6 +74,9 @@ class DashboardScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._select("gpus")
+        # Keep a widget focused: with focus on nothing, each Footer recompose prunes nodes, which resets focus,
+        # which refreshes bindings, which recomposes the Footer again (a loop that cost ~1% CPU when idle).
+        self.query_one("#pane-gpus").focus()
         # The log pane titles itself on mount; put the numbered title back afterwards.
         self.call_after_refresh(self._retitle_logs)
 
@@ -116,15 +120,25 @@ class DashboardScreen(Screen[None]):
     def apply(self, frame: Frame, status: str, now: float) -> None:
         self.last_frame = frame
         with self.app.batch_update():
-            self.query_one("#status", Static).update(status)
+            if status != self._status:
+                # Fixed one-line bar: no layout pass (a layout pass repaints every scrollbar on screen).
+                self._status = status
+                self.query_one("#status", Static).update(status, layout=False)
             self.query_one("#pane-gpus", GpuTable).show(views.gpu_rows(frame))
             self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.bandwidth, self.show_gbps)
             self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", RenderPane).view = views.numa_view(frame)
+            before = self.selected_worker()
             self.query_one("#pane-workers", WorkersTable).show(views.worker_rows(frame, now))
+            if self.selected_worker() != before:
+                self.refresh_bindings()  # control keys are enabled only with a selected worker
             logs: Any = self.query_one("#pane-logs")
             if (frame.log_lines or frame.log_dropped) and hasattr(logs, "feed"):
                 logs.feed(list(frame.log_lines), frame.log_dropped)
+
+    @on(WorkersTable.RowHighlighted, "#pane-workers")
+    def _worker_highlighted(self) -> None:
+        self.refresh_bindings()
 
     def selected_worker(self) -> str | None:
         key = self.query_one("#pane-workers", WorkersTable).selected_key()

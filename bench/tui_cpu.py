@@ -1,0 +1,191 @@
+"""Dashboard cost: CPU of a terminal program at steady state, and time from start to first full paint.
+
+Runs the command in a pseudo-terminal of the given size (``TERM=xterm-256color``), drains its output like a terminal,
+records when ``--marker`` first appears in the output (first full paint: amdtop writes its status line, with the
+backend name, in the same batched update as every pane), waits ``--warmup`` seconds, then counts user+system CPU
+ticks of the process tree over ``--seconds``. Repeats ``--runs`` times, interleaving ``--peer`` commands measured the
+same way, and prints medians (JSON on stdout, a Markdown table with ``--markdown``).
+
+    .venv/bin/python bench/tui_cpu.py --runs 3 --seconds 60 -- .venv/bin/amdtop --demo --interval 1
+    python3 bench/tui_cpu.py --marker backend -- amdtop --backend nvml --interval 1 \\
+        --peer 'nvitop --interval 1' --peer-marker MiB
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import pty
+import select
+import shlex
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import termios
+import time
+from typing import Any
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _ppid_ticks(pid: int) -> tuple[int, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def tree_ticks(root: int) -> int:
+    """utime+stime ticks of ``root`` and its live descendants."""
+    stats = {int(e): s for e in os.listdir("/proc") if e.isdigit() and (s := _ppid_ticks(int(e)))}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][1]
+            todo.extend(children.get(pid, ()))
+    return total
+
+
+class PtyRun:
+    def __init__(self, argv: list[str], cols: int, rows: int) -> None:
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env["TERM"] = "xterm-256color"
+        self.start = time.monotonic()
+        self.proc = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, close_fds=True
+        )
+        os.close(slave)
+        self.buf = b""
+        self.bytes = 0
+
+    def pump(self, timeout: float) -> None:
+        """Read whatever the program wrote within ``timeout`` seconds (a terminal never stops reading)."""
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            ready, _, _ = select.select([self.master], [], [], left)
+            if not ready:
+                return
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.bytes += len(data)
+            self.buf = (self.buf + data)[-65536:]
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(5)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        os.close(self.master)
+
+
+def measure(argv: list[str], marker: str, cols: int, rows: int, warmup: float, seconds: float) -> dict[str, Any]:
+    run = PtyRun(argv, cols, rows)
+    try:
+        paint = None
+        while time.monotonic() - run.start < 30:
+            run.pump(0.02)
+            if marker.encode() in run.buf:
+                paint = time.monotonic() - run.start
+                break
+            if run.proc.poll() is not None:
+                raise SystemExit(f"{argv[0]} exited early: {run.buf[-400:]!r}")
+        run.pump(warmup)
+        t0, c0, b0 = time.monotonic(), tree_ticks(run.proc.pid), run.bytes
+        while time.monotonic() - t0 < seconds:
+            run.pump(min(1.0, seconds - (time.monotonic() - t0)))
+        wall = time.monotonic() - t0
+        cpu = (tree_ticks(run.proc.pid) - c0) / TICK
+        return {
+            "first_paint_s": paint,
+            "cpu_pct_one_core": 100.0 * cpu / wall,
+            "tty_bytes_per_s": (run.bytes - b0) / wall,
+        }
+    finally:
+        run.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=60.0, help="steady-state window per run")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds after first paint before counting CPU")
+    ap.add_argument("--size", default="200x50", help="terminal COLSxROWS")
+    ap.add_argument("--marker", default="backend ", help="text whose first appearance marks the first full paint")
+    ap.add_argument("--label", default="amdtop")
+    ap.add_argument("--peer", action="append", default=[], help="peer command (shell-quoted), measured interleaved")
+    ap.add_argument("--peer-marker", action="append", default=[], help="marker for each --peer (default: any output)")
+    ap.add_argument("--markdown", action="store_true", help="also print a Markdown table of medians")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND... (the program to measure)")
+    args = ap.parse_args()
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        ap.error("give the command after --")
+    cols, rows = (int(x) for x in args.size.lower().split("x"))
+    targets = [(args.label, cmd, args.marker)]
+    for i, peer in enumerate(args.peer):
+        marker = args.peer_marker[i] if i < len(args.peer_marker) else ""
+        targets.append((shlex.split(peer)[0].rsplit("/", 1)[-1], shlex.split(peer), marker))
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in targets}
+    for _ in range(args.runs):
+        for label, argv, marker in targets:
+            r = measure(argv, marker, cols, rows, args.warmup, args.seconds)
+            results[label].append(r)
+            print(json.dumps({"label": label, **r}), file=sys.stderr)
+    summary = {}
+    for label, runs in results.items():
+        summary[label] = {
+            key: statistics.median(r[key] for r in runs if r[key] is not None)
+            for key in ("first_paint_s", "cpu_pct_one_core", "tty_bytes_per_s")
+            if any(r[key] is not None for r in runs)
+        }
+    base = summary[args.label]
+    doc = {
+        "command": shlex.join(cmd),
+        "size": args.size,
+        "runs": args.runs,
+        "seconds": args.seconds,
+        "medians": summary,
+        "cpu_ratio_vs_" + args.label: {
+            k: v["cpu_pct_one_core"] / base["cpu_pct_one_core"] for k, v in summary.items() if base["cpu_pct_one_core"]
+        },
+    }
+    print(json.dumps(doc, indent=2))
+    if args.markdown:
+        print("| program | CPU % of one core (median) | first paint s (median) | tty bytes/s (median) |")
+        print("|---|---|---|---|")
+        for label, m in summary.items():
+            paint = m.get("first_paint_s")
+            print(
+                f"| {label} | {m['cpu_pct_one_core']:.2f} | {'-' if paint is None else f'{paint:.2f}'} |"
+                f" {m['tty_bytes_per_s']:.0f} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
