@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from amdtop.ramp.pool import pooled_transport
 from amdtop.ramp.stats import RequestResult, StepResult, window_tokens
 
 FAILURE_BACKOFF_S = 0.05
@@ -90,7 +91,9 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, prompt: str) -> Re
                         continue
                     # Fast path: a chunk with non-empty choices is a token (a quote inside generated text is escaped,
                     # so the marker cannot come from the text). Chat role-only openers still need a real parse.
-                    if b'"choices":[{' in payload and not (spec.chat and b'"role"' in payload):
+                    if (b'"choices":[{' in payload or b'"choices": [{' in payload) and not (
+                        spec.chat and b'"role"' in payload
+                    ):
                         is_content = True
                     else:
                         doc = json.loads(payload)
@@ -138,9 +141,8 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, prompt: str) -> Re
 
 def make_client(spec: LoadSpec, concurrency: int) -> httpx.AsyncClient:
     """One client whose pool holds exactly ``concurrency`` connections."""
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     timeout = httpx.Timeout(spec.request_timeout_s, connect=5.0)
-    return httpx.AsyncClient(base_url=spec.url, limits=limits, timeout=timeout)
+    return httpx.AsyncClient(base_url=spec.url, transport=pooled_transport(concurrency), timeout=timeout)
 
 
 async def run_step(
