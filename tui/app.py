@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from textual import work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.worker import get_current_worker
 
 from amdtop.telemetry.base import TelemetryBackend
@@ -32,10 +33,6 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("q", "quit", "Quit", id="quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c"),
         Binding("question_mark", "help", "Help", id="help"),
-        *(
-            Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}", show=False)
-            for i, (key, label) in enumerate(PANES, start=1)
-        ),
         Binding("l", "launch", "Launch", id="launch", tooltip="launch the selected worker"),
         Binding("r", "restart", "Restart", id="restart", tooltip="restart the selected worker (confirm)"),
         Binding("s", "stop", "Stop", id="stop", tooltip="stop the selected worker (confirm)"),
@@ -44,6 +41,7 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("x", "exporter", "Exporter", id="exporter", tooltip="start/stop the Prometheus exporter"),
         Binding("m", "matrix_mode", "Link/GB/s", id="matrix-mode", tooltip="topology: link type or measured GB/s"),
         Binding("p", "pause", "Pause", id="pause", tooltip="pause/resume refresh"),
+        *(Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}") for i, (key, label) in enumerate(PANES, start=1)),
     ]
 
     def __init__(
@@ -127,10 +125,12 @@ class AmdtopApp(ControlActions, App[int]):
         self.post_message(SnapshotReady(frame))
 
     def wake_poller(self) -> None:
+        self.poller.force_workers = True
         self._wake.set()
 
     def step(self, n: int = 1) -> Frame:
         """Poll ``n`` times synchronously and draw the last frame (tests and snapshots)."""
+        self.poller.force_workers = True
         frame = self.poller.tick()
         for _ in range(n - 1):
             frame = self.poller.tick()
@@ -185,6 +185,19 @@ class AmdtopApp(ControlActions, App[int]):
     # -- actions -----------------------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self._control_enabled(action)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            action = binding.action.split("(")[0]
+            if binding.action.startswith("pane(") or self.check_action(action, ()) is not True:
+                continue
+            yield SystemCommand(
+                binding.description,
+                f"{binding.tooltip or binding.description} (key {binding.key})",
+                lambda a=binding.action: self.run_action(a),
+            )
 
     def action_help(self) -> None:
         keys = []

@@ -47,18 +47,19 @@ def open_control(args: argparse.Namespace, backend: TelemetryBackend, demo: bool
     return None, None, note
 
 
+def open_backend_or_sim(args: argparse.Namespace) -> tuple[TelemetryBackend, str | None, bool]:
+    """(backend, banner, demo): the backend the arguments ask for, or the simulated node when no GPU is found."""
+    try:
+        return open_from_args(args), None, bool(args.demo)
+    except NoGpuFound:
+        return SimBackend(seed=getattr(args, "seed", 0)), NO_GPU_BANNER, True
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the dashboard; returns the exit status."""
     from tui.app import AmdtopApp
 
-    banner = None
-    demo = bool(args.demo)
-    try:
-        backend = open_from_args(args)
-    except NoGpuFound:
-        backend = SimBackend(seed=getattr(args, "seed", 0))
-        banner = NO_GPU_BANNER
-        demo = True
+    backend, banner, demo = open_backend_or_sim(args)
     source, control, note = open_control(args, backend, demo)
     if note:
         banner = f"{banner} · {note}" if banner else note

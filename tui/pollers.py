@@ -7,6 +7,7 @@ thread worker that waits on an Event between polls, so polls never overlap and q
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,7 @@ class Poller:
         discover: bool = True,
         discover_every: int = 5,
         log_follower: Any = None,
+        workers_every_s: float = 2.0,
     ) -> None:
         self.backend = backend
         self.workers = workers
@@ -53,6 +55,12 @@ class Poller:
         self._ticks = 0
         self.last_error: str | None = None
         self.last_workers: tuple[WorkerStatus, ...] = ()
+        # Worker status walks procfs and calls each server over HTTP: every 2 s is enough (nvitop polls processes
+        # every 2 s too); a control action forces the next poll to refresh it.
+        self.workers_every_s = workers_every_s
+        self.force_workers = True
+        self._own: list[WorkerStatus] = []
+        self._own_at = 0.0
 
     def follow_logs(self) -> bool:
         """Tail the workers' log files (owner LOGS: amdtop.rccl.tail); False when that module is absent."""
@@ -65,13 +73,16 @@ class Poller:
         return True
 
     def _worker_list(self, gpu_pids: dict[int, tuple[int, ...]]) -> list[WorkerStatus]:
-        own: list[WorkerStatus] = []
-        if self.workers is not None:
+        now = time.monotonic()
+        if self.workers is not None and (self.force_workers or now - self._own_at >= self.workers_every_s):
+            self.force_workers = False
+            self._own_at = now
             try:
-                own = list(self.workers.status())
+                self._own = list(self.workers.status())
                 self.last_error = None
             except Exception as exc:  # a broken supervisor must not stop telemetry
                 self.last_error = f"workers: {exc}"
+        own = self._own
         if self.discover and self._ticks % self.discover_every == 0:
             # Walking /proc is the costly part of a poll: do it every few ticks only.
             self._discovered = discover_vllm(self.proc_root, gpu_pids)

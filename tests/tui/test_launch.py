@@ -1,0 +1,59 @@
+"""tui.launch: no GPU means the simulated node with a banner; the banner shows on the dashboard."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amdtop.errors import NoGpuFound
+from amdtop.telemetry.sim import SimBackend
+from tests.tui.conftest import make_app, settle
+from tui import launch
+
+
+def _args(tmp_path: Path, **kw: Any) -> argparse.Namespace:
+    base = dict(
+        backend="auto", sysfs_root=Path("/sys"), demo=False, config=tmp_path / "none.toml", state_dir=tmp_path,
+        interval=1.0, readonly=False, seed=0,
+    )  # fmt: skip
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_no_gpu_opens_sim_with_banner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_gpu(args: argparse.Namespace) -> Any:
+        raise NoGpuFound("no GPU found")
+
+    monkeypatch.setattr(launch, "open_from_args", no_gpu)
+    backend, banner, demo = launch.open_backend_or_sim(_args(tmp_path))
+    assert isinstance(backend, SimBackend) and demo is True
+    assert banner == "No GPU found — showing a simulated 8x MI300X node (--demo)"
+
+
+def test_demo_flag_opens_sim_without_banner(tmp_path: Path) -> None:
+    backend, banner, demo = launch.open_backend_or_sim(_args(tmp_path, demo=True))
+    assert isinstance(backend, SimBackend) and banner is None and demo is True
+
+
+def test_real_backend_without_profiles_has_no_controller(tmp_path: Path) -> None:
+    backend = SimBackend()
+    backend.name = "sysfs"  # stands in for a real backend: no demo workers, no profile file
+    source, control, note = launch.open_control(_args(tmp_path), backend, demo=False)
+    assert source is None and control is None and note is None
+
+
+async def test_banner_and_command_palette() -> None:
+    app = make_app(banner=launch.NO_GPU_BANNER)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        app.step(2)
+        await settle(pilot)
+        assert "No GPU found" in str(app.dashboard.query_one("#banner").render())
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert {"Stop", "Restart", "Launch", "Pause"} <= set(titles)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert app.screen.__class__.__name__ == "CommandPalette"
