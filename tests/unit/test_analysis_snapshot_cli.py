@@ -1,0 +1,37 @@
+"""`amdtop snapshot --json` carries the analysis flags of discovered vLLM workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amdtop.cli import main as cli_main
+from amdtop.cli import snapshot as snapshot_cli
+from amdtop.model import WorkerState, WorkerStatus
+from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
+
+
+def test_snapshot_json_flags_imbalance_of_discovered_worker(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    sim = SimBackend(seed=3)
+    sim.name = "fake"  # a real-backend stand-in: discovery runs
+    sim.set_demand("w", {0: GpuDemand(0.9, 100 * GIB), 1: GpuDemand(0.3, 100 * GIB)})
+    found = WorkerStatus("vllm-4242", WorkerState.READY, (0, 1), pid=4242, source="discovered")
+    monkeypatch.setattr(snapshot_cli, "open_from_args", lambda args: sim)
+    monkeypatch.setattr(snapshot_cli, "discover_vllm", lambda proc, gpu_pids: [found])
+    monkeypatch.setattr(snapshot_cli, "numa_flags", lambda topo, workers, proc: [])
+    assert cli_main.main(["snapshot", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["workers"][0]["name"] == "vllm-4242" and doc["workers"][0]["gpus"] == [0, 1]
+    flags = [f for f in doc["flags"] if f["kind"] == "tp_imbalance"]
+    assert len(flags) == 1 and flags[0]["worker"] == "vllm-4242" and flags[0]["metric"] == "util_pct"
+    assert flags[0]["spread_pct"] > 50
+
+
+def test_window_option_rejects_bad_values(capsys: Any, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli_main.main(["snapshot", "--demo", "--window", "-1"])
+    assert exc.value.code == 2
+    assert "--window" in capsys.readouterr().err
