@@ -7,8 +7,10 @@ ticks of the process tree over ``--seconds``. Repeats ``--runs`` times, interlea
 same way, and prints medians (JSON on stdout, a Markdown table with ``--markdown``).
 
     .venv/bin/python bench/tui_cpu.py --runs 3 --seconds 60 -- .venv/bin/amdtop --demo --interval 1
-    python3 bench/tui_cpu.py --marker backend -- amdtop --backend nvml --interval 1 \\
-        --peer 'nvitop --interval 1' --peer-marker MiB
+    python3 bench/tui_cpu.py --peer 'python3 -m nvitop --interval 1' --peer-marker MiB \\
+        -- python3 -m amdtop --backend nvml --interval 1
+
+Options go before ``--``; everything after it is the measured command.
 """
 
 from __future__ import annotations

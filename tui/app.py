@@ -143,7 +143,8 @@ class AmdtopApp(ControlActions, App[int]):
         if self.screen is self.dashboard and not self.paused:
             self._show(message.frame)
 
-    def on_screen_resume(self) -> None:
+    def show_pending(self) -> None:
+        """Draw the frame that arrived while a modal was open (called when the dashboard is back on top)."""
         if self._pending is not None and self.screen is self.dashboard and not self.paused:
             self._show(self._pending)
 

@@ -223,7 +223,6 @@ async def test_pause_freezes_the_view() -> None:
         await _ready(pilot)
         await pilot.press("p")
         before = app.frames
-        app.post_message_no_wait = None
         from tui.messages import SnapshotReady
 
         app.post_message(SnapshotReady(app.poller.tick()))
@@ -245,3 +244,20 @@ async def test_poller_thread_delivers_frames_and_stops_on_quit() -> None:
         assert len(app.workers) == 1  # one telemetry worker, no overlap
     assert not any(t.name.startswith("asyncio") is False and "telemetry" in t.name for t in threading.enumerate())
     assert app._stop.is_set()
+
+
+async def test_frames_arriving_under_a_modal_are_drawn_when_it_closes() -> None:
+    from tui.messages import SnapshotReady
+
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        before = app.frames
+        app.post_message(SnapshotReady(app.poller.tick()))
+        await settle(pilot)
+        assert app.frames == before  # nobody sees the dashboard: skipped
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.frames == before + 1

@@ -136,6 +136,11 @@ class DashboardScreen(Screen[None]):
             if (frame.log_lines or frame.log_dropped) and hasattr(logs, "feed"):
                 logs.feed(list(frame.log_lines), frame.log_dropped)
 
+    def on_screen_resume(self) -> None:
+        show_pending = getattr(self.app, "show_pending", None)
+        if show_pending is not None:
+            show_pending()
+
     @on(WorkersTable.RowHighlighted, "#pane-workers")
     def _worker_highlighted(self) -> None:
         self.refresh_bindings()
