@@ -25,9 +25,9 @@ class _PooledStream:
         self._pool = pool
         self._conn: httpcore.AsyncHTTPConnection | None = conn
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for part in self._stream:
-            yield part
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # Hand out the connection's own iterator: no extra generator layer per chunk.
+        return self._stream.__aiter__()
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
