@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[1]
 VLLM = REPO / ".venv-vllm" / "bin" / "vllm"
 TOKENIZER = REPO / ".cache" / "tiny-llama"
@@ -137,16 +139,26 @@ def main() -> None:
         serve(a.port, a.out_len)
         return
     srv = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(a.port), "--out-len", str(a.out_len)])
+    proc = psutil.Process(srv.pid)
+
+    def busy() -> float:
+        t = proc.cpu_times()
+        return float(t.user + t.system)
+
     try:
         time.sleep(1.0)
         rows: dict[str, list[float]] = {}
         for _ in range(a.rounds):
             for conc in (64, 256):
+                c0, w0 = busy(), time.perf_counter()
                 ours = asyncio.run(amdtop_run(a.port, conc, a.seconds, a.out_len))
+                srv_ours = 100 * (busy() - c0) / (time.perf_counter() - w0)
                 rate = ours["request_throughput"]
                 rows.setdefault(f"amdtop c={conc} req/s", []).append(rate)
                 rows.setdefault(f"amdtop c={conc} client CPU %", []).append(ours["client_cpu_pct"])
-                theirs = vllm_run(a.port, conc, max(conc * 4, int(rate * a.seconds)), a.out_len)
+                rows.setdefault(f"amdtop c={conc} server CPU %", []).append(srv_ours)
+                n = max(conc * 4, int(rate * a.seconds))
+                theirs = vllm_run(a.port, conc, n, a.out_len)
                 rows.setdefault(f"vllm c={conc} req/s", []).append(theirs["request_throughput"])
             bare = asyncio.run(bare_ttft(a.port, 200))
             ours1 = asyncio.run(amdtop_run(a.port, 1, a.seconds, a.out_len))
