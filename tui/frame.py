@@ -20,6 +20,7 @@ class Frame:
     history: tuple[tuple[int, tuple[float, ...]], ...] = ()
     log_lines: tuple[object, ...] = field(default=())
     log_dropped: int = 0
+    log_summary: str | None = None
 
     def history_of(self, gpu: int) -> tuple[float, ...]:
         for index, values in self.history:

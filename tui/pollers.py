@@ -64,12 +64,23 @@ class Poller:
 
     def follow_logs(self) -> bool:
         """Tail the workers' log files (owner LOGS: amdtop.rccl.tail); False when that module is absent."""
+
+        def sources() -> list[tuple[str, Path]]:
+            # From the last worker list, so ranks that start later are picked up without another status call.
+            return [(w.name, Path(w.log)) for w in self.last_workers if w.log]
+
+        try:  # the monitor also parses and diagnoses (communicator summary, transport fallbacks)
+            from amdtop.rccl.monitor import LogMonitor
+
+            self.log_follower = LogMonitor(sources, self.backend.topology())
+            return True
+        except ImportError:
+            pass
         try:
             from amdtop.rccl.tail import LogFollower
         except ImportError:
             return False
-        # Paths come from the last worker list, so ranks that start later are picked up without another status call.
-        self.log_follower = LogFollower(lambda: [(w.name, Path(w.log)) for w in self.last_workers if w.log])
+        self.log_follower = LogFollower(sources)
         return True
 
     def _worker_list(self, gpu_pids: dict[int, tuple[int, ...]]) -> list[WorkerStatus]:
@@ -107,11 +118,14 @@ class Poller:
         flags += numa_flags(snap.topology, workers, self.proc_root)
         lines: tuple[object, ...] = ()
         dropped = 0
+        summary = None
         if self.log_follower is not None:
             try:
                 batch = self.log_follower.poll()
                 lines = tuple(batch.lines)
                 dropped = int(getattr(batch, "dropped_count", 0) or 0)
+                summary = getattr(batch, "summary", None)
+                flags += [f for f in getattr(batch, "flags", ()) if f not in flags]
             except Exception:  # log tail trouble never stops the dashboard
                 pass
         return Frame(
@@ -123,6 +137,7 @@ class Poller:
             history=tuple((i, tuple(h)) for i, h in sorted(self._history.items())),
             log_lines=lines,
             log_dropped=dropped,
+            log_summary=summary,
         )
 
 

@@ -261,3 +261,34 @@ async def test_frames_arriving_under_a_modal_are_drawn_when_it_closes() -> None:
         await pilot.press("escape")
         await settle(pilot)
         assert app.frames == before + 1
+
+
+async def test_log_pane_fed_from_worker_logs(tmp_path: Any) -> None:
+    from textual.widgets import Log
+
+    from amdtop.model import WorkerState, WorkerStatus
+    from amdtop.telemetry.sim import SimBackend
+    from tests.tui.conftest import FROZEN, NO_PROC
+    from tui.app import AmdtopApp
+
+    log = tmp_path / "llama.log"
+    log.write_text("(APIServer pid=1) INFO 11-29 13:46:59 [api_server.py:1] Starting vLLM API server\n")
+
+    class Source:
+        def status(self) -> list[WorkerStatus]:
+            return [WorkerStatus("llama", WorkerState.READY, (0, 1), log=str(log))]
+
+    sim = SimBackend(seed=1, clock=lambda: FROZEN)
+    app = AmdtopApp(sim, workers=Source(), autopoll=False, clock=lambda: FROZEN, proc_root=NO_PROC, discover=False)
+    app.poller.follow_logs()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        app.step(1)
+        app.step(1)
+        await settle(pilot)
+        with log.open("a") as fh:
+            fh.write("vm:979:979 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n")
+        app.step(1)
+        await settle(pilot)
+        text = "\n".join(app.dashboard.query_one("#pane-logs").query_one(Log).lines)
+        assert "Starting vLLM API server" in text and "via P2P/IPC" in text

@@ -47,6 +47,7 @@ class DashboardScreen(Screen[None]):
         self.show_gbps = False
         self.last_frame: Frame | None = None
         self._status = ""
+        self._log_summary: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("amdtop", id="status")
@@ -135,6 +136,9 @@ class DashboardScreen(Screen[None]):
             logs: Any = self.query_one("#pane-logs")
             if (frame.log_lines or frame.log_dropped) and hasattr(logs, "feed"):
                 logs.feed(list(frame.log_lines), frame.log_dropped)
+            if frame.log_summary and frame.log_summary != self._log_summary and hasattr(logs, "set_summary"):
+                self._log_summary = frame.log_summary
+                logs.set_summary(frame.log_summary)
 
     def on_screen_resume(self) -> None:
         show_pending = getattr(self.app, "show_pending", None)
