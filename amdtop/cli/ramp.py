@@ -63,6 +63,21 @@ def _progress(result: RampResult, printed: list[int]) -> None:
     )
 
 
+def render_table(doc: dict[str, Any]) -> str:
+    """The steps as a text table, the knee row marked with ``*``."""
+    knee = (doc.get("knee") or {}).get("concurrency")
+    cols = (("concurrency", "conc", "{:d}"), ("request_throughput", "req/s", "{:.2f}"),
+            ("output_throughput", "out tok/s", "{:.1f}"), ("mean_ttft_ms", "TTFT ms", "{:.1f}"),
+            ("p99_ttft_ms", "p99 TTFT", "{:.1f}"), ("mean_tpot_ms", "TPOT ms", "{:.2f}"),
+            ("p99_tpot_ms", "p99 TPOT", "{:.2f}"), ("mean_e2el_ms", "E2EL ms", "{:.1f}"), ("completed", "ok", "{:d}"),
+            ("failed", "failed", "{:d}"), ("client_cpu_pct", "client CPU%", "{:.0f}"))  # fmt: skip
+    lines = ["  " + "".join(f"{h:>12}" for _, h, _ in cols)]
+    for s in doc["steps"]:
+        cells = ("-" if s.get(k) is None else f.format(s[k]) for k, _, f in cols)
+        lines.append(("* " if s["concurrency"] == knee else "  ") + "".join(f"{c:>12}" for c in cells))
+    return "\n".join(lines) + "\n"
+
+
 def run_ramp(args: argparse.Namespace) -> int:
     """Run the ramp and print or write the result."""
     if args.json not in (None, "-") and not Path(args.json).parent.exists():
@@ -83,6 +98,8 @@ def run_ramp(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     elif args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if args.json != "-":
+        sys.stdout.write(render_table(doc))
     knee = doc["knee"]
     if ramp.paths:
         sys.stderr.write(f"results: {ramp.paths[0]} {ramp.paths[1]}\n")

@@ -78,7 +78,9 @@ def save(result: RampResult, state_dir: Path) -> tuple[Path, Path]:
     doc = result.to_json()
     folder = state_dir / "ramp"
     folder.mkdir(parents=True, exist_ok=True)
-    stem = folder / f"ramp-{doc['date']}"
+    tag = result.worker or (result.url.rsplit(":", 1)[-1] if ":" in result.url.split("//", 1)[-1] else "")
+    tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in tag)
+    stem = folder / (f"ramp-{doc['date']}-{tag}" if tag else f"ramp-{doc['date']}")
     jpath, cpath = stem.with_suffix(".json"), stem.with_suffix(".csv")
     _atomic(jpath, json.dumps(doc, indent=2) + "\n")
     _atomic(cpath, to_csv(doc))

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,11 @@ def test_short_ramp_matches_server_counters(vllm_tp1: Any, tmp_path: Path) -> No
                      input_len=IN_LEN, output_len=OUT_LEN, refine_points=0)  # fmt: skip
     doc = asyncio.run(Ramp(cfg, tmp_path).run()).to_json()
     after = generation_tokens(url)
+    for _ in range(20):  # the engine's stats reach the API server's counters a moment after the last response
+        time.sleep(0.1)
+        after, previous = generation_tokens(url), after
+        if after == previous:
+            break
     assert doc["aborted"] is None and doc["finished"]
     assert doc["settings"]["tokenizer_prompts"] is True  # prompts came from the model's vocabulary
     assert [s["concurrency"] for s in doc["steps"]] == [1, 2, 4, 8]
