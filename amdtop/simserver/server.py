@@ -15,7 +15,14 @@ from amdtop.simserver.engine import SimConfig, SimEngine, SimRequest
 from amdtop.simserver.logs import SimLog, rccl_init_lines
 from amdtop.simserver.metrics import render
 
-WORDS = ["the", "gpu", "node", "model", "token", "batch", "cache", "memory", "latency", "throughput", "kernel", "tensor", "parallel", "rank", "link", "fabric", "clock", "power", "queue", "stream", "prompt", "layer", "weight", "shard", "expert", "router", "vector", "matrix", "attention", "decode", "prefill", "server", "client", "request", "reply", "engine", "worker", "socket", "thread", "core", "numa", "page", "block", "slot", "table", "index", "value", "key", "hello", "world", "fast", "slow", "warm", "cold", "high", "low", "open", "close", "read", "write", "send", "receive", "start", "stop", "ready", "wait", "run"]
+WORDS = (
+    "the", "gpu", "node", "model", "token", "batch", "cache", "memory", "latency", "throughput", "kernel",
+    "tensor", "parallel", "rank", "link", "fabric", "clock", "power", "queue", "stream", "prompt", "layer",
+    "weight", "shard", "expert", "router", "vector", "matrix", "attention", "decode", "prefill", "server",
+    "client", "request", "reply", "engine", "worker", "socket", "thread", "core", "numa", "page", "block", "slot",
+    "table", "index", "value", "key", "hello", "world", "fast", "slow", "warm", "cold", "high", "low", "open",
+    "close", "read", "write", "send", "receive", "start", "stop", "ready", "wait", "run",
+)  # fmt: skip
 SPECIAL = ("<unk>", "<s>", "</s>", "<pad>")
 VOCAB = SPECIAL + tuple(WORDS)
 WORD_ID = {w: i for i, w in enumerate(VOCAB)}
