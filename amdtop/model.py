@@ -29,6 +29,7 @@ class FlagKind(str, Enum):
     LINK_DEGRADED = "link_degraded"
     TRANSPORT_FALLBACK = "transport_fallback"
     NUMA_BALANCING = "numa_balancing"
+    TP_PLACEMENT = "tp_placement"
     NCCL_ERROR = "nccl_error"
     NCCL_TIMEOUT = "nccl_timeout"
 

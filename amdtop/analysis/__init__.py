@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from amdtop.analysis.discover import discover_vllm
 from amdtop.analysis.imbalance import ImbalanceTracker, group_spreads
-from amdtop.analysis.numa import WorkerBinding, numa_flags, topology_group_flags, worker_binding
+from amdtop.analysis.numa import (
+    WorkerBinding,
+    numa_flags,
+    topology_group_flags,
+    tp_placement_flags,
+    worker_binding,
+)
 
 __all__ = [
     "ImbalanceTracker",
@@ -13,5 +19,6 @@ __all__ = [
     "group_spreads",
     "numa_flags",
     "topology_group_flags",
+    "tp_placement_flags",
     "worker_binding",
 ]

@@ -182,3 +182,11 @@ def topology_group_flags(topology: Topology, workers: Sequence[WorkerStatus]) ->
                 )
             )
     return out
+
+
+def tp_placement_flags(topology: Topology, workers: Sequence[WorkerStatus]) -> list[Flag]:
+    """The placement warnings as ``tp_placement`` flags (``reason`` says which boundary), for JSON and export."""
+    return [
+        Flag(FlagKind.TP_PLACEMENT, w.message, worker=w.worker, gpus=w.gpus, extra=(("reason", w.reason),))
+        for w in topology_group_flags(topology, workers)
+    ]

@@ -28,7 +28,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_export)
 
 
-def _supervisor(args: argparse.Namespace, backend: TelemetryBackend) -> Any:
+def readonly_supervisor(args: argparse.Namespace, backend: TelemetryBackend) -> Any:
     """A read-only supervisor over the configured profiles, when both exist."""
     module = optional_module("amdtop.supervisor")
     config = config_path(args)
@@ -58,7 +58,7 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         # The simulated node has no real processes: discovering host vLLM servers would mix real and fake workers.
         provider = NodeProvider(
-            backend, state_dir=state_dir(args), supervisor=_supervisor(args, backend), discover=not args.demo
+            backend, state_dir=state_dir(args), supervisor=readonly_supervisor(args, backend), discover=not args.demo
         )
         exporter = Exporter(provider, args.listen, min_interval=args.interval)
         exporter.start()

@@ -7,10 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from amdtop.analysis import ImbalanceTracker, discover_vllm, numa_flags
+from amdtop.analysis import ImbalanceTracker, discover_vllm, numa_flags, tp_placement_flags
 from amdtop.cli.common import open_from_args, print_json
+from amdtop.cli.export import readonly_supervisor
 from amdtop.model import Flag, NodeSnapshot, WorkerStatus
 from amdtop.report import snapshot_json
+from amdtop.telemetry.base import TelemetryBackend
 from amdtop.topo_text import render_topology
 
 
@@ -72,7 +74,7 @@ def _sample_with_flags(args: argparse.Namespace) -> tuple[NodeSnapshot, list[Wor
         tracker = ImbalanceTracker(window_s=window)
         end = time.monotonic() + window
         snap = backend.sample()
-        workers = [] if backend.name == "sim" else discover_vllm(proc_root, _gpu_pids(snap))
+        workers = _workers(args, backend, snap, proc_root)
         flags = tracker.update(snap, workers)
         while time.monotonic() < end:
             time.sleep(min(interval, max(0.0, end - time.monotonic())))
@@ -81,7 +83,25 @@ def _sample_with_flags(args: argparse.Namespace) -> tuple[NodeSnapshot, list[Wor
     finally:
         backend.close()
     flags += numa_flags(snap.topology, workers, proc_root)
+    flags += tp_placement_flags(snap.topology, workers)
     return snap, workers, flags
+
+
+def _workers(
+    args: argparse.Namespace, backend: TelemetryBackend, snap: NodeSnapshot, proc_root: Path
+) -> list[WorkerStatus]:
+    """amdtop's own workers (when profiles exist) plus vLLM servers found running that amdtop did not launch."""
+    sup = readonly_supervisor(args, backend)
+    own: list[WorkerStatus] = []
+    if sup is not None:
+        try:
+            own = [w for w in sup.status() if w.pid]
+        finally:
+            sup.close()
+    # The simulated node has no real processes: discovering host vLLM servers would mix real and fake workers.
+    found = [] if backend.name == "sim" else discover_vllm(proc_root, _gpu_pids(snap))
+    known = {pid for w in own for pid in (*w.pids, w.pid) if pid}
+    return own + [w for w in found if not known.intersection(w.pids)]
 
 
 def _gpu_pids(snap: NodeSnapshot) -> dict[int, tuple[int, ...]]:

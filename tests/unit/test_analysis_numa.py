@@ -76,3 +76,16 @@ def test_group_spanning_pcie_and_two_nodes_is_warned() -> None:
     reasons = {g.reason for g in topology_group_flags(PCIE, [w])}
     assert reasons == {"non_direct_link", "spans_numa_nodes"}
     assert topology_group_flags(TOPO, [WorkerStatus("x", WorkerState.READY, (0, 1, 2, 3))]) == []
+
+
+def test_placement_warnings_become_tp_placement_flags_in_json() -> None:
+    from amdtop.analysis import tp_placement_flags
+    from amdtop.report import flag_json
+
+    flags = tp_placement_flags(PCIE, [WorkerStatus("p", WorkerState.READY, (1, 2))])
+    docs = sorted((flag_json(f) for f in flags), key=lambda d: d["reason"])
+    assert [d["kind"] for d in docs] == ["tp_placement", "tp_placement"]
+    assert [d["reason"] for d in docs] == ["non_direct_link", "spans_numa_nodes"]
+    assert all(d["worker"] == "p" and d["gpus"] == [1, 2] for d in docs)
+    # The same group on the all-XGMI node inside one NUMA node raises nothing.
+    assert tp_placement_flags(TOPO, [WorkerStatus("x", WorkerState.READY, (0, 1))]) == []

@@ -35,3 +35,34 @@ def test_window_option_rejects_bad_values(capsys: Any, tmp_path: Path) -> None:
         cli_main.main(["snapshot", "--demo", "--window", "-1"])
     assert exc.value.code == 2
     assert "--window" in capsys.readouterr().err
+
+
+def test_snapshot_lists_amdtop_own_running_workers(tmp_path: Path) -> None:
+    """A worker launched from a profile shows in ``snapshot --json`` workers with its real binding."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "w.toml"
+    cfg.write_text(
+        '[[worker]]\nname = "sim-a"\nmodel = "m"\ngpus = [0, 1]\nnuma_node = 0\nport = 18291\n'
+        f'command = ["{sys.executable}", "-m", "amdtop.simserver"]\n'
+    )
+    base = [
+        sys.executable,
+        "-m",
+        "amdtop",
+        "--backend",
+        "sim",
+        "--config",
+        str(cfg),
+        "--state-dir",
+        str(tmp_path / "st"),
+    ]
+    subprocess.run([*base, "workers", "launch", "sim-a", "--wait", "--timeout", "60"], check=True, capture_output=True)
+    try:
+        out = subprocess.run([*base, "snapshot", "--json"], check=True, capture_output=True, text=True)
+        workers = json.loads(out.stdout)["workers"]
+        assert [(w["name"], w["state"], w["gpus"]) for w in workers] == [("sim-a", "ready", [0, 1])]
+        assert workers[0]["mems_allowed"] == [0] and workers[0]["cpu_affinity"]
+    finally:
+        subprocess.run([*base, "workers", "stop", "sim-a", "--grace", "5"], check=True, capture_output=True)
