@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from typing import Any
 
@@ -55,6 +56,37 @@ def open_backend_or_sim(args: argparse.Namespace) -> tuple[TelemetryBackend, str
         return SimBackend(seed=getattr(args, "seed", 0)), NO_GPU_BANNER, True
 
 
+def start_demo_workers(control: Any) -> tuple[threading.Thread, list[str]]:
+    """Launch the stopped demo workers in the background (the demo should show a busy node at once).
+
+    Returns the thread and the list it fills with the names it launched, so quitting stops only those.
+    """
+    launched: list[str] = []
+
+    def _go() -> None:
+        for st in control.status():
+            if st.pid is None:
+                try:
+                    control.launch(st.name)
+                    launched.append(st.name)
+                except Exception:  # a busy port shows as a stopped worker; the dashboard still opens
+                    continue
+
+    thread = threading.Thread(target=_go, name="demo-autostart", daemon=True)
+    thread.start()
+    return thread, launched
+
+
+def stop_demo_workers(control: Any, thread: threading.Thread, launched: list[str]) -> None:
+    """Stop the demo workers this session launched (simulated servers should not outlive the demo)."""
+    thread.join(timeout=10)
+    for name in launched:
+        try:
+            control.stop(name)
+        except Exception:
+            continue
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the dashboard; returns the exit status."""
     from tui.app import AmdtopApp
@@ -76,5 +108,12 @@ def run(args: argparse.Namespace) -> int:
         # Real vLLM processes have nothing to do with the simulated GPUs: discover only on real backends.
         discover=not isinstance(backend, SimBackend),
     )
-    result = app.run()
+    autostart = None
+    if demo and isinstance(backend, SimBackend) and not args.readonly and hasattr(control, "launch"):
+        autostart = start_demo_workers(control)
+    try:
+        result = app.run()
+    finally:
+        if autostart is not None:
+            stop_demo_workers(control, *autostart)
     return int(result or 0)

@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--background-load", type=int, default=0, help="synthetic sequences kept running (demo)")
     p.add_argument("--fail-after", type=int, default=None, help="requests after the first N get HTTP 500")
     p.add_argument("--error-chunk-after", type=int, default=None, help="streams after the first N get an error chunk")
     return p
@@ -93,6 +94,7 @@ def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
         fail_after=a.fail_after,
         error_chunk_after=a.error_chunk_after,
         log_file=a.log_file,
+        background_load=max(0, a.background_load),
         nccl_debug=os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"),
     )
     return cfg, dropped

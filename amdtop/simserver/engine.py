@@ -68,6 +68,8 @@ class SimConfig:
     """Streams after the first N get an error chunk inside the 200 stream."""
     log_file: str | None = None
     nccl_debug: bool = False
+    background_load: int = 0
+    """Synthetic sequences kept running (demo mode); 0 = none."""
 
 
 @dataclass(slots=True, eq=False)

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from amdtop.simserver import http
+from amdtop.simserver.background import run_background
 from amdtop.simserver.engine import SimConfig, SimEngine, SimRequest
 from amdtop.simserver.logs import SimLog, rccl_init_lines
 from amdtop.simserver.metrics import render
@@ -48,6 +49,10 @@ def _chat_text(messages: Any) -> str:
     return " ".join(parts)
 
 
+QUIET_PATHS = frozenset({"/health", "/metrics"})
+"""Probes amdtop itself sends every few seconds: logging each 200 would bury the demo's log pane."""
+
+
 class SimServer:
     """One simulated OpenAI-compatible endpoint."""
 
@@ -58,6 +63,7 @@ class SimServer:
         self.created = time.time()
         self._server: asyncio.base_events.Server | None = None
         self._last_stats = (time.monotonic(), 0, 0)
+        self._background: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Bind, start the engine and log the vLLM start-up milestones."""
@@ -73,6 +79,8 @@ class SimServer:
                 self.log.raw(line)
         self.log.info("kv_cache_utils.py:1", f"GPU KV cache size: {cfg.kv_cache_tokens:,} tokens", proc="EngineCore")
         self.engine.start()
+        if cfg.background_load:
+            self._background = asyncio.get_running_loop().create_task(run_background(self.engine, cfg.background_load))
         self._server = await asyncio.start_server(self._conn, cfg.host, cfg.port, limit=1 << 20)
         self.log.info("entry.py:140", f"Starting vLLM server on http://{cfg.host}:{cfg.port}")
         self.log.raw("INFO:     Application startup complete.")
@@ -86,6 +94,8 @@ class SimServer:
                 self._log_stats()
         finally:
             self._server.close()
+            if self._background is not None:
+                self._background.cancel()
             await self.engine.stop()
             self.log.info("launcher.py:1", "[shutdown] API server: shutdown triggered")
             self.log.close()
@@ -113,7 +123,8 @@ class SimServer:
                 if req is None:
                     break
                 status = await self._route(req, writer)
-                self.log.access(peer, req.method, req.path, status)
+                if req.path not in QUIET_PATHS or status != 200:
+                    self.log.access(peer, req.method, req.path, status)
                 if not req.keep_alive:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -32,7 +32,7 @@ def demo_profiles_text(topology: Topology, port_base: int) -> str:
             f'\n[[worker]]\nname = "{name}"\nmodel = "{model}"\ngpus = {list(gpus)}\nnuma_node = "auto"\n'
             f"port = {port_base + i}\ncommand = [{cmd}]\n"
             f"[worker.args]\nmax-num-seqs = {cap * 2}\ngpu-memory-utilization = 0.9\n"
-            f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\n"
+            f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\nbackground-load = {int(cap * 0.8)}\n"
         )
     return "".join(parts)
 
