@@ -282,3 +282,6 @@ class WorkerStatus:
     """Scraped engine numbers."""
     last_log_lines: tuple[str, ...] = ()
     """Last lines of the log, filled when the worker crashed."""
+    simulated: bool = False
+    """A demo worker standing in for one of the simulated node: its binding fields are the simulated node's, so
+    NUMA checks must use them rather than this host's procfs."""

@@ -46,6 +46,8 @@ class GroupWarning:
 
 def worker_binding(worker: WorkerStatus, proc_root: Path = PROC) -> WorkerBinding:
     """Read the binding of every live process of ``worker``; fall back to its reported fields."""
+    if worker.simulated:
+        return WorkerBinding(tuple(worker.cpu_affinity), tuple(worker.mems_allowed))
     pids = list(dict.fromkeys([*worker.pids, *(pid for _, pid in worker.rank_pids)]))
     if worker.pid is not None and worker.pid not in pids:
         pids.insert(0, worker.pid)

@@ -113,4 +113,5 @@ def observe(
         source="amdtop",
         engine=engine,
         last_log_lines=lines,
+        simulated=demo,
     )

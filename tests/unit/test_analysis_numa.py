@@ -89,3 +89,13 @@ def test_placement_warnings_become_tp_placement_flags_in_json() -> None:
     assert all(d["worker"] == "p" and d["gpus"] == [1, 2] for d in docs)
     # The same group on the all-XGMI node inside one NUMA node raises nothing.
     assert tp_placement_flags(TOPO, [WorkerStatus("x", WorkerState.READY, (0, 1))]) == []
+
+
+def test_simulated_demo_worker_is_judged_by_its_reported_binding(tmp_path: Path) -> None:
+    # The process really runs on this host's node 0, but it stands for a worker of the simulated node 1.
+    fake_proc(tmp_path, 300, "0-1", "0")
+    node1 = TOPO.numa_nodes[1].cpus
+    demo = worker((300,), gpus=(4, 5), cpu_affinity=node1, mems_allowed=(1,), simulated=True)
+    assert numa_flags(TOPO, [demo], tmp_path) == []
+    real = worker((300,), gpus=(4, 5), cpu_affinity=node1, mems_allowed=(1,))
+    assert [f.kind for f in numa_flags(TOPO, [real], tmp_path)] == [FlagKind.NUMA_MISMATCH]
