@@ -73,6 +73,10 @@ class NvmlBackend:
             self._shutdown()
             raise BackendUnavailable("NVML found no GPU")
         self._hostname = socket.gethostname()
+        # pid -> comm of GPU processes, kept while the pid stays on a GPU: a process listed poll after poll is
+        # the same process (its pid can only be reused after it exits and drops off NVML's list).
+        self._names: dict[int, str | None] = {}
+        self._seen: set[int] = set()
         self._topology = self._read_topology()
 
     # -- static -------------------------------------------------------------------------------------------------
@@ -196,10 +200,15 @@ class NvmlBackend:
         return self._topology
 
     def _process_name(self, pid: int) -> str | None:
+        self._seen.add(pid)
+        if pid in self._names:
+            return self._names[pid]
         try:
-            return (self._options.proc_root / str(pid) / "comm").read_text().strip() or None
+            name = (self._options.proc_root / str(pid) / "comm").read_text().strip() or None
         except OSError:
-            return None
+            name = None  # another PID namespace or already gone; not retried while the pid stays listed
+        self._names[pid] = name
+        return name
 
     def _sample_gpu(self, dev: _Device) -> GpuSample:
         nv = self._nvml
@@ -236,6 +245,7 @@ class NvmlBackend:
         """Poll every GPU once; a GPU that errors is reported lost and the others still update."""
         samples: list[GpuSample] = []
         flags: list[Flag] = []
+        self._seen = set()
         for dev in self._devices:
             reason = dev.lost_reason
             if reason is None:
@@ -248,6 +258,8 @@ class NvmlBackend:
                         dev.lost_reason = reason
             samples.append(GpuSample(dev.index, lost=True, error=reason))
             flags.append(Flag(FlagKind.GPU_LOST, f"GPU {dev.index} lost: {reason}", gpus=(dev.index,)))
+        if len(self._names) > len(self._seen):
+            self._names = {pid: name for pid, name in self._names.items() if pid in self._seen}
         return NodeSnapshot("nvml", self._hostname, time.time(), self._topology, tuple(samples), tuple(flags))
 
     def _shutdown(self) -> None:

@@ -96,7 +96,7 @@ def test_replay_of_real_h200_gives_the_recorded_snapshot(fixture: dict[str, Any]
     assert gpu.cpu_affinity == tuple(range(16))  # NVML cpuSet 0xffff
     s = snap.gpus[0]
     assert s.power_w is not None and 600 < s.power_w < 700  # mW converted to W
-    assert s.util_pct == 94.0 and s.mem_util_pct == 22.0
+    assert s.util_pct == 95.0 and s.mem_util_pct == 22.0
     assert s.processes and s.processes[0].name == "python3" and s.processes[0].vram_bytes == 9_506_390_016
     assert snap.topology.links == () and snap.flags == ()
 
@@ -211,3 +211,19 @@ def test_host_helpers(tmp_path: Path) -> None:
     (tmp_path / "devices/system/node/possible").write_text("0-1\n")
     nodes = host_numa_nodes(tmp_path)
     assert [(x.id, x.cpus[0], x.mem_total_bytes) for x in nodes] == [(0, 0, 1024 * 1024), (1, 8, 1024 * 1024)]
+
+
+def test_process_names_cached_while_listed(fixture: dict[str, Any], roots: BackendOptions) -> None:
+    replay = ReplayNvml(fixture)
+    backend = NvmlBackend(replay, roots)
+    assert backend.sample().gpus[0].processes[0].name == "python3"
+    (roots.proc_root / "454" / "comm").write_text("renamed\n")
+    assert backend.sample().gpus[0].processes[0].name == "python3"  # same pid still listed: no re-read
+    replay.fail("h0", NOT_SUPPORTED, "nvmlDeviceGetComputeRunningProcesses")
+    assert backend.sample().gpus[0].processes == ()
+    assert backend._names == {}  # pid left the GPU: forgotten, a reused pid will be read afresh
+
+
+def test_real_lone_gpu_nvlink_answer_is_recorded(fixture: dict[str, Any]) -> None:
+    # The single-GPU VM's H200 says NOT_SUPPORTED for NVLink state: cloned pairs fall back to PCIe, as there.
+    assert fixture["calls"][key("nvmlDeviceGetNvLinkState", h("h0"), 0)][0]["__error__"] == NOT_SUPPORTED
