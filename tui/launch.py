@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
 import time
 from typing import Any
@@ -17,29 +18,26 @@ NO_GPU_BANNER = "No GPU found — showing a simulated 8x MI300X node (--demo)"
 
 def open_control(args: argparse.Namespace, backend: TelemetryBackend, demo: bool) -> tuple[Any, Any, str | None]:
     """(worker source, controller, note): the supervisor when it is available, demo workers on the sim node."""
-    try:
-        from amdtop.supervisor import Supervisor
-    except ImportError:
-        Supervisor = None  # noqa: N806 - mirrors the class name
+    from amdtop.supervisor import Supervisor
+
     note = None
-    if Supervisor is not None:
-        cfg = config_path(args)
-        if demo or cfg.exists():
-            try:
-                sim = backend if isinstance(backend, SimBackend) else None
-                vendor = "NVIDIA" if getattr(backend, "name", "") == "nvml" else "AMD"
-                sup = Supervisor(
-                    cfg,
-                    state_dir(args),
-                    topology=backend.topology(),
-                    vendor=vendor,
-                    demo=demo,
-                    sim=sim,
-                    readonly=bool(args.readonly),
-                )
-                return sup, sup, None
-            except Exception as exc:  # a broken profile must not keep the dashboard from opening
-                note = f"supervisor: {exc}"
+    cfg = config_path(args)
+    if demo or cfg.exists():
+        try:
+            sim = backend if isinstance(backend, SimBackend) else None
+            vendor = "NVIDIA" if getattr(backend, "name", "") == "nvml" else "AMD"
+            sup = Supervisor(
+                cfg,
+                state_dir(args),
+                topology=backend.topology(),
+                vendor=vendor,
+                demo=demo,
+                sim=sim,
+                readonly=bool(args.readonly),
+            )
+            return sup, sup, None
+        except Exception as exc:  # a broken profile must not keep the dashboard from opening
+            note = f"supervisor: {exc}"
     if demo and isinstance(backend, SimBackend):
         from tui.demo_workers import DemoWorkers
 
@@ -111,9 +109,13 @@ def run(args: argparse.Namespace) -> int:
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and hasattr(control, "launch"):
         autostart = start_demo_workers(control)
+    # A closed terminal (SSH drop, tmux kill) sends SIGHUP, whose default action kills us before any cleanup:
+    # exit the app instead so the demo workers it launched are stopped (real workers are never stopped on exit).
+    previous = signal.signal(signal.SIGHUP, lambda _sig, _frame: app.exit())
     try:
         result = app.run()
     finally:
+        signal.signal(signal.SIGHUP, previous)
         if autostart is not None:
             stop_demo_workers(control, *autostart)
     return int(result or 0)

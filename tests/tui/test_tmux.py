@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from amdtop.procinfo import list_pids, read_cmdline
+
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 
 AMDTOP = Path(sys.executable).with_name("amdtop")
@@ -100,9 +102,33 @@ def test_demo_in_tmux_keys_and_quit(tmux: Tmux) -> None:
     assert gone(pid), "amdtop still running after q"
 
 
+def demo_worker_pids(state: Path) -> list[int]:
+    """Live simulated servers writing their log under this test's state dir (the demo workers amdtop launched)."""
+    found = []
+    for pid in list_pids():
+        if "amdtop.simserver" not in " ".join(read_cmdline(pid)):
+            continue
+        try:
+            stdout = os.readlink(f"/proc/{pid}/fd/1")
+        except OSError:  # exited meanwhile
+            continue
+        if stdout.startswith(str(state)):
+            found.append(pid)
+    return found
+
+
 def test_terminal_going_away_ends_amdtop(tmux: Tmux) -> None:
     tmux.start(80, 24)
     tmux.wait_for("GPUs")
+    deadline = time.monotonic() + 20
+    while not demo_worker_pids(tmux.tmp / "state") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert demo_worker_pids(tmux.tmp / "state"), "the demo did not launch its simulated workers"
     pid = tmux.pid()
     tmux.kill()  # the pty closes, as on an SSH drop
     assert gone(pid), "amdtop kept running after its terminal went away"
+    # The simulated workers it launched go with it (real workers would stay: they must survive an SSH drop).
+    deadline = time.monotonic() + 15
+    while demo_worker_pids(tmux.tmp / "state") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert demo_worker_pids(tmux.tmp / "state") == []
