@@ -10,20 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
+from amdtop.exporter import Exporter
+from amdtop.exporter.sources import RcclCounter, enrich
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
+from tui.screens.ramp import RampScreen
 from tui.screens.retune import RetuneScreen
-
-try:  # owner RAMP
-    from tui.screens.ramp import RampScreen
-except ImportError:  # pragma: no cover - until the ramp screen lands
-    RampScreen = None  # type: ignore[assignment,misc]
-
-try:  # owner EXPORT
-    from amdtop.exporter import Exporter, ExportState
-except ImportError:  # pragma: no cover - until the exporter lands
-    Exporter = None  # type: ignore[assignment,misc]
-    ExportState = None  # type: ignore[assignment,misc]
 
 if TYPE_CHECKING:
     from tui.app import AmdtopApp
@@ -39,13 +31,11 @@ class ControlActions:
         if action in CONTROL_ACTIONS:
             if self.readonly:
                 return False
-            if action == "ramp" and RampScreen is None:
-                return False
             if action != "ramp" and self.control is None:
                 return False
             if self.dashboard.selected_worker() is None:
                 return None
-        return not (action == "exporter" and (Exporter is None or self.readonly))
+        return not (action == "exporter" and self.readonly)
 
     # -- supervisor calls in threads ---------------------------------------------------------------------------
     @work(thread=True, group="control", exit_on_error=False, description="worker control")
@@ -118,7 +108,7 @@ class ControlActions:
         name = self.dashboard.selected_worker()
         frame = self.dashboard.last_frame
         worker = next((w for w in frame.workers if w.name == name), None) if frame else None
-        if RampScreen is None or worker is None:
+        if worker is None:
             return
         if not worker.url:
             self.notify(f"{name} has no URL to ramp against", severity="warning")
@@ -132,19 +122,20 @@ class ControlActions:
         self.push_screen(RampScreen(worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply))
 
     def action_exporter(self: AmdtopApp) -> None:
-        if Exporter is None:
-            return
         if self.exporter is not None:
             self.exporter.stop()
             self.exporter = None
             self.notify("exporter stopped")
             return
 
+        rccl = RcclCounter()
+
         def provider() -> Any:
+            # The dashboard's own frame: exporting adds no device calls; probe, ramp and RCCL facts come from files.
             frame = self.dashboard.last_frame
             if frame is None:
                 raise RuntimeError("no sample yet")
-            return ExportState(frame.snapshot, workers=frame.workers, flags=frame.flags)
+            return enrich(frame.snapshot, frame.workers, frame.flags, self.state_dir, rccl)
 
         try:
             self.exporter = Exporter(provider, listen=self.exporter_listen)
