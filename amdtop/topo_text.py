@@ -51,6 +51,8 @@ def render_topology(topology: Topology, *, legend: bool = True) -> str:
         row += f"{numa:<6}{format_cpulist(gpu.cpu_affinity) or 'N/A':<20}"
         lines.append(row.rstrip())
     for title, attr in (("Weight", "weight"), ("Hops", "hops")):
+        if not any(getattr(link, attr) is not None for link in topology.links):
+            continue  # NVML has no weights: a matrix of N/A tells nothing
         lines.append("")
         lines.append(f"{title} between two GPUs")
         lines.append((" " * 7 + "".join(f"{'GPU' + str(i):<7}" for i in idx)).rstrip())
