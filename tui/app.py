@@ -39,6 +39,7 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("e", "retune", "Retune", id="retune", tooltip="change vllm flags of the selected worker"),
         Binding("a", "ramp", "Ramp", id="ramp", tooltip="load ramp against the selected worker"),
         Binding("x", "exporter", "Exporter", id="exporter", tooltip="start/stop the Prometheus exporter"),
+        Binding("b", "probe", "Probe", id="probe", tooltip="measure p2p and all-reduce bandwidth (confirm)"),
         Binding("m", "matrix_mode", "Link/GB/s", id="matrix-mode", tooltip="topology: link type or measured GB/s"),
         Binding("p", "pause", "Pause", id="pause", tooltip="pause/resume refresh"),
         *(Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}") for i, (key, label) in enumerate(PANES, start=1)),

@@ -5,13 +5,17 @@ Supervisor calls block (processes, HTTP), so they run in thread workers and repo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from textual import work
 
 from amdtop.exporter import Exporter
 from amdtop.exporter.sources import RcclCounter, enrich
+from amdtop.model import Topology
+from amdtop.probe.cache import save_results
+from amdtop.probe.guard import busy_gpus
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.ramp import RampScreen
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
     from tui.app import AmdtopApp
 
 CONTROL_ACTIONS = {"launch", "restart", "stop", "retune", "ramp"}
+PROBE_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
+"""All-reduce sizes of the TUI's probe, as ``amdtop probe``'s default."""
 
 
 class ControlActions:
@@ -35,7 +41,7 @@ class ControlActions:
                 return False
             if self.dashboard.selected_worker() is None:
                 return None
-        return not (action == "exporter" and self.readonly)
+        return not (action in ("exporter", "probe") and self.readonly)
 
     # -- supervisor calls in threads ---------------------------------------------------------------------------
     @work(thread=True, group="control", exit_on_error=False, description="worker control")
@@ -58,6 +64,28 @@ class ControlActions:
             return
         self.post_message(RetuneDiffReady(name, changes, diff))
 
+    @work(thread=True, group="probe", exclusive=True, exit_on_error=False, description="link probe")
+    def _probe(self: AmdtopApp, topology: Topology, gpus: Sequence[int], groups: Mapping[str, Sequence[int]]) -> None:
+        try:
+            from amdtop.probe.runner import run_probe
+            from amdtop.probe.torch_runner import TorchDist
+
+            results = run_probe(TorchDist(), topology, gpus, PROBE_SIZES, workers=groups)
+            save_results(self.state_dir, results)
+        except Exception as exc:  # torch missing, CUDA/ROCm errors: one line, the dashboard goes on
+            self.post_message(ControlDone(str(exc) if str(exc).startswith("probe") else f"probe: {exc}", error=True))
+            return
+        best = max((c.gbps for c in results.copies), default=0.0)
+        self.post_message(
+            ControlDone(f"probe done: {len(results.copies)} copies, best pair {best:.0f} GB/s; m shows GB/s")
+        )
+        self.call_from_thread(self._show_probe)
+
+    def _show_probe(self: AmdtopApp) -> None:
+        board = self.dashboard
+        board.bandwidth, board.show_gbps = None, False  # reload the fresh results, then flip to GB/s
+        self.action_matrix_mode()
+
     def on_control_done(self: AmdtopApp, message: ControlDone) -> None:
         self.notify(message.text, severity="error" if message.error else "information", timeout=6)
 
@@ -71,6 +99,29 @@ class ControlActions:
         )
 
     # -- actions ---------------------------------------------------------------------------------------------------
+    def action_probe(self: AmdtopApp) -> None:
+        frame = self.dashboard.last_frame
+        if frame is None or not frame.snapshot.topology.gpus:
+            self.notify("no GPUs to probe", severity="warning")
+            return
+        topology = frame.snapshot.topology
+        gpus = [g.index for g in topology.gpus]
+        running = {w.name: w for w in frame.workers if w.pid}
+        busy = busy_gpus(frame.snapshot, running, gpus, own_pid=os.getpid())
+        groups = {name: tuple(w.gpus) for name, w in running.items() if w.gpus}
+        warning = f"\n\nGPUs in use: {', '.join(busy)}: their workers will slow down." if busy else ""
+        question = (
+            f"Run the link probe on GPUs {','.join(map(str, gpus))}?\n"
+            f"p2p copies between every pair and all-reduce up to 1 GiB per TP group load every GPU.{warning}"
+        )
+
+        def done(ok: bool | None) -> None:
+            if ok:
+                self.notify("link probe running…", timeout=4)
+                self._probe(topology, gpus, groups)
+
+        self.push_screen(ConfirmScreen(question, yes="Probe"), done)
+
     def action_launch(self: AmdtopApp) -> None:
         name = self.dashboard.selected_worker()
         if name:

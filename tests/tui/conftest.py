@@ -61,8 +61,7 @@ def make_app(
         clock=lambda: FROZEN,
         proc_root=NO_PROC,
         discover=False,
-        state_dir=NO_PROC,
-        **kw,
+        **{"state_dir": NO_PROC, **kw},
     )
 
 

@@ -292,3 +292,45 @@ async def test_log_pane_fed_from_worker_logs(tmp_path: Any) -> None:
         await settle(pilot)
         text = "\n".join(app.dashboard.query_one("#pane-logs").query_one(Log).lines)
         assert "Starting vLLM API server" in text and "via P2P/IPC" in text
+
+
+async def test_probe_key_confirms_measures_caches_and_shows_gbps(tmp_path: Any, monkeypatch: Any) -> None:
+    import amdtop.probe.torch_runner as torch_runner
+    from amdtop.probe.cache import load_results
+    from tests.unit.test_probe import FakeDist
+
+    monkeypatch.setattr(torch_runner, "TorchDist", lambda: FakeDist({(0, 1): 40.0}, default=60.0))
+    app = make_app(state_dir=tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("b")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        await settle(pilot)
+        results = load_results(tmp_path)
+        assert results is not None and results.pair_gbps(0, 1) is not None
+        assert app.dashboard.show_gbps is True
+        topo = app.dashboard.query_one("#pane-topo", TopoMatrix)
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(topo.render_view(topo.view))
+        text = console.export_text()
+        assert "40GB/s" in text and "60GB/s" in text  # the slow pair 0-1 and the others, as measured
+
+
+async def test_probe_without_torch_is_one_line_and_readonly_hides_it() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("b")
+        await pilot.pause()
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        await settle(pilot)
+        texts = [n.message for n in app._notifications]
+        assert any(t.startswith("probe: PyTorch is not installed") for t in texts), texts
+    ro = make_app(readonly=True)
+    async with ro.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        assert ro.check_action("probe", ()) is False
