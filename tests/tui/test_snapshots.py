@@ -44,3 +44,25 @@ def test_pcie_only_4_gpu_node(snap_compare: Any) -> None:
 
 def test_empty_node(snap_compare: Any) -> None:
     assert snap_compare(make_app("empty"), terminal_size=(200, 50), run_before=_steps)
+
+
+def test_help_screen(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _steps(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(120, 40), run_before=run_before)
+
+
+def test_stop_confirmation(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _steps(pilot)
+        await pilot.press("5", "s")
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(120, 40), run_before=run_before)
+
+
+def test_readonly_hides_control_keys(snap_compare: Any) -> None:
+    assert snap_compare(make_app(readonly=True), terminal_size=(200, 50), run_before=_steps)
