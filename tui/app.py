@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
+from amdtop.exporter.sources import load_probe
 from amdtop.telemetry.base import TelemetryBackend
 from tui.control_actions import ControlActions
 from tui.frame import Frame
@@ -235,22 +236,6 @@ class AmdtopApp(ControlActions, App[int]):
 
 
 def load_bandwidth(state_dir: Path) -> tuple[tuple[int, int, float], ...] | None:
-    """Measured per-pair GB/s from the probe cache, when the probe module and results exist."""
-    try:
-        from amdtop.probe.cache import load_results
-    except ImportError:
-        return None
-    try:
-        results = load_results(state_dir)
-    except Exception:
-        return None
-    if results is None:
-        return None
-    out = []
-    gpus = sorted(getattr(results, "gpus", ()))
-    for i, a in enumerate(gpus):
-        for b in gpus[i + 1 :]:
-            gbps = results.pair_gbps(a, b)
-            if gbps is not None:
-                out.append((a, b, float(gbps)))
-    return tuple(out) or None
+    """Measured per-pair GB/s from the probe cache (``None`` when no probe ran or the cache is unreadable)."""
+    bandwidth, _flags = load_probe(state_dir)
+    return tuple((bw.a, bw.b, bw.gbps) for bw in bandwidth) or None

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from amdtop.analysis import ImbalanceTracker, discover_vllm, numa_flags, topology_group_flags, worker_binding
 from amdtop.model import WorkerStatus
+from amdtop.rccl.monitor import LogMonitor
 from amdtop.telemetry.base import TelemetryBackend
 from tui.frame import Frame
 
@@ -62,26 +63,14 @@ class Poller:
         self._own: list[WorkerStatus] = []
         self._own_at = 0.0
 
-    def follow_logs(self) -> bool:
-        """Tail the workers' log files (owner LOGS: amdtop.rccl.tail); False when that module is absent."""
+    def follow_logs(self) -> None:
+        """Tail the workers' log files; the monitor also parses them (communicator summary, transport fallbacks)."""
 
         def sources() -> list[tuple[str, Path]]:
             # From the last worker list, so ranks that start later are picked up without another status call.
             return [(w.name, Path(w.log)) for w in self.last_workers if w.log]
 
-        try:  # the monitor also parses and diagnoses (communicator summary, transport fallbacks)
-            from amdtop.rccl.monitor import LogMonitor
-
-            self.log_follower = LogMonitor(sources, self.backend.topology())
-            return True
-        except ImportError:
-            pass
-        try:
-            from amdtop.rccl.tail import LogFollower
-        except ImportError:
-            return False
-        self.log_follower = LogFollower(sources)
-        return True
+        self.log_follower = LogMonitor(sources, self.backend.topology())
 
     def _worker_list(self, gpu_pids: dict[int, tuple[int, ...]]) -> list[WorkerStatus]:
         now = time.monotonic()

@@ -15,14 +15,10 @@ from textual.widgets import Footer, Static, Tab, Tabs
 from tui import views
 from tui.frame import Frame
 from widgets.gpu_table import GpuTable
+from widgets.log_tail import LogTailPane
 from widgets.render_pane import RenderPane
 from widgets.topo_matrix import TopoMatrix
 from widgets.workers_table import WorkersTable
-
-try:  # owner LOGS; the dashboard works without it
-    from widgets.log_tail import LogTailPane
-except ImportError:  # pragma: no cover - only before the log pane lands
-    LogTailPane = None  # type: ignore[assignment,misc]
 
 PANES = (
     ("gpus", "GPUs"),
@@ -60,10 +56,7 @@ class DashboardScreen(Screen[None]):
             yield self._titled(RenderPane(id="pane-groups"), "3 TP groups")
             yield self._titled(TopoMatrix(id="pane-topo"), "2 Topology")
             yield self._titled(RenderPane(id="pane-numa"), "4 NUMA binding")
-            if LogTailPane is not None:
-                yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
-            else:
-                yield self._titled(Static("log tail: waiting for the log subsystem", id="pane-logs"), "6 Logs")
+            yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
             yield self._titled(WorkersTable(id="pane-workers"), "5 Workers")
         yield Footer()
 
