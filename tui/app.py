@@ -76,6 +76,7 @@ class AmdtopApp(ControlActions, App[int]):
         self.state_dir = state_dir or Path(".")
         self.autopoll = autopoll
         self.watch_tty = watch_tty
+        self.on_terminal_lost: Callable[[], None] | None = None
         self.exporter: Any = None
         self.exporter_listen = exporter_listen
         self.paused = False
@@ -98,7 +99,8 @@ class AmdtopApp(ControlActions, App[int]):
         if self.autopoll:
             self._poll_worker()
         if self.watch_tty:
-            self.set_interval(5.0, self._check_tty, name="tty-watch")
+            # Two ioctls a second; a blocked or ignored SIGHUP must not leave us running on a dead tty.
+            self.set_interval(1.0, self._check_tty, name="tty-watch")
 
     def on_unmount(self) -> None:
         self._stop.set()
@@ -183,7 +185,10 @@ class AmdtopApp(ControlActions, App[int]):
         except (ValueError, OSError):
             alive = False
         if not alive:
-            self.exit(0)
+            if self.on_terminal_lost is not None:
+                self.on_terminal_lost()  # does not return: see tui.launch.TerminalLoss
+            else:
+                self.exit(0)
 
     # -- actions -----------------------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

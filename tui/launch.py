@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from amdtop.cli.common import config_path, open_from_args, state_dir
@@ -54,35 +56,72 @@ def open_backend_or_sim(args: argparse.Namespace) -> tuple[TelemetryBackend, str
         return SimBackend(seed=getattr(args, "seed", 0)), NO_GPU_BANNER, True
 
 
-def start_demo_workers(control: Any) -> tuple[threading.Thread, list[str]]:
-    """Launch the stopped demo workers in the background (the demo should show a busy node at once).
+class DemoAutostart:
+    """Launches the stopped demo workers in the background (the demo should show a busy node at once) and stops,
+    on the way out, exactly the ones it launched."""
 
-    Returns the thread and the list it fills with the names it launched, so quitting stops only those.
-    """
-    launched: list[str] = []
+    def __init__(self, control: Any) -> None:
+        self.control = control
+        self.launched: list[str] = []
+        self._cancel = threading.Event()
+        self.thread = threading.Thread(target=self._go, name="demo-autostart", daemon=True)
 
-    def _go() -> None:
-        for st in control.status():
+    def start(self) -> DemoAutostart:
+        self.thread.start()
+        return self
+
+    def _go(self) -> None:
+        for st in self.control.status():
+            if self._cancel.is_set():
+                return
             if st.pid is None:
                 try:
-                    control.launch(st.name)
-                    launched.append(st.name)
+                    self.control.launch(st.name)
+                    self.launched.append(st.name)
                 except Exception:  # a busy port shows as a stopped worker; the dashboard still opens
                     continue
 
-    thread = threading.Thread(target=_go, name="demo-autostart", daemon=True)
-    thread.start()
-    return thread, launched
+    def stop(self) -> None:
+        """Stop the demo workers launched so far, side by side (a lost terminal leaves seconds, not minutes)."""
+        self._cancel.set()
+        self.thread.join(timeout=10)
+        stoppers = [threading.Thread(target=self._stop_one, args=(name,), daemon=True) for name in self.launched]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join(timeout=15)
 
-
-def stop_demo_workers(control: Any, thread: threading.Thread, launched: list[str]) -> None:
-    """Stop the demo workers this session launched (simulated servers should not outlive the demo)."""
-    thread.join(timeout=10)
-    for name in launched:
+    def _stop_one(self, name: str) -> None:
         try:
-            control.stop(name)
+            self.control.stop(name)
         except Exception:
-            continue
+            pass
+
+
+class TerminalLoss:
+    """What to do when the terminal goes away (SSH drop, tmux kill): clean up and leave at once.
+
+    Textual's own shutdown writes to the terminal to restore it; on a hung-up tty its writer thread dies and the
+    shutdown blocks forever on a full queue (seen with textual 8.2.8), so nothing is restored: there is nothing left
+    to restore.
+    """
+
+    def __init__(self, cleanup: Callable[[], None], exit_code: int = 0) -> None:
+        self._cleanup = cleanup
+        self._exit_code = exit_code
+        self._once = threading.Lock()
+
+    def lost(self) -> None:
+        if not self._once.acquire(blocking=False):
+            return
+        try:
+            self._cleanup()
+        finally:
+            os._exit(self._exit_code)
+
+    def on_sighup(self, _sig: int, _frame: object) -> None:
+        # Signal handlers must return quickly: the cleanup stops processes and waits for them.
+        threading.Thread(target=self.lost, name="terminal-lost", daemon=True).start()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,14 +147,17 @@ def run(args: argparse.Namespace) -> int:
     )
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and hasattr(control, "launch"):
-        autostart = start_demo_workers(control)
-    # A closed terminal (SSH drop, tmux kill) sends SIGHUP, whose default action kills us before any cleanup:
-    # exit the app instead so the demo workers it launched are stopped (real workers are never stopped on exit).
-    previous = signal.signal(signal.SIGHUP, lambda _sig, _frame: app.exit())
+        autostart = DemoAutostart(control).start()
+    loss = TerminalLoss(autostart.stop if autostart is not None else lambda: None)
+    app.on_terminal_lost = loss.lost
+    # A closed terminal sends SIGHUP, whose default action kills us before the demo workers are stopped (real
+    # workers are never stopped on exit). An inherited blocked mask would hide it: unblock it.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+    previous = signal.signal(signal.SIGHUP, loss.on_sighup)
     try:
         result = app.run()
     finally:
         signal.signal(signal.SIGHUP, previous)
         if autostart is not None:
-            stop_demo_workers(control, *autostart)
+            autostart.stop()
     return int(result or 0)

@@ -8,7 +8,7 @@ from pathlib import Path
 from amdtop.model import WorkerState
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
-from tui.launch import start_demo_workers, stop_demo_workers
+from tui.launch import DemoAutostart
 
 
 def test_demo_workers_start_busy_and_stop_on_quit(tmp_path: Path) -> None:
@@ -17,9 +17,9 @@ def test_demo_workers_start_busy_and_stop_on_quit(tmp_path: Path) -> None:
         tmp_path / "none.toml", tmp_path, topology=sim.topology(), demo=True, sim=sim, grace_s=5, demo_port_base=18250
     )
     try:
-        thread, launched = start_demo_workers(sup)
-        thread.join(timeout=30)
-        assert launched == sup.names()
+        auto = DemoAutostart(sup).start()
+        auto.thread.join(timeout=30)
+        assert auto.launched == sup.names()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             states = {w.name: w for w in sup.status()}
@@ -32,7 +32,7 @@ def test_demo_workers_start_busy_and_stop_on_quit(tmp_path: Path) -> None:
         assert busy, states  # the background traffic keeps sequences running without any client
         # The simulated GPUs follow the workers: the busy demo node is not idle.
         assert max(s.util_pct or 0 for s in sim.sample().gpus) > 20
-        stop_demo_workers(sup, thread, launched)
+        auto.stop()
         assert all(w.pid is None for w in sup.status())
     finally:
         for name in sup.names():

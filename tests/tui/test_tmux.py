@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -20,13 +21,22 @@ AMDTOP = Path(sys.executable).with_name("amdtop")
 
 
 class Tmux:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, block_sighup: bool = False) -> None:
         self.socket = f"amdtop-test-{os.getpid()}"
         self.tmp = tmp
         self.pidfile = tmp / "pid"
+        # A blocked signal mask is inherited through fork and exec (tmux server, shell, amdtop): some CI runners
+        # and job launchers start everything that way, and then no SIGHUP arrives when the terminal dies.
+        self.block_sighup = block_sighup
+
+    def _preexec(self) -> None:
+        if self.block_sighup:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20)
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20, preexec_fn=self._preexec
+        )
 
     def start(self, width: int = 200, height: int = 50) -> None:
         cmd = (
@@ -117,7 +127,9 @@ def demo_worker_pids(state: Path) -> list[int]:
     return found
 
 
-def test_terminal_going_away_ends_amdtop(tmux: Tmux) -> None:
+@pytest.mark.parametrize("block_sighup", [False, True], ids=["sighup", "sighup-blocked"])
+def test_terminal_going_away_ends_amdtop(tmux: Tmux, block_sighup: bool) -> None:
+    tmux.block_sighup = block_sighup
     tmux.start(80, 24)
     tmux.wait_for("GPUs")
     deadline = time.monotonic() + 20
