@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from typing import Any
 import httpx
 
 from amdtop.ramp.pool import pooled_transport
+from amdtop.ramp.prompts import SALT_SPACE, salt
 from amdtop.ramp.stats import RequestResult, StepResult, window_tokens
 
 FAILURE_BACKOFF_S = 0.05
@@ -56,10 +59,42 @@ def _is_content(choice: dict[str, Any], chat: bool) -> bool:
 
 
 def build_request(client: httpx.AsyncClient, spec: LoadSpec, prompt: str) -> httpx.Request:
-    """The streaming request for one prompt (built once per step and re-sent: its body is plain bytes)."""
+    """The streaming request for one prompt, sent as it is."""
     path = "/v1/chat/completions" if spec.chat else "/v1/completions"
     body = json.dumps(_payload(spec, prompt)).encode()
     return client.build_request("POST", path, content=body, headers={"content-type": "application/json"})
+
+
+_SALT_MARK = "\x00salt\x00"
+_salts = itertools.count(random.randrange(SALT_SPACE))
+"""One sequence for the whole process: later steps and later ramps must not repeat an earlier request's opening."""
+
+
+class SaltedRequests:
+    """The step's prompts, each sent with a unique :func:`salt` spliced in front of it.
+
+    Bodies are assembled from pre-encoded halves; each slot owns one request object and swaps its body and
+    Content-Length per send (slots run concurrently, a slot's own sends one after the other).
+    """
+
+    def __init__(self, client: httpx.AsyncClient, spec: LoadSpec) -> None:
+        self._client = client
+        self._spec = spec
+        self._parts: list[tuple[bytes, bytes]] = []
+        for prompt in spec.prompts:
+            head, tail = json.dumps(_payload(spec, _SALT_MARK + prompt)).split(json.dumps(_SALT_MARK)[1:-1], 1)
+            self._parts.append((head.encode(), tail.encode()))
+
+    def for_slot(self) -> httpx.Request:
+        return build_request(self._client, self._spec, self._spec.prompts[0])
+
+    def next(self, req: httpx.Request, i: int) -> httpx.Request:
+        head, tail = self._parts[i % len(self._parts)]
+        body = head + salt(next(_salts) % SALT_SPACE).encode() + tail
+        req.stream = httpx.ByteStream(body)
+        req._content = body  # what httpx.Request.content returns
+        req.headers["Content-Length"] = str(len(body))
+        return req
 
 
 async def send_one(
@@ -199,12 +234,13 @@ async def run_step(
     state: dict[str, Any] = {"abort": None, "issuing": True}
     client, transport = make_client(spec, concurrency)
     async with client:
-        requests = [build_request(client, spec, p) for p in spec.prompts]
+        salted = SaltedRequests(client, spec)
 
         async def slot(k: int) -> None:
             i = k
+            mine = salted.for_slot()
             while state["issuing"]:
-                res = await send_one(client, spec, requests[i % len(requests)], transport=transport)
+                res = await send_one(client, spec, salted.next(mine, i), transport=transport)
                 i += concurrency
                 everything.append(res)
                 if w_start <= res.end <= w_end and res.start >= wall0:

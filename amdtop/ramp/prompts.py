@@ -91,6 +91,26 @@ PLAIN_WORDS = [
 ]
 
 
+SALT_WORDS = tuple(sorted({w for w in PLAIN_WORDS if len(w) == 3}))
+SALT_WORDS_PER_REQUEST = 4
+
+
+def salt(n: int) -> str:
+    """The unique opening of request ``n``: four three-letter words (a fixed 16 bytes, so a prebuilt request keeps its
+    Content-Length). vLLM caches prefixes by default; a prompt sent twice would be served from that cache and its
+    TTFT would not be a prefill's. `vllm bench serve`'s random dataset varies the first token per request for the
+    same reason."""
+    words = []
+    for _ in range(SALT_WORDS_PER_REQUEST):
+        n, d = divmod(n, len(SALT_WORDS))
+        words.append(SALT_WORDS[d])
+    return " ".join(words) + " "
+
+
+SALT_SPACE = len(SALT_WORDS) ** SALT_WORDS_PER_REQUEST
+"""Distinct salts before they repeat."""
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """What the server says about itself."""
@@ -158,28 +178,51 @@ async def _tokenizer_works(client: httpx.AsyncClient, model: str) -> bool:
 async def build_prompts(
     client: httpx.AsyncClient, ep: Endpoint, input_len: int, count: int, seed: int = 0
 ) -> tuple[str, ...]:
-    """``count`` distinct prompts of ``input_len`` tokens (without BOS) from random vocabulary tokens.
+    """``count`` distinct prompts that make ``input_len`` tokens (without BOS) once a :func:`salt` opens them.
 
     Token ids come from tokenizing a word corpus (so they are real, printable vocabulary entries); a random draw of
     them is detokenized, re-tokenized and trimmed or topped up until its length is right, as `vllm bench serve`'s
     random dataset does. Without a tokenizer endpoint, one plain word stands for one token.
     """
     rng = random.Random(seed)
+    reserve = SALT_WORDS_PER_REQUEST
     if ep.tokenizer:
-        pool = await _tokenize(
-            client, ep.model, " ".join(PLAIN_WORDS * 2) + " " + " ".join(w.upper() for w in PLAIN_WORDS)
-        )
-        pool = sorted(set(pool or []))
-        if pool:
-            out = []
-            for _ in range(count):
-                text = await _fit(client, ep.model, [rng.choice(pool) for _ in range(input_len)], input_len, pool, rng)
-                if text is None:
-                    break
-                out.append(text)
-            if len(out) == count:
-                return tuple(out)
-    return tuple(" ".join(rng.choice(PLAIN_WORDS) for _ in range(input_len)) for _ in range(count))
+        for _ in range(2):  # what the salt costs in tokens depends on the tokenizer and on what follows it
+            prompts = await _vocab_prompts(client, ep.model, max(1, input_len - reserve), count, random.Random(seed))
+            if not prompts:
+                break
+            probe = random.Random(seed + 1)  # salts over the whole space: their words split differently
+            lengths = [
+                await _tokenize(client, ep.model, salt(probe.randrange(SALT_SPACE)) + prompts[k % len(prompts)])
+                for k in range(16)
+            ]
+            if any(x is None for x in lengths):
+                return prompts
+            extra = round(sum(len(x or []) for x in lengths) / len(lengths)) - input_len
+            if extra == 0:
+                return prompts
+            reserve += extra
+        if prompts:
+            return prompts
+    n = max(1, input_len - SALT_WORDS_PER_REQUEST)
+    return tuple(" ".join(rng.choice(PLAIN_WORDS) for _ in range(n)) for _ in range(count))
+
+
+async def _vocab_prompts(
+    client: httpx.AsyncClient, model: str, input_len: int, count: int, rng: random.Random
+) -> tuple[str, ...]:
+    """``count`` prompts of ``input_len`` tokens drawn from the vocabulary; empty when the tokenizer fails."""
+    pool = await _tokenize(client, model, " ".join(PLAIN_WORDS * 2) + " " + " ".join(w.upper() for w in PLAIN_WORDS))
+    pool = sorted(set(pool or []))
+    if not pool:
+        return ()
+    out = []
+    for _ in range(count):
+        text = await _fit(client, model, [rng.choice(pool) for _ in range(input_len)], input_len, pool, rng)
+        if text is None:
+            return ()
+        out.append(text)
+    return tuple(out)
 
 
 async def _fit(

@@ -50,14 +50,18 @@ def profile_toml(name: str, port: int, *, tp: int = 1, max_num_seqs: int = 8) ->
         "VLLM_CACHE_ROOT": str(VLLM_CACHE_ROOT),
         "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
     }
-    # One core per rank. TP=1 computes on core 1 so core 0 stays free for the load generator: with the engine's
-    # spinning OpenMP threads on both cores, side-by-side client measurements swung by 30 % run to run.
+    # One core per rank. TP=1 runs wholly on core 1 (API server and EngineCore too, through taskset inside numactl's
+    # node binding) so core 0 belongs to the load generator. Left free to roam, EngineCore, which busy-polls its
+    # worker, lands on the client's core now and then, and the client then gets the CPU only when the request has
+    # finished: every chunk arrives at once, TTFT ~= E2EL (~90 ms against the server's own 5 ms), in "modes" that last
+    # as long as the scheduler leaves EngineCore there (docs/benchmarks.md, "TTFT modes").
     env["VLLM_CPU_OMP_THREADS_BIND"] = "1" if tp == 1 else "|".join(str(i) for i in range(tp))
     env_lines = "".join(f'{k} = "{v}"\n' for k, v in env.items())
+    command = f'["taskset", "-c", "1", "{VLLM_BIN}", "serve"]' if tp == 1 else f'["{VLLM_BIN}", "serve"]'
     return (
         f'# e2e worker {name}\n[[worker]]\nname = "{name}"\nmodel = "{TINY_MODEL}"\ngpus = []\n'
         f"numa_node = 0  # this box has one NUMA node\nport = {port}\n"
-        f'command = ["{VLLM_BIN}", "serve"]\nstop_grace_s = 30\n'
+        f"command = {command}\nstop_grace_s = 30\n"
         f'[worker.args]\ntensor-parallel-size = {tp}\nmax-model-len = 512\ndtype = "float32"\n'
         f'served-model-name = "{SERVED_NAME}"\nmax-num-seqs = {max_num_seqs}\n'
         f"[worker.env]\n{env_lines}"

