@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -95,20 +96,33 @@ SALT_WORDS = tuple(sorted({w for w in PLAIN_WORDS if len(w) == 3}))
 SALT_WORDS_PER_REQUEST = 4
 
 
+SALT_SPACE = len(SALT_WORDS) ** SALT_WORDS_PER_REQUEST
+"""Distinct salts before they repeat."""
+
+
+def _coprime_step(space: int) -> int:
+    step = int(space * 0.6180339887) | 1  # a golden-ratio step spreads consecutive numbers over the whole space
+    while math.gcd(step, space) != 1:
+        step += 2
+    return step
+
+
+_SALT_MIX = _coprime_step(SALT_SPACE)
+"""n -> n * _SALT_MIX mod SALT_SPACE is a bijection that changes every word from one request to the next, so the
+salt's mean token cost holds over any run of requests."""
+
+
 def salt(n: int) -> str:
     """The unique opening of request ``n``: four three-letter words (a fixed 16 bytes, so a prebuilt request keeps its
     Content-Length). vLLM caches prefixes by default; a prompt sent twice would be served from that cache and its
     TTFT would not be a prefill's. `vllm bench serve`'s random dataset varies the first token per request for the
     same reason."""
+    n = (n * _SALT_MIX) % SALT_SPACE
     words = []
     for _ in range(SALT_WORDS_PER_REQUEST):
         n, d = divmod(n, len(SALT_WORDS))
         words.append(SALT_WORDS[d])
     return " ".join(words) + " "
-
-
-SALT_SPACE = len(SALT_WORDS) ** SALT_WORDS_PER_REQUEST
-"""Distinct salts before they repeat."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,24 +201,21 @@ async def build_prompts(
     rng = random.Random(seed)
     reserve = SALT_WORDS_PER_REQUEST
     if ep.tokenizer:
-        for _ in range(2):  # what the salt costs in tokens depends on the tokenizer and on what follows it
-            prompts = await _vocab_prompts(client, ep.model, max(1, input_len - reserve), count, random.Random(seed))
-            if not prompts:
-                break
-            probe = random.Random(seed + 1)  # salts over the whole space: their words split differently
-            lengths = [
-                await _tokenize(client, ep.model, salt(probe.randrange(SALT_SPACE)) + prompts[k % len(prompts)])
-                for k in range(16)
+        first = await _vocab_prompts(client, ep.model, max(1, input_len - reserve), count, random.Random(seed))
+        if first:
+            # What a salt costs in tokens depends on the tokenizer and on what follows it: measure it over many.
+            base = await _tokenize(client, ep.model, first[0])
+            probe = random.Random(seed + 1)
+            salted = [
+                await _tokenize(client, ep.model, salt(probe.randrange(SALT_SPACE)) + first[0]) for _ in range(32)
             ]
-            if any(x is None for x in lengths):
-                return prompts
-            extra = round(sum(len(x or []) for x in lengths) / len(lengths)) - input_len
-            if extra == 0:
-                return prompts
-            reserve += extra
-        if prompts:
-            return prompts
-    n = max(1, input_len - SALT_WORDS_PER_REQUEST)
+            if base and all(salted):
+                cost = round(sum(len(x or []) for x in salted) / len(salted)) - len(base)
+                if cost != reserve:
+                    again = await _vocab_prompts(client, ep.model, max(1, input_len - cost), count, random.Random(seed))
+                    return again or first
+            return first
+    n = max(1, input_len - reserve)
     return tuple(" ".join(rng.choice(PLAIN_WORDS) for _ in range(n)) for _ in range(count))
 
 

@@ -54,10 +54,14 @@ def recorder() -> Iterator[str]:
 
 
 def test_salts_are_distinct_and_of_fixed_width() -> None:
-    salts = {salt(n) for n in range(5000)}
-    assert len(salts) == 5000
+    salts = {salt(n) for n in range(5000)} | {salt(SALT_SPACE - 1 - n) for n in range(5000)}
+    assert len(salts) == 10000
     assert {len(s.encode()) for s in salts} == {16}
     assert SALT_SPACE > 100_000
+    # Consecutive requests differ in (nearly) every word, so a run's mean salt cost is the calibrated one.
+    words = [salt(n).split() for n in range(1000)]
+    changed = sum(sum(a != b for a, b in zip(words[i], words[i + 1], strict=True)) for i in range(999))
+    assert changed > 0.9 * 4 * 999
 
 
 @pytest.mark.parametrize("chat", [False, True])
