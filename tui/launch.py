@@ -106,9 +106,8 @@ class TerminalLoss:
     to restore.
     """
 
-    def __init__(self, cleanup: Callable[[], None], exit_code: int = 0) -> None:
+    def __init__(self, cleanup: Callable[[], None]) -> None:
         self._cleanup = cleanup
-        self._exit_code = exit_code
         self._once = threading.Lock()
 
     def lost(self) -> None:
@@ -117,7 +116,7 @@ class TerminalLoss:
         try:
             self._cleanup()
         finally:
-            os._exit(self._exit_code)
+            os._exit(0)
 
     def on_sighup(self, _sig: int, _frame: object) -> None:
         # Signal handlers must return quickly: the cleanup stops processes and waits for them.

@@ -90,7 +90,7 @@ class SaltedRequests:
 
     def next(self, req: httpx.Request, i: int) -> httpx.Request:
         head, tail = self._parts[i % len(self._parts)]
-        body = head + salt(next(_salts) % SALT_SPACE).encode() + tail
+        body = head + salt(next(_salts)).encode() + tail
         req.stream = httpx.ByteStream(body)
         req._content = body  # what httpx.Request.content returns
         req.headers["Content-Length"] = str(len(body))

@@ -200,8 +200,9 @@ async def build_prompts(
     """
     rng = random.Random(seed)
     reserve = SALT_WORDS_PER_REQUEST
-    if ep.tokenizer:
-        first = await _vocab_prompts(client, ep.model, max(1, input_len - reserve), count, random.Random(seed))
+    pool = await _vocab_pool(client, ep.model) if ep.tokenizer else []
+    if pool:
+        first = await _vocab_prompts(client, ep.model, pool, max(1, input_len - reserve), count, random.Random(seed))
         if first:
             # What a salt costs in tokens depends on the tokenizer and on what follows it: measure it over many.
             base = await _tokenize(client, ep.model, first[0])
@@ -212,21 +213,25 @@ async def build_prompts(
             if base and all(salted):
                 cost = round(sum(len(x or []) for x in salted) / len(salted)) - len(base)
                 if cost != reserve:
-                    again = await _vocab_prompts(client, ep.model, max(1, input_len - cost), count, random.Random(seed))
+                    again = await _vocab_prompts(
+                        client, ep.model, pool, max(1, input_len - cost), count, random.Random(seed)
+                    )
                     return again or first
             return first
     n = max(1, input_len - reserve)
     return tuple(" ".join(rng.choice(PLAIN_WORDS) for _ in range(n)) for _ in range(count))
 
 
+async def _vocab_pool(client: httpx.AsyncClient, model: str) -> list[int]:
+    """Real, printable vocabulary ids: the word corpus tokenized (empty when the tokenizer fails)."""
+    ids = await _tokenize(client, model, " ".join(PLAIN_WORDS * 2) + " " + " ".join(w.upper() for w in PLAIN_WORDS))
+    return sorted(set(ids or []))
+
+
 async def _vocab_prompts(
-    client: httpx.AsyncClient, model: str, input_len: int, count: int, rng: random.Random
+    client: httpx.AsyncClient, model: str, pool: list[int], input_len: int, count: int, rng: random.Random
 ) -> tuple[str, ...]:
-    """``count`` prompts of ``input_len`` tokens drawn from the vocabulary; empty when the tokenizer fails."""
-    pool = await _tokenize(client, model, " ".join(PLAIN_WORDS * 2) + " " + " ".join(w.upper() for w in PLAIN_WORDS))
-    pool = sorted(set(pool or []))
-    if not pool:
-        return ()
+    """``count`` prompts of ``input_len`` tokens drawn from ``pool``; empty when the tokenizer fails."""
     out = []
     for _ in range(count):
         text = await _fit(client, model, [rng.choice(pool) for _ in range(input_len)], input_len, pool, rng)
