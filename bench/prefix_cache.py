@@ -1,0 +1,62 @@
+"""Prompt tokens served from vLLM's prefix cache during a ramp step: salted prompts (what amdtop sends) against the
+same prompts re-sent as they are (what it sent before), read from the server's `vllm:prefix_cache_*` counters.
+
+Usage: python bench/prefix_cache.py --url http://127.0.0.1:18010 --model tiny-llama [--input-len 300]
+       [--concurrency 2] [--seconds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+from unittest import mock
+
+import httpx
+
+from amdtop.ramp import client as ramp_client
+from amdtop.ramp.client import LoadSpec, run_step
+from amdtop.ramp.prompts import build_prompts, discover
+
+
+def counters(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return {
+        name: sum(float(v) for v in re.findall(rf"^vllm:prefix_cache_{name}_total\{{[^}}]*\}} (\S+)$", text, re.M))
+        for name in ("queries", "hits")
+    }
+
+
+async def step(url: str, model: str, input_len: int, concurrency: int, seconds: float) -> tuple[float, int]:
+    async with httpx.AsyncClient(base_url=url, timeout=10) as c:
+        ep = await discover(c, url, model)
+        prompts = await build_prompts(c, ep, input_len, 64)
+    result, _ = await run_step(LoadSpec(url, ep.model, prompts, input_len, 64), concurrency, warmup_s=1.0,
+                               duration_s=seconds)  # fmt: skip
+    return result.to_json()["mean_ttft_ms"], result.all_requests
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--input-len", type=int, default=300)
+    ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    args = ap.parse_args()
+    for label, salted in (("salted (amdtop)", True), ("repeated prompts", False)):
+        before = counters(args.url)
+        if salted:
+            ttft, n = asyncio.run(step(args.url, args.model, args.input_len, args.concurrency, args.seconds))
+        else:
+            with mock.patch.object(ramp_client, "salt", lambda _n: "all all all all "):  # one fixed opening
+                ttft, n = asyncio.run(step(args.url, args.model, args.input_len, args.concurrency, args.seconds))
+        after = counters(args.url)
+        print(
+            f"{label:17s}: {n} requests, mean TTFT {ttft:.1f} ms, prompt tokens queried "
+            f"{after['queries'] - before['queries']:.0f}, served from cache {after['hits'] - before['hits']:.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
