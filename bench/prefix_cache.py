@@ -9,30 +9,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 from unittest import mock
 
 import httpx
 
 from amdtop.ramp import client as ramp_client
-from amdtop.ramp.client import LoadSpec, run_step
-from amdtop.ramp.prompts import build_prompts, discover
+from amdtop.ramp.client import load_spec, run_step
+from amdtop.supervisor.metrics import parse_samples
 
 
 def counters(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    return {
-        name: sum(float(v) for v in re.findall(rf"^vllm:prefix_cache_{name}_total\{{[^}}]*\}} (\S+)$", text, re.M))
-        for name in ("queries", "hits")
-    }
+    s = parse_samples(httpx.get(f"{url}/metrics", timeout=10).text)
+    return {name: s.get(f"vllm:prefix_cache_{name}_total", 0.0) for name in ("queries", "hits")}
 
 
 async def step(url: str, model: str, input_len: int, concurrency: int, seconds: float) -> tuple[float, int]:
-    async with httpx.AsyncClient(base_url=url, timeout=10) as c:
-        ep = await discover(c, url, model)
-        prompts = await build_prompts(c, ep, input_len, 64)
-    result, _ = await run_step(LoadSpec(url, ep.model, prompts, input_len, 64), concurrency, warmup_s=1.0,
-                               duration_s=seconds)  # fmt: skip
+    spec = await load_spec(url, model, input_len, 64)
+    result, _ = await run_step(spec, concurrency, warmup_s=1.0, duration_s=seconds)
     return result.to_json()["mean_ttft_ms"], result.all_requests
 
 

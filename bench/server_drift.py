@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -25,20 +24,16 @@ import time
 
 import httpx
 
-from amdtop.ramp.client import LoadSpec, run_step
-from amdtop.ramp.prompts import build_prompts, discover
+from amdtop.ramp.client import load_spec, run_step
+from amdtop.supervisor.metrics import parse_samples
 
 CLIENT_CPU = 0
 NAMES = ("inter_token_latency_seconds", "time_to_first_token_seconds")
 
 
 def counters(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    return {
-        f"{n}_{part}": sum(float(v) for v in re.findall(rf"^vllm:{n}_{part}\{{[^}}]*\}} (\S+)$", text, re.M))
-        for n in NAMES
-        for part in ("sum", "count")
-    }
+    s = parse_samples(httpx.get(f"{url}/metrics", timeout=10).text)
+    return {f"{n}_{part}": s.get(f"vllm:{n}_{part}", 0.0) for n in NAMES for part in ("sum", "count")}
 
 
 def mean_ms(before: dict[str, float], after: dict[str, float], name: str) -> float:
@@ -48,10 +43,7 @@ def mean_ms(before: dict[str, float], after: dict[str, float], name: str) -> flo
 
 def step(url: str, model: str, input_len: int, seconds: float) -> None:
     async def go() -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=10) as c:
-            ep = await discover(c, url, model)
-            prompts = await build_prompts(c, ep, input_len, 64)
-        await run_step(LoadSpec(url, ep.model, prompts, input_len, 64), 1, warmup_s=0.5, duration_s=seconds)
+        await run_step(await load_spec(url, model, input_len, 64), 1, warmup_s=0.5, duration_s=seconds)
 
     asyncio.run(go())
 

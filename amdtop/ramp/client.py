@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from amdtop.ramp.pool import pooled_transport
-from amdtop.ramp.prompts import SALT_SPACE, salt
+from amdtop.ramp.prompts import SALT_SPACE, build_prompts, discover, salt
 from amdtop.ramp.stats import RequestResult, StepResult, window_tokens
 
 FAILURE_BACKOFF_S = 0.05
@@ -33,6 +33,14 @@ class LoadSpec:
     chat: bool = False
     request_timeout_s: float = 60.0
     """Longest silence between two chunks before a request counts as ``timeout``."""
+
+
+async def load_spec(url: str, model: str | None, input_len: int, output_len: int, num_prompts: int = 64) -> LoadSpec:
+    """A spec for ``url``'s served model, its prompts built from the model's vocabulary (for scripts and tests)."""
+    async with httpx.AsyncClient(base_url=url, timeout=10) as c:
+        ep = await discover(c, url, model)
+        prompts = await build_prompts(c, ep, input_len, num_prompts)
+    return LoadSpec(url, ep.model, prompts, input_len, output_len)
 
 
 def _payload(spec: LoadSpec, prompt: str) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import statistics
 import subprocess
 import time
@@ -16,8 +15,8 @@ import httpx
 import pytest
 
 from amdtop.ramp import Ramp, RampConfig
-from amdtop.ramp.client import LoadSpec, run_step
-from amdtop.ramp.prompts import build_prompts, discover
+from amdtop.ramp.client import LoadSpec, load_spec, run_step
+from amdtop.supervisor.metrics import parse_samples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -29,10 +28,13 @@ CLIENT_CPU = "0"
 """Both load generators run on core 0; the engine computes on core 1 (see the vllm_tp1 profile)."""
 
 
+def samples(url: str) -> dict[str, float]:
+    """The server's ``/metrics``, each metric summed over its series."""
+    return parse_samples(httpx.get(f"{url}/metrics", timeout=10).text)
+
+
 def generation_tokens(url: str) -> float:
-    """``vllm:generation_tokens_total`` summed over its series."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    return sum(float(m) for m in re.findall(r"^vllm:generation_tokens_total\{[^}]*\} (\S+)$", text, re.M))
+    return samples(url)["vllm:generation_tokens_total"]
 
 
 def test_short_ramp_matches_server_counters(vllm_tp1: Any, tmp_path: Path) -> None:
@@ -69,8 +71,8 @@ def test_short_ramp_matches_server_counters(vllm_tp1: Any, tmp_path: Path) -> No
 #
 # C=1: both tools run at the same time, so they measure the same server at the same moment. One after the other they
 # did not: on this 2-core VM the server's inter-token latency wanders by 2x within seconds (1 s samples of one steady
-# C=1 stream: 2.05-4.37 ms), and it slows with the memory traffic on the client's core (a memory-streaming process
-# there took it from 2.1 to 4.1-4.8 ms), so the server ran slower during vllm bench's runs than during amdtop's.
+# C=1 stream: 2.08-4.13 ms), and it slows with the memory traffic on the client's core (a memory-streaming process
+# there took it from ~2.0 to 4.1-5.1 ms; bench/server_drift.py), so the server ran slower during vllm bench's runs.
 # Two single streams of 1024 tokens fit one engine step (2048 batched tokens), so neither tool queues behind the other.
 # C=4: run alone, interleaved (amdtop, vllm bench, amdtop). At the same time, eight 1024-token prefills need four
 # engine steps, the client that re-sends faster queues first (amdtop's TTFT came out 25 % lower), and the two closed
@@ -90,15 +92,14 @@ def bench_argv(url: str, model: str, concurrency: int, prompts: int, out: Path, 
 
 
 async def in_flight(client: httpx.AsyncClient) -> float:
-    text = (await client.get("/metrics")).text
-    return sum(float(m) for m in re.findall(r"^vllm:num_requests_(?:running|waiting)\{[^}]*\} (\S+)$", text, re.M))
+    s = parse_samples((await client.get("/metrics")).text)
+    return s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0)
 
 
-async def paired_round(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
+async def paired_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
     """One vllm bench run with amdtop's step running through all of it: (amdtop's step, vllm bench's result)."""
+    url, model = spec.url, spec.model
     async with httpx.AsyncClient(base_url=url, timeout=10) as c:
-        ep = await discover(c, url, model)
-        spec = LoadSpec(url, ep.model, await build_prompts(c, ep, SBS_IN_LEN, 64), SBS_IN_LEN, SBS_OUT_LEN)
         errors = out.with_suffix(".stderr")
         with errors.open("wb") as err:
             proc = subprocess.Popen(bench_argv(url, model, concurrency, prompts, out, seed),
@@ -121,24 +122,10 @@ async def paired_round(url: str, model: str, concurrency: int, prompts: int, out
     return step.to_json(), json.loads(out.read_text())
 
 
-async def solo_rate(url: str, model: str, concurrency: int) -> float:
-    """amdtop's request rate alone at ``concurrency`` (also warms the server up for the paired rounds)."""
-    async with httpx.AsyncClient(base_url=url, timeout=10) as c:
-        ep = await discover(c, url, model)
-        spec = LoadSpec(url, ep.model, await build_prompts(c, ep, SBS_IN_LEN, 64), SBS_IN_LEN, SBS_OUT_LEN)
-    step, reason = await run_step(spec, concurrency, warmup_s=1.0, duration_s=3.0)
-    assert reason is None
-    return float(step.to_json()["request_throughput"])
-
-
 def server_ttft(url: str) -> tuple[float, float]:
     """(sum of seconds, count) of the server's own ``vllm:time_to_first_token_seconds`` histogram."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-
-    def total(name: str) -> float:
-        return sum(float(m) for m in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M))
-
-    return total("vllm:time_to_first_token_seconds_sum"), total("vllm:time_to_first_token_seconds_count")
+    s = samples(url)
+    return s["vllm:time_to_first_token_seconds_sum"], s["vllm:time_to_first_token_seconds_count"]
 
 
 def solo_bench(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> dict[str, Any]:
@@ -147,26 +134,23 @@ def solo_bench(url: str, model: str, concurrency: int, prompts: int, out: Path, 
     return dict(json.loads(out.read_text()))
 
 
-async def solo_amdtop(url: str, model: str, concurrency: int) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=url, timeout=10) as c:
-        ep = await discover(c, url, model)
-        spec = LoadSpec(url, ep.model, await build_prompts(c, ep, SBS_IN_LEN, 64), SBS_IN_LEN, SBS_OUT_LEN)
-    step, reason = await run_step(spec, concurrency, warmup_s=2.0, duration_s=SBS_WINDOW_S)
+def solo_amdtop(spec: LoadSpec, concurrency: int, warmup_s: float = 2.0, seconds: float = SBS_WINDOW_S) -> Any:
+    step, reason = asyncio.run(run_step(spec, concurrency, warmup_s=warmup_s, duration_s=seconds))
     assert reason is None
     return step.to_json()
 
 
-def side_by_side_round(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
+def side_by_side_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
     """(amdtop's steps, vllm bench's result, the server's own mean TTFT in ms over the round)."""
-    s0, c0 = server_ttft(url)
+    s0, c0 = server_ttft(spec.url)
     if concurrency == 1:
-        ours, theirs = asyncio.run(paired_round(url, model, concurrency, prompts, out, seed))
+        ours, theirs = asyncio.run(paired_round(spec, concurrency, prompts, out, seed))
         steps = [ours]
     else:
-        steps = [asyncio.run(solo_amdtop(url, model, concurrency))]
-        theirs = solo_bench(url, model, concurrency, prompts, out, seed)
-        steps.append(asyncio.run(solo_amdtop(url, model, concurrency)))
-    s1, c1 = server_ttft(url)
+        steps = [solo_amdtop(spec, concurrency)]
+        theirs = solo_bench(spec.url, spec.model, concurrency, prompts, out, seed)
+        steps.append(solo_amdtop(spec, concurrency))
+    s1, c1 = server_ttft(spec.url)
     return steps, theirs, 1000.0 * (s1 - s0) / max(1.0, c1 - c0)
 
 
@@ -178,15 +162,17 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {int(CLIENT_CPU)})  # amdtop on the client core, like `taskset -c 0 vllm bench serve`
     try:
-        # Paired, each tool gets about half of what the server does at twice the concurrency.
+        spec = asyncio.run(load_spec(url, model, SBS_IN_LEN, SBS_OUT_LEN))
+        # Paired, each tool gets about half of what the server does at twice the concurrency. This step also warms
+        # the server up for the rounds.
         share = 2 if concurrency == 1 else 1
-        rate = asyncio.run(solo_rate(url, model, share * concurrency)) / share
+        rate = solo_amdtop(spec, share * concurrency, warmup_s=1.0, seconds=3.0)["request_throughput"] / share
         prompts = max(2 * concurrency, round(rate * SBS_WINDOW_S))
         ratios: list[tuple[float, float]] = []
         rounds: list[str] = []
         for r in range(SBS_ROUNDS):
             out = tmp_path / f"bench-{concurrency}-{r}.json"
-            steps, theirs, server_ms = side_by_side_round(url, model, concurrency, prompts, out, 1000 + r)
+            steps, theirs, server_ms = side_by_side_round(spec, concurrency, prompts, out, 1000 + r)
             thr = statistics.mean(s["output_throughput"] for s in steps)
             ttft = statistics.mean(s["mean_ttft_ms"] for s in steps)
             thr_s = "/".join(f"{s['output_throughput']:.0f}" for s in steps)
@@ -202,6 +188,8 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
                 assert doc["completed"] > 0 and doc["failed"] == 0, doc
                 assert doc["total_input_tokens"] / doc["completed"] == pytest.approx(SBS_IN_LEN, abs=2), doc
                 assert doc["total_output_tokens"] == SBS_OUT_LEN * doc["completed"], doc
+            for s in steps:
+                assert s["mean_e2el_ms"] >= s["mean_ttft_ms"], s
             assert ttft >= 0.9 * server_ms, f"amdtop saw first tokens before the server made them: {rounds[-1]}"
             ratios.append((thr / theirs["output_throughput"], ttft / theirs["mean_ttft_ms"]))
             # vllm bench lasts about one window at the rate it just saw
