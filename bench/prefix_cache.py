@@ -3,12 +3,14 @@ same prompts re-sent as they are (what it sent before), read from the server's `
 
 Usage: python bench/prefix_cache.py --url http://127.0.0.1:18010 --model tiny-llama [--input-len 300]
        [--concurrency 2] [--seconds 4]
+The server needs vLLM's default prefix caching: the e2e profile (tests/e2e/conftest.py) turns it off.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from unittest import mock
 
 import httpx
@@ -45,6 +47,9 @@ def main() -> None:
             with mock.patch.object(ramp_client, "salt", lambda _n: "all all all all "):  # one fixed opening
                 ttft, n = asyncio.run(step(args.url, args.model, args.input_len, args.concurrency, args.seconds))
         after = counters(args.url)
+        if after["queries"] == before["queries"]:
+            sys.exit("prefix_cache.py: error: the server counted no prefix-cache queries; start it without "
+                     "--no-enable-prefix-caching (the e2e profile sets it)")  # fmt: skip
         print(
             f"{label:17s}: {n} requests, mean TTFT {ttft:.1f} ms, prompt tokens queried "
             f"{after['queries'] - before['queries']:.0f}, served from cache {after['hits'] - before['hits']:.0f}"
