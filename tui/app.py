@@ -142,6 +142,9 @@ class AmdtopApp(ControlActions, App[int]):
         return frame
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if not self.is_running:
+            # Shutting down (Pilot's run_test prunes the screens while this loop still drains): the panes are going.
+            return
         self._pending = message.frame
         # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
         if self.screen is self.dashboard and not self.paused:
