@@ -128,10 +128,25 @@ def server_ttft(url: str) -> tuple[float, float]:
     return s["vllm:time_to_first_token_seconds_sum"], s["vllm:time_to_first_token_seconds_count"]
 
 
-def solo_bench(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> dict[str, Any]:
-    subprocess.run(bench_argv(url, model, concurrency, prompts, out, seed), env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)  # fmt: skip
-    return dict(json.loads(out.read_text()))
+def server_counters(text: str) -> tuple[float, float, float]:
+    """(TTFT seconds summed, TTFT count, generation tokens) from the server's own ``/metrics``."""
+    s = parse_samples(text)
+    return (s["vllm:time_to_first_token_seconds_sum"], s["vllm:time_to_first_token_seconds_count"],
+            s["vllm:generation_tokens_total"])  # fmt: skip
+
+
+def server_ttft_ms(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    return 1000.0 * (b[0] - a[0]) / max(1.0, b[1] - a[1])
+
+
+def solo_bench(spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[dict[str, Any], float]:
+    """vllm bench's result and the server's own mean TTFT (ms) over its run (its few warm-up requests included)."""
+    a = server_counters(httpx.get(f"{spec.url}/metrics", timeout=10).text)
+    subprocess.run(bench_argv(spec.url, spec.model, concurrency, prompts, out, seed),
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=300)  # fmt: skip
+    b = server_counters(httpx.get(f"{spec.url}/metrics", timeout=10).text)
+    return dict(json.loads(out.read_text())), server_ttft_ms(a, b)
 
 
 def solo_amdtop(spec: LoadSpec, concurrency: int, warmup_s: float = 2.0, seconds: float = SBS_WINDOW_S) -> Any:
@@ -140,18 +155,50 @@ def solo_amdtop(spec: LoadSpec, concurrency: int, warmup_s: float = 2.0, seconds
     return step.to_json()
 
 
+async def windowed_amdtop(spec: LoadSpec, concurrency: int, warmup_s: float = 2.0,
+                          seconds: float = SBS_WINDOW_S) -> tuple[dict[str, Any], dict[str, float]]:  # fmt: skip
+    """amdtop's step, and the server's own mean TTFT (ms) and output tokens/s over the same measurement window."""
+    async with httpx.AsyncClient(base_url=spec.url, timeout=10) as c:
+
+        async def server_window() -> dict[str, float]:
+            t0 = time.perf_counter()
+            await asyncio.sleep(warmup_s)
+            a, ta = server_counters((await c.get("/metrics")).text), time.perf_counter()
+            await asyncio.sleep(max(0.0, t0 + warmup_s + seconds - time.perf_counter()))
+            b, tb = server_counters((await c.get("/metrics")).text), time.perf_counter()
+            return {"mean_ttft_ms": server_ttft_ms(a, b), "output_throughput": (b[2] - a[2]) / (tb - ta)}
+
+        (step, reason), server = await asyncio.gather(
+            run_step(spec, concurrency, warmup_s=warmup_s, duration_s=seconds), server_window()
+        )
+    assert reason is None
+    return step.to_json(), server
+
+
 def side_by_side_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
-    """(amdtop's steps, vllm bench's result, the server's own mean TTFT in ms over the round)."""
+    """(amdtop's steps, vllm bench's result, the server's own mean TTFT in ms over the round, normalised ratios).
+
+    The normalised ratios (C>1 only) compare what each tool measured with what the server itself counted while
+    that tool ran: amdtop's output throughput over the server's token rate in amdtop's window (vllm bench's requests
+    are all the server does during its run, so its ratio is 1 by construction), and amdtop's TTFT over the server's
+    against vllm bench's TTFT over the server's. The server's own speed drops out of both.
+    """
     s0, c0 = server_ttft(spec.url)
+    norm: tuple[float, float] | None = None
     if concurrency == 1:
         ours, theirs = asyncio.run(paired_round(spec, concurrency, prompts, out, seed))
         steps = [ours]
     else:
-        steps = [solo_amdtop(spec, concurrency)]
-        theirs = solo_bench(spec.url, spec.model, concurrency, prompts, out, seed)
-        steps.append(solo_amdtop(spec, concurrency))
+        first, server_a = asyncio.run(windowed_amdtop(spec, concurrency))
+        theirs, server_b = solo_bench(spec, concurrency, prompts, out, seed)
+        second, server_c = asyncio.run(windowed_amdtop(spec, concurrency))
+        steps = [first, second]
+        pairs = ((first, server_a), (second, server_c))
+        thr_norm = statistics.mean(st["output_throughput"] / sv["output_throughput"] for st, sv in pairs)
+        ours_ttft = statistics.mean(st["mean_ttft_ms"] / sv["mean_ttft_ms"] for st, sv in pairs)
+        norm = (thr_norm, ours_ttft / (theirs["mean_ttft_ms"] / server_b))
     s1, c1 = server_ttft(spec.url)
-    return steps, theirs, 1000.0 * (s1 - s0) / max(1.0, c1 - c0)
+    return steps, theirs, 1000.0 * (s1 - s0) / max(1.0, c1 - c0), norm
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
@@ -169,10 +216,11 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
         rate = solo_amdtop(spec, share * concurrency, warmup_s=1.0, seconds=3.0)["request_throughput"] / share
         prompts = max(2 * concurrency, round(rate * SBS_WINDOW_S))
         ratios: list[tuple[float, float]] = []
+        normalised: list[tuple[float, float]] = []
         rounds: list[str] = []
         for r in range(SBS_ROUNDS):
             out = tmp_path / f"bench-{concurrency}-{r}.json"
-            steps, theirs, server_ms = side_by_side_round(spec, concurrency, prompts, out, 1000 + r)
+            steps, theirs, server_ms, norm = side_by_side_round(spec, concurrency, prompts, out, 1000 + r)
             thr = statistics.mean(s["output_throughput"] for s in steps)
             ttft = statistics.mean(s["mean_ttft_ms"] for s in steps)
             thr_s = "/".join(f"{s['output_throughput']:.0f}" for s in steps)
@@ -192,6 +240,8 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
                 assert s["mean_e2el_ms"] >= s["mean_ttft_ms"], s
             assert ttft >= 0.9 * server_ms, f"amdtop saw first tokens before the server made them: {rounds[-1]}"
             ratios.append((thr / theirs["output_throughput"], ttft / theirs["mean_ttft_ms"]))
+            if norm is not None:
+                normalised.append(norm)
             # vllm bench lasts about one window at the rate it just saw
             prompts = max(2 * concurrency, round(theirs["completed"] / theirs["duration"] * SBS_WINDOW_S))
     finally:
@@ -202,7 +252,20 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
         f"mean TTFT {[round(b, 3) for _, b in ratios]}; medians {thr:.3f}, {ttft:.3f}"
     )
     detail = "; ".join(rounds)
-    assert abs(thr - 1) <= 0.10, f"output throughput ratio {thr:.3f}: {detail}"
-    # C=4's TTFT median landed at 0.919-1.044 in the runs made (docs/benchmarks.md), but its rounds spread 0.79-1.07 on
-    # this box: 10 % there would fail now and then, so C>1 keeps a 20 % gross check and prints the ratio.
-    assert abs(ttft - 1) <= (0.10 if concurrency == 1 else 0.20), f"mean TTFT ratio {ttft:.3f}: {detail}"
+    if concurrency == 1:
+        assert abs(thr - 1) <= 0.10, f"output throughput ratio {thr:.3f}: {detail}"
+        assert abs(ttft - 1) <= 0.10, f"mean TTFT ratio {ttft:.3f}: {detail}"
+        return
+    # C=4 runs alone, so the two tools see different servers: on this 2-core VM its speed moves between runs, and more
+    # while vllm bench's heavier client shares the machine (raw throughput medians 1.03 in one CI run, 1.15 in the
+    # next). What each tool measured against what the server counted at the same time does not move with it.
+    nthr, nttft = (statistics.median(x) for x in zip(*normalised, strict=True))
+    print(
+        f"C={concurrency} against the server's own counters per round: amdtop throughput "
+        f"{[round(a, 3) for a, _ in normalised]}, TTFT amdtop/vllm bench {[round(b, 3) for _, b in normalised]}; "
+        f"medians {nthr:.3f}, {nttft:.3f}"
+    )
+    assert abs(nthr - 1) <= 0.10, f"amdtop's output throughput over the server's {nthr:.3f}: {detail}"
+    assert abs(nttft - 1) <= 0.10, f"TTFT over the server's, amdtop/vllm bench {nttft:.3f}: {detail}"
+    # The raw ratios only have to be of one size: a 2x slip (a wrong duration, chunks counted as tokens) fails here.
+    assert 0.67 <= thr <= 1.5 and 0.67 <= ttft <= 1.5, f"raw ratios {thr:.3f}, {ttft:.3f}: {detail}"
