@@ -142,9 +142,6 @@ class AmdtopApp(ControlActions, App[int]):
         return frame
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        if not self.is_running:
-            # Shutting down (Pilot's run_test prunes the screens while this loop still drains): the panes are going.
-            return
         self._pending = message.frame
         # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
         if self.screen is self.dashboard and not self.paused:
@@ -156,6 +153,10 @@ class AmdtopApp(ControlActions, App[int]):
             self._show(self._pending)
 
     def _show(self, frame: Frame) -> None:
+        if not self.is_running:
+            # Shutting down (Pilot's run_test prunes the screens while this loop still drains the poller's frames, and
+            # a closing modal resumes the dashboard): the panes are going.
+            return
         self._pending = None
         self.frames += 1
         self.dashboard.apply(frame, self.status_line(frame), self.clock())

@@ -122,15 +122,8 @@ async def paired_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path
     return step.to_json(), json.loads(out.read_text())
 
 
-def server_ttft(url: str) -> tuple[float, float]:
-    """(sum of seconds, count) of the server's own ``vllm:time_to_first_token_seconds`` histogram."""
-    s = samples(url)
-    return s["vllm:time_to_first_token_seconds_sum"], s["vllm:time_to_first_token_seconds_count"]
-
-
-def server_counters(text: str) -> tuple[float, float, float]:
-    """(TTFT seconds summed, TTFT count, generation tokens) from the server's own ``/metrics``."""
-    s = parse_samples(text)
+def server_counters(s: dict[str, float]) -> tuple[float, float, float]:
+    """(TTFT seconds summed, TTFT count, generation tokens) from the server's own ``/metrics`` samples."""
     return (s["vllm:time_to_first_token_seconds_sum"], s["vllm:time_to_first_token_seconds_count"],
             s["vllm:generation_tokens_total"])  # fmt: skip
 
@@ -141,11 +134,11 @@ def server_ttft_ms(a: tuple[float, float, float], b: tuple[float, float, float])
 
 def solo_bench(spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[dict[str, Any], float]:
     """vllm bench's result and the server's own mean TTFT (ms) over its run (its few warm-up requests included)."""
-    a = server_counters(httpx.get(f"{spec.url}/metrics", timeout=10).text)
+    a = server_counters(samples(spec.url))
     subprocess.run(bench_argv(spec.url, spec.model, concurrency, prompts, out, seed),
                    env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=300)  # fmt: skip
-    b = server_counters(httpx.get(f"{spec.url}/metrics", timeout=10).text)
+    b = server_counters(samples(spec.url))
     return dict(json.loads(out.read_text())), server_ttft_ms(a, b)
 
 
@@ -163,9 +156,9 @@ async def windowed_amdtop(spec: LoadSpec, concurrency: int, warmup_s: float = 2.
         async def server_window() -> dict[str, float]:
             t0 = time.perf_counter()
             await asyncio.sleep(warmup_s)
-            a, ta = server_counters((await c.get("/metrics")).text), time.perf_counter()
+            a, ta = server_counters(parse_samples((await c.get("/metrics")).text)), time.perf_counter()
             await asyncio.sleep(max(0.0, t0 + warmup_s + seconds - time.perf_counter()))
-            b, tb = server_counters((await c.get("/metrics")).text), time.perf_counter()
+            b, tb = server_counters(parse_samples((await c.get("/metrics")).text)), time.perf_counter()
             return {"mean_ttft_ms": server_ttft_ms(a, b), "output_throughput": (b[2] - a[2]) / (tb - ta)}
 
         (step, reason), server = await asyncio.gather(
@@ -183,7 +176,7 @@ def side_by_side_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path
     are all the server does during its run, so its ratio is 1 by construction), and amdtop's TTFT over the server's
     against vllm bench's TTFT over the server's. The server's own speed drops out of both.
     """
-    s0, c0 = server_ttft(spec.url)
+    at_start = server_counters(samples(spec.url))
     norm: tuple[float, float] | None = None
     if concurrency == 1:
         ours, theirs = asyncio.run(paired_round(spec, concurrency, prompts, out, seed))
@@ -194,17 +187,16 @@ def side_by_side_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path
         second, server_c = asyncio.run(windowed_amdtop(spec, concurrency))
         steps = [first, second]
         pairs = ((first, server_a), (second, server_c))
-        print("  amdtop over the server in its windows: throughput "
-              + ", ".join(f"{st['output_throughput'] / sv['output_throughput']:.3f}" for st, sv in pairs)
-              + "; TTFT " + ", ".join(f"{st['mean_ttft_ms'] / sv['mean_ttft_ms']:.3f}" for st, sv in pairs)
-              + f"; vllm bench TTFT over the server {theirs['mean_ttft_ms'] / server_b:.3f}")  # fmt: skip
-        for st, sv in pairs:  # the same requests, give or take the window's edges
-            assert st["mean_ttft_ms"] >= 0.95 * sv["mean_ttft_ms"], f"amdtop saw first tokens early: {st}, {sv}"
-        thr_norm = statistics.mean(st["output_throughput"] / sv["output_throughput"] for st, sv in pairs)
-        ours_ttft = statistics.mean(st["mean_ttft_ms"] / sv["mean_ttft_ms"] for st, sv in pairs)
+        thr_over = [st["output_throughput"] / sv["output_throughput"] for st, sv in pairs]
+        ttft_over = [st["mean_ttft_ms"] / sv["mean_ttft_ms"] for st, sv in pairs]
+        print(f"  amdtop over the server in its windows: throughput {', '.join(f'{x:.3f}' for x in thr_over)}; "
+              f"TTFT {', '.join(f'{x:.3f}' for x in ttft_over)}; "
+              f"vllm bench TTFT over the server {theirs['mean_ttft_ms'] / server_b:.3f}")  # fmt: skip
+        # The same requests, give or take the window's edges.
+        assert min(ttft_over) >= 0.95, f"amdtop saw first tokens early: {pairs}"
+        thr_norm, ours_ttft = statistics.mean(thr_over), statistics.mean(ttft_over)
         norm = (thr_norm, ours_ttft / (theirs["mean_ttft_ms"] / server_b))
-    s1, c1 = server_ttft(spec.url)
-    return steps, theirs, 1000.0 * (s1 - s0) / max(1.0, c1 - c0), norm
+    return steps, theirs, server_ttft_ms(at_start, server_counters(samples(spec.url))), norm
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
