@@ -6,7 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from amdtop.cpulist import format_cpulist
-from amdtop.model import Flag, NodeSnapshot, Topology
+from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
+from amdtop.pipeline.frame import NodeFrame, TpGroup
 
 
 def flag_json(flag: Flag) -> dict[str, Any]:
@@ -103,4 +104,53 @@ def snapshot_json(
     doc.update(topology_json(snap.topology))
     doc["workers"] = [dict(w) for w in workers]
     doc["flags"] = [flag_json(f) for f in all_flags]
+    return doc
+
+
+def worker_json(w: WorkerStatus) -> dict[str, Any]:
+    """One worker as a ``workers[]`` entry of ``snapshot --json``."""
+    return {
+        "name": w.name,
+        "state": w.state.value,
+        "pid": w.pid,
+        "pgid": w.pgid,
+        "gpus": list(w.gpus),
+        "numa_node": w.numa_node,
+        "port": w.port,
+        "url": w.url,
+        "cpu_affinity": list(w.cpu_affinity),
+        "mems_allowed": list(w.mems_allowed),
+        "log": w.log,
+        "restarts": w.restarts,
+        "source": w.source,
+        "rank_pids": [{"rank": r, "pid": p} for r, p in w.rank_pids],
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def group_json(g: TpGroup) -> dict[str, Any]:
+    """One TP group as a ``tp_groups[]`` entry: the windowed spreads the flags were judged on."""
+    return {
+        "worker": g.worker,
+        "gpus": list(g.gpus),
+        "util_spread_pct": _round(g.util_spread_pct),
+        "vram_spread_pct": _round(g.vram_spread_pct),
+        "util_mean_pct": _round(g.util_mean_pct),
+        "window_s": g.window_s,
+        "samples": g.samples,
+        "imbalanced": g.imbalanced,
+        "lost_gpus": list(g.lost_gpus),
+    }
+
+
+def frame_json(frame: NodeFrame) -> dict[str, Any]:
+    """The ``snapshot --json`` document of one pipeline frame."""
+    doc = snapshot_json(frame.snapshot, [worker_json(w) for w in frame.workers], frame.flags)
+    doc["tp_groups"] = [group_json(g) for g in frame.groups]
+    doc["log_counts"] = [{"worker": c.worker, "errors": c.errors, "warnings": c.warnings} for c in frame.log_counts]
+    if frame.errors:
+        doc["errors"] = list(frame.errors)
     return doc

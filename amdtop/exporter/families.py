@@ -1,4 +1,4 @@
-"""The metric families: names, types, labels and units, and how one :class:`ExportState` fills them.
+"""The metric families: names, types, labels and units, and how one :class:`~amdtop.pipeline.NodeFrame` fills them.
 
 Per-GPU families use the names and units of AMD's device-metrics-exporter (``gpu_gfx_activity`` in percent,
 ``gpu_used_vram`` in MB, ``gpu_package_power`` in W...) so existing dashboards and alerts work unchanged; what only
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from amdtop.exporter.state import ExportState
 from amdtop.model import FlagKind, GpuInfo, GpuSample, WorkerState, WorkerStatus
+from amdtop.pipeline.frame import NodeFrame, TpGroup
 
 MB = 1024 * 1024  # the AMD exporter's "MB" is amdsmi's MiB
 GPU_LABELS = ("gpu_id", "hostname", "card_model", "serial_number")
@@ -69,6 +69,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_numa_mismatch", WORKER_LABELS, "1", "1 while the worker runs off its GPUs' NUMA node"),
         _g("amdtop_transport_fallback", WORKER_LABELS, "1", "1 while RCCL/NCCL fell back to a slower transport"),
         _g("amdtop_flags", ("hostname", "kind"), "1", "Active flags by kind"),
+        _g("amdtop_flag_active", ("hostname", "kind", "worker", "gpus"), "1", "1 per active flag (see the TUI or snapshot --json for its message)"),
         _g("amdtop_rccl_errors", WORKER_LABELS, "1", "Error lines in the worker's RCCL/NCCL log"),
         _g("amdtop_rccl_warnings", WORKER_LABELS, "1", "Warning lines in the worker's RCCL/NCCL log"),
         _g("amdtop_worker_state", (*WORKER_LABELS, "state"), "1", "1 for the worker's current state"),
@@ -155,15 +156,7 @@ def _gpu(b: _Builder, info: GpuInfo, s: GpuSample | None, host: str) -> None:
     b.add("gpu_clock", (*base, "GPU_CLOCK_TYPE_MEMORY"), s.mclk_mhz)
 
 
-def _spread(values: list[float | None]) -> float | None:
-    if len(values) < 2 or any(v is None for v in values):
-        return None
-    known = [v for v in values if v is not None]
-    top = max(known)
-    return 0.0 if top <= 0 else 100.0 * (top - min(known)) / top
-
-
-def _worker(b: _Builder, w: WorkerStatus, state: ExportState, host: str) -> None:
+def _worker(b: _Builder, w: WorkerStatus, group: TpGroup | None, host: str) -> None:
     key = (host, w.name)
     for st in WorkerState:
         b.add("amdtop_worker_state", (*key, st.value), 1 if w.state is st else 0)
@@ -172,15 +165,14 @@ def _worker(b: _Builder, w: WorkerStatus, state: ExportState, host: str) -> None
     numa = "" if w.numa_node is None else str(w.numa_node)
     port = "" if w.port is None else str(w.port)
     b.add("amdtop_worker_info", (*key, w.source, ",".join(map(str, w.gpus)), numa, port), 1)
-    samples = [state.snapshot.sample(i) for i in w.gpus]
-    util = [None if s is None else s.util_pct for s in samples]
-    vram = [None if s is None or s.vram_used_bytes is None else float(s.vram_used_bytes) for s in samples]
-    b.add("amdtop_tp_spread_percent", (*key, "util_pct"), _spread(util))
-    b.add("amdtop_tp_spread_percent", (*key, "vram_used_bytes"), _spread(vram))
+    if group is not None and len(group.gpus) > 1:
+        # The windowed spread the tp_imbalance flag was judged on: the same number the TUI shows.
+        b.add("amdtop_tp_spread_percent", (*key, "util_pct"), group.util_spread_pct)
+        b.add("amdtop_tp_spread_percent", (*key, "vram_used_bytes"), group.vram_spread_pct)
 
 
-def build_families(state: ExportState, stats: PollStats | None = None) -> list[Metric]:
-    """Turn one state into metric families (only those with samples)."""
+def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Metric]:
+    """Turn one frame into metric families (only those with samples)."""
     b = _Builder()
     snap = state.snapshot
     host = snap.hostname
@@ -197,8 +189,8 @@ def build_families(state: ExportState, stats: PollStats | None = None) -> list[M
         lo, hi = sorted((bw.a, bw.b))
         b.add("amdtop_link_measured_bandwidth_bytes_per_second", (host, str(lo), str(hi)), bw.gbps * 1e9)
     for w in state.workers:
-        _worker(b, w, state, host)
-    flags = state.all_flags()
+        _worker(b, w, state.group(w.name), host)
+    flags = state.flags
     by_kind: dict[str, int] = {}
     for flag in flags:
         by_kind[flag.kind.value] = by_kind.get(flag.kind.value, 0) + 1
@@ -208,7 +200,10 @@ def build_families(state: ExportState, stats: PollStats | None = None) -> list[M
         flagged = {f.worker or "" for f in flags if f.kind is kind}
         for worker in sorted(flagged | {w.name for w in state.workers}):
             b.add(name, (host, worker), 1 if worker in flagged else 0)
-    for r in state.rccl:
+    active = {(host, f.kind.value, f.worker or "", ",".join(map(str, f.gpus))) for f in flags}
+    for labels in sorted(active):
+        b.add("amdtop_flag_active", labels, 1)
+    for r in state.log_counts:
         b.add("amdtop_rccl_errors", (host, r.worker), r.errors)
         b.add("amdtop_rccl_warnings", (host, r.worker), r.warnings)
     for k in state.ramp_knees:

@@ -6,7 +6,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import tomlkit
@@ -22,6 +22,9 @@ from amdtop.supervisor.retune import apply_changes, render_diff
 from amdtop.supervisor.state import StateStore, WorkerRecord, mask_env, rotate_log
 from amdtop.supervisor.stopper import StopReport, stop_run
 from amdtop.telemetry.sim import SimBackend
+from amdtop.thresholds import REDISCOVER_EVERY_S
+
+DemoLoad = Callable[[Sequence[WorkerStatus]], None]
 
 
 class Supervisor:
@@ -67,6 +70,8 @@ class Supervisor:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._last_stop: dict[str, StopReport] = {}
         self.prober = Prober(health_timeout_s)
+        self.full_scan_every_s = REDISCOVER_EVERY_S
+        self._full_scan_at: float | None = None
 
     # -- profiles ---------------------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -246,14 +251,40 @@ class Supervisor:
 
     # -- status -----------------------------------------------------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
-        """Status of every profile, in file order (procfs + one short HTTP call per running worker)."""
-        table = procs.scan()
-        out = [self._status(p, table) for p in self._profiles]
-        if self.demo and self.sim is not None:
+        """Status of every profile, in file order (procfs + one short HTTP call per running worker).
+
+        Between full walks of procfs (every ``full_scan_every_s``, and on every control action, which scans on its
+        own) only the trees of the recorded processes are read: the cost follows the workers, not the host.
+        """
+        now = time.monotonic()
+        if self._full_scan_at is None or now - self._full_scan_at >= self.full_scan_every_s:
+            self._full_scan_at = now
+            table = procs.scan()
+        else:
+            table = procs.scan_tree(self._roots())
+        return [self._status(p, table) for p in self._profiles]
+
+    def _roots(self) -> set[int]:
+        roots: set[int] = set()
+        for p in self._profiles:
+            rec = self.store.load(p.name)
+            if rec is not None and not rec.stopped:
+                roots.add(rec.pid)
+                roots.update(pid for pid, _ in rec.known)
+        return roots
+
+    def demo_load(self) -> DemoLoad | None:
+        """In demo mode, what sets the simulated GPUs' load from the demo workers' status (the pipeline calls it)."""
+        if not self.demo or self.sim is None:
+            return None
+        sim, topology = self.sim, self.topology
+
+        def feed(statuses: Sequence[WorkerStatus]) -> None:
             from amdtop.supervisor.demo import feed_demand
 
-            feed_demand(self.sim, self._profiles, out, self.topology)
-        return out
+            feed_demand(sim, self._profiles, statuses, topology)
+
+        return feed
 
     def status_one(self, name: str) -> WorkerStatus:
         """Status of worker ``name``."""

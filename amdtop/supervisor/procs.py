@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from amdtop.procinfo import PROC, list_pids, read_cmdline, read_environ
+from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ
 from amdtop.supervisor.launchspec import MARKER_ENV
 
 VLLM_TITLE = "VLLM::"
@@ -49,6 +49,16 @@ def scan(proc: Path = PROC) -> dict[int, ProcStat]:
     """Every live (non-zombie) process."""
     out: dict[int, ProcStat] = {}
     for pid in list_pids(proc):
+        st = read_stat(pid, proc)
+        if st is not None and st.state not in ("Z", "X"):
+            out[pid] = st
+    return out
+
+
+def scan_tree(roots: set[int], proc: Path = PROC) -> dict[int, ProcStat]:
+    """Live processes among ``roots`` and below them: the table of a status tick between full scans."""
+    out: dict[int, ProcStat] = {}
+    for pid in descendants(roots, proc):
         st = read_stat(pid, proc)
         if st is not None and st.state not in ("Z", "X"):
             out[pid] = st
