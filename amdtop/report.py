@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amdtop.cpulist import format_cpulist
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
-from amdtop.pipeline.frame import NodeFrame, TpGroup
+
+if TYPE_CHECKING:  # the pipeline reads the probe cache, whose JSON uses flag_json from here
+    from amdtop.pipeline.frame import NodeFrame, TpGroup
 
 
 def flag_json(flag: Flag) -> dict[str, Any]:

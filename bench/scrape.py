@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+from amdtop.exporter.sources import NodeProvider
 
 from amdtop.exporter import Exporter, ExportState
-from amdtop.exporter.sources import NodeProvider
 from amdtop.telemetry.sim import GpuDemand, SimBackend
 
 GIB = 1024**3

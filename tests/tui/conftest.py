@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from amdtop.telemetry.sim import SimBackend
-from tui.app import AmdtopApp
 from tests.tui.demo_control import DemoControl, Scenario
+from tui.app import AmdtopApp
 
 FROZEN = 1764412345.0
 NO_PROC = Path("/nonexistent-proc-for-tests")
