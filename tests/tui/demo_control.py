@@ -17,7 +17,8 @@ import tomlkit
 
 from amdtop.errors import InputError
 from amdtop.model import EngineStats, WorkerState, WorkerStatus
-from amdtop.simserver.background import target
+from amdtop.simserver.background import OUTPUT_TOKENS, PROMPT_TOKENS, target
+from amdtop.simserver.engine import SimConfig
 from amdtop.supervisor.demo import demo_profiles_text, feed_demand
 from amdtop.supervisor.observe import profile_numa
 from amdtop.supervisor.profiles import Profile, profiles_from_document
@@ -25,6 +26,7 @@ from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
 
 DEMO_PORT_BASE = 18080  # the Supervisor's default for the demo
 UPTIME_S = 3725.0
+KV_TOKENS = SimConfig().kv_cache_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +100,9 @@ class DemoControl:
                 name, WorkerState.READY, p.gpus, port=p.port, numa_node=numa, url=p.url,
                 cpu_affinity=tuple(cpus), mems_allowed=() if numa is None else (numa,), restarts=restarts,
                 started_at=started, source="amdtop",
+                # The simulated server's KV use: each synthetic sequence holds its prompt and half its output.
                 engine=EngineStats(running=running, waiting=0.0,
-                                   kv_cache_usage=round(running / _num(p, "max-num-seqs", 256), 3),
+                                   kv_cache_usage=running * (PROMPT_TOKENS + OUTPUT_TOKENS / 2) / KV_TOKENS,
                                    gen_tokens_per_s=round(running * _num(p, "tokens-per-s", 30.0))),
                 simulated=True,
             )  # fmt: skip
