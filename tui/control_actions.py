@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 
 from amdtop.exporter import Exporter
-from amdtop.model import Topology
+from amdtop.model import Topology, WorkerStatus
+from amdtop.supervisor.stopper import StopReport
 from amdtop.pipeline import NodeFrame
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
@@ -51,8 +52,13 @@ class ControlActions:
         except Exception as exc:  # the supervisor reports bad input and runtime failures as one line
             self.post_message(ControlDone(f"{verb} {name}: {exc}", error=True))
             return
-        text = getattr(result, "message", None) or f"{verb} {name}: done"
-        self.post_message(ControlDone(str(text)))
+        if isinstance(result, StopReport):
+            text = result.message
+        elif isinstance(result, WorkerStatus):
+            text = f"{verb} {name}: {result.state.value}"
+        else:
+            text = str(result) or f"{verb} {name}: done"
+        self.post_message(ControlDone(text))
         self.wake_poller()
 
     @work(thread=True, group="control", exit_on_error=False, description="retune diff")

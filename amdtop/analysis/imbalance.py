@@ -8,20 +8,26 @@ computing the spread, so a single odd tick does not raise or clear the flag.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
+from amdtop.model import Flag, FlagKind, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.thresholds import TP_SPREAD_THRESHOLD_PCT, TP_WINDOW_S, UTIL_IDLE_PCT
 
+
+
 METRICS = ("util_pct", "vram_used_bytes")
+_READ: dict[str, Callable[[GpuSample], float | int | None]] = {
+    "util_pct": lambda s: s.util_pct,
+    "vram_used_bytes": lambda s: s.vram_used_bytes,
+}
 
 
 def _value(snap: NodeSnapshot, gpu: int, metric: str) -> float | None:
     sample = snap.sample(gpu)
     if sample is None or sample.lost:
         return None
-    value = getattr(sample, metric)
+    value = _READ[metric](sample)
     return None if value is None else float(value)
 
 

@@ -10,6 +10,7 @@ from amdtop.pipeline import NodePipeline
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
+from amdtop.thresholds import TP_WINDOW_S
 
 
 def readonly_supervisor(args: argparse.Namespace, backend: TelemetryBackend) -> Supervisor | None:
@@ -35,7 +36,7 @@ def readonly_supervisor(args: argparse.Namespace, backend: TelemetryBackend) -> 
 
 
 def open_pipeline(
-    args: argparse.Namespace, backend: TelemetryBackend, *, follow_logs: bool = True
+    args: argparse.Namespace, backend: TelemetryBackend, *, follow_logs: bool = True, window_s: float = TP_WINDOW_S
 ) -> tuple[NodePipeline, Supervisor | None]:
     """The pipeline the TUI would run, read-only; the caller closes the supervisor (if any) and the pipeline."""
     sup = readonly_supervisor(args, backend)
@@ -47,5 +48,6 @@ def open_pipeline(
         follow_logs=follow_logs,
         state_dir=state_dir(args),
         demo_load=sup.demo_load() if sup is not None else None,
+        window_s=window_s,
     )
     return pipeline, sup

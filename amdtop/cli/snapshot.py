@@ -45,12 +45,11 @@ def _window(text: str) -> float:
 
 def sample_frame(args: argparse.Namespace) -> NodeFrame:
     """One frame of the node pipeline; with ``--window``, the last of the ticks taken every ``--interval`` over it."""
-    window = float(getattr(args, "window", 0.0) or 0.0)
-    interval = float(getattr(args, "interval", 1.0) or 1.0)
+    window = float(args.window)
+    interval = float(args.interval)
     backend = open_from_args(args)
     try:
-        pipeline, sup = open_pipeline(args, backend)
-        pipeline.tracker.window_s = window
+        pipeline, sup = open_pipeline(args, backend, window_s=window)
         try:
             end = time.monotonic() + window
             frame = pipeline.tick()
