@@ -13,10 +13,10 @@ from textual import work
 
 from amdtop.exporter import Exporter
 from amdtop.model import Topology, WorkerStatus
-from amdtop.supervisor.stopper import StopReport
 from amdtop.pipeline import NodeFrame
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
+from amdtop.supervisor.stopper import StopReport
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.ramp import RampScreen

@@ -167,16 +167,19 @@ def discover_vllm(
 def vllm_family(seeds: Iterable[int], proc_root: Path = PROC) -> set[int]:
     """The process trees of the vLLM servers that ``seeds`` (GPU processes, known server pids) belong to.
 
-    Each seed is walked up while its parents carry a ``VLLM::`` title, then one more step to the API server, and the
-    trees under those tops are taken: the cost follows the watched servers, not the host's process count.
+    A ``VLLM::`` seed (EngineCore, a TP worker) is walked up through its ``VLLM::`` parents to the first other one,
+    the API server; any other seed stands for itself. The trees under those tops are taken: the cost follows the
+    watched servers, not the host's process count (a seed's launcher, a shell with thousands of children, is never
+    walked).
     """
     tops: set[int] = set()
     for seed in seeds:
         top = seed
-        for parent in ancestors(seed, proc_root):
-            top = parent
-            if not _title(read_cmdline(parent, proc_root)).startswith(f"{_PREFIX}::"):
-                break
+        if _title(read_cmdline(seed, proc_root)).startswith(f"{_PREFIX}::"):
+            for parent in ancestors(seed, proc_root):
+                top = parent
+                if not _title(read_cmdline(parent, proc_root)).startswith(f"{_PREFIX}::"):
+                    break
         tops.add(top)
     return descendants(tops, proc_root)
 

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from amdtop.model import Flag, FlagKind, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.thresholds import TP_SPREAD_THRESHOLD_PCT, TP_WINDOW_S, UTIL_IDLE_PCT
 
-
-
 METRICS = ("util_pct", "vram_used_bytes")
 _READ: dict[str, Callable[[GpuSample], float | int | None]] = {
     "util_pct": lambda s: s.util_pct,
