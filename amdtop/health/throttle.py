@@ -119,9 +119,7 @@ def throttle_shares(history: Sequence[NodeSnapshot], window_s: float = DEFAULT_W
     span = snaps[-1].timestamp - snaps[0].timestamp
     out: list[ThrottleShare] = []
     for latest in snaps[-1].gpus:
-        samples = [
-            (snap.timestamp, s) for snap in snaps if (s := snap.sample(latest.index)) is not None and not s.lost
-        ]
+        samples = [(snap.timestamp, s) for snap in snaps if (s := snap.sample(latest.index)) is not None and not s.lost]
         shares, source = _from_counters(samples), "counters"
         if shares is None:
             shares, source = _from_polls(samples), "polls"

@@ -73,7 +73,9 @@ def test_mi300_older_revisions_have_xgmi_but_no_residency(rev: tuple[int, int]) 
 def test_mi200_v13_throttler_bits() -> None:
     bits = (1 << 0) | (1 << 34) | (1 << 47)  # PPT0, TEMP_MEM, PROCHOT_GFX
     m = parse_gpu_metrics(
-        pack_gpu_metrics((1, 3), {"average_socket_power": 380, "temperature_hotspot": 70, "indep_throttle_status": bits})
+        pack_gpu_metrics(
+            (1, 3), {"average_socket_power": 380, "temperature_hotspot": 70, "indep_throttle_status": bits}
+        )
     )
     assert m is not None
     assert m.socket_power_w == 380.0 and m.temperature_hotspot_c == 70.0
