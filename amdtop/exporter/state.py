@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from amdtop.health.throttle import ThrottleShare
+from amdtop.health.traffic import FabricTraffic
 from amdtop.model import Flag, NodeSnapshot, WorkerStatus
 
 
@@ -66,6 +68,10 @@ class ExportState:
     """RCCL error/warning counts per worker."""
     bandwidth: tuple[LinkBandwidth, ...] = ()
     """Probe results per GPU pair; empty when no probe ran."""
+    fabric: FabricTraffic | None = None
+    """Live XGMI/NVLink rates over the last poll interval (``amdtop.health.traffic.latest_traffic``)."""
+    throttle: tuple[ThrottleShare, ...] = ()
+    """Share of the last window each GPU spent throttled (``amdtop.health.throttle.throttle_shares``)."""
 
     def all_flags(self) -> tuple[Flag, ...]:
         """Backend flags and analysis flags, each once."""

@@ -230,6 +230,7 @@ class SimBackend:
         out: dict[str, object] = {
             "throttle_acc": tuple((r, round(v, 3)) for r, v in self._thr_acc[index].items()),
             "throttle_clock": round(self._thr_clock[index], 3),
+            "throttle_active": (self._throttle[index][0],) if index in self._throttle else (),
             "ecc": tuple(EccCount(b, ce, ue, 0) for b, (ce, ue) in sorted(self._ecc[index].items())),
         }
         if self._peers[index]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import urllib.request
@@ -14,6 +15,8 @@ from amdtop.errors import AmdtopError, InputError
 from amdtop.exporter import FAMILIES, Exporter, ExportState, LinkBandwidth, RampKnee, RcclCounts, parse_listen
 from amdtop.exporter.families import GPU_LABELS, MB
 from amdtop.exporter.server import is_loopback
+from amdtop.health.throttle import ThrottleShare
+from amdtop.health.traffic import fabric_traffic
 from amdtop.model import (
     Flag,
     FlagKind,
@@ -40,6 +43,7 @@ def scrape(exporter: Exporter) -> dict[str, object]:
 def full_state(sim: SimBackend) -> ExportState:
     """A demo node with two workers, flags, RCCL counts, a ramp knee and probe results: every family has data."""
     sim.set_demand("llama-a", {i: GpuDemand(0.9 if i else 0.3, 150 * GIB, 4242) for i in range(4)})
+    sim.throttle(2, "power_cap", 0.4)
     snap = sim.sample()
     workers = (
         WorkerStatus("llama-a", WorkerState.READY, (0, 1, 2, 3), port=19499, numa_node=0, restarts=2),
@@ -57,6 +61,8 @@ def full_state(sim: SimBackend) -> ExportState:
         ramp_knees=(RampKnee("llama-a", 48, 48, 1764412345.0),),
         rccl=(RcclCounts("llama-b", 3, 1),),
         bandwidth=(LinkBandwidth(1, 0, 48.5),),
+        fabric=fabric_traffic(snap, dataclasses.replace(snap, timestamp=snap.timestamp + 1.0)),
+        throttle=(ThrottleShare(2, 10.0, (("power_cap", 0.4),), "counters"),),
     )
 
 
