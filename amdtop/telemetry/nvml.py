@@ -51,8 +51,12 @@ _EVENT_REASONS = (
     (0x80, "power_brake"),
     (0x100, "display"),
 )
-# NVML_PERF_POLICY_* whose violation time amdtop accumulates.
-_VIOLATION_POLICIES = ((0, "power_cap"), (1, "thermal"), (3, "board_limit"), (5, "reliability"))
+# NVML_FI_DEV_PERF_POLICY_* fields: time (ns) spent held back by each policy since the driver loaded, stamped (µs).
+# Reading them costs ~1 ms of CPU on an H200 (nvmlDeviceGetViolationStatus ~0.7 ms per policy; clock-event reasons
+# 2.5 µs; bench/nvml_call_cost.py), so they are read in one field-values call every VIOLATION_EVERY_POLLS polls; the
+# share over a window comes from the counter deltas between refreshes, so it stays exact.
+_VIOLATION_FIELDS = ((74, "power_cap"), (75, "thermal"), (77, "board_limit"), (79, "reliability"))
+VIOLATION_EVERY_POLLS = 5
 # NVML_MEMORY_LOCATION_* -> block name; volatile counts (since the driver loaded, as AMD's RAS counts are).
 _ECC_LOCATIONS = ((2, "dram"), (7, "sram"))
 _VOLATILE_ECC = 0
@@ -80,6 +84,8 @@ class _Device:
     nvlinks: list[tuple[int, str | None]] = field(default_factory=list)
     ecc: tuple[EccCount, ...] | None = None
     ecc_age: int = 0
+    violations: tuple[tuple[tuple[str, float], ...] | None, float | None] = (None, None)
+    violations_age: int = 0
     """Polls since :attr:`ecc` was read (0: read at the next poll)."""
     """(link id, remote GPU BDF or ``None`` for an NVSwitch) of each active NVLink, filled with the topology."""
 
@@ -294,17 +300,24 @@ class NvmlBackend:
         return tuple(sorted({name for bit, name in _EVENT_REASONS if int(bits) & bit}))
 
     def _violations(self, dev: _Device) -> tuple[tuple[tuple[str, float], ...] | None, float | None]:
-        """Cumulative time at each limit (s) and NVML's reference clock (s) it is measured against."""
+        """Cumulative time at each limit (s) and the NVML timestamp (s) of that reading."""
+        if dev.violations_age % VIOLATION_EVERY_POLLS:
+            dev.violations_age += 1
+            return dev.violations
+        dev.violations_age = 1
+        ids = [fid for fid, _ in _VIOLATION_FIELDS]
+        values = self._soft(dev, "violations", self._nvml.nvmlDeviceGetFieldValues, dev.handle, ids)
         acc: list[tuple[str, float]] = []
         clock: float | None = None
-        for policy, name in _VIOLATION_POLICIES:
-            v = self._soft(dev, f"violation{policy}", self._nvml.nvmlDeviceGetViolationStatus, dev.handle, policy)
-            if v is None:
+        names = dict(_VIOLATION_FIELDS)
+        for v in values or ():
+            if int(v.nvmlReturn) != 0 or int(v.fieldId) not in names:
                 continue
-            acc.append((name, int(v.violationTime) / 1e9))  # ns
+            acc.append((names[int(v.fieldId)], int(v.value.ullVal) / 1e9))  # ns
             if clock is None:
-                clock = int(v.referenceTime) / 1e6  # µs
-        return (tuple(acc), clock) if acc and clock is not None else (None, None)
+                clock = int(v.timestamp) / 1e6  # µs
+        dev.violations = (tuple(acc), clock) if acc and clock is not None else (None, None)
+        return dev.violations
 
     def _ecc(self, dev: _Device) -> tuple[EccCount, ...] | None:
         if dev.ecc_age % ECC_EVERY_POLLS:

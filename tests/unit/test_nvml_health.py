@@ -1,7 +1,7 @@
 """Throttle reasons, violation counters and ECC from the NVML backend, replayed from real H200 captures.
 
 ``tests/fixtures/nvml/h200_health_replay.json`` was recorded on the lent H200 (driver 580.159.04) with
-``python -m amdtop.telemetry.nvml_replay record --polls 6 --interval 1.0`` while a bf16 16384^3 matmul loop held the
+``python -m amdtop.telemetry.nvml_replay record --polls 11 --interval 1.0`` while a bf16 16384^3 matmul loop held the
 GPU at its 700 W cap (bench/h200_health_run.sh); ``h200_health_idle_replay.json`` just before the load started.
 NVLink counters are exercised on a synthetic two-GPU answer set (the lent machine has one GPU and no NVLink).
 """
@@ -17,7 +17,7 @@ from amdtop.health.throttle import throttle_flags, throttle_shares
 from amdtop.health.traffic import fabric_traffic
 from amdtop.model import EccCount, FlagKind, NodeSnapshot
 from amdtop.telemetry.base import BackendOptions
-from amdtop.telemetry.nvml import ECC_EVERY_POLLS, NvmlBackend
+from amdtop.telemetry.nvml import ECC_EVERY_POLLS, VIOLATION_EVERY_POLLS, NvmlBackend
 from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture, materialize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
@@ -34,7 +34,7 @@ def _polls(name: str, tmp_path: Path, n: int) -> tuple[list[NodeSnapshot], Repla
 
 
 def test_power_capped_h200_under_load(tmp_path: Path) -> None:
-    snaps, _ = _polls("h200_health_replay.json", tmp_path, 6)
+    snaps, _ = _polls("h200_health_replay.json", tmp_path, 11)
     s = snaps[-1].gpus[0]
     assert s.throttle_active == ("power_cap",)  # nvmlClocksEventReasonSwPowerCap, what nvidia-smi showed
     assert s.throttle_acc is not None and [r for r, _ in s.throttle_acc] == [
@@ -51,7 +51,7 @@ def test_power_capped_h200_under_load(tmp_path: Path) -> None:
     assert dict(share.shares)["thermal"] == 0.0
     (flag,) = throttle_flags(snaps, 10.0)
     assert flag.kind is FlagKind.GPU_THROTTLED and flag.gpus == (0,)
-    assert flag.message.startswith("GPU 0 power-capped ") and flag.message.endswith("% of the last 5 s")
+    assert flag.message.startswith("GPU 0 power-capped ") and flag.message.endswith("% of the last 10 s")
 
 
 def test_idle_h200_is_not_throttled(tmp_path: Path) -> None:
@@ -60,9 +60,13 @@ def test_idle_h200_is_not_throttled(tmp_path: Path) -> None:
     assert throttle_flags(snaps, 10.0) == []
 
 
-def test_ecc_read_every_n_polls(tmp_path: Path) -> None:
-    _, nv = _polls("h200_health_replay.json", tmp_path, ECC_EVERY_POLLS + 1)
-    assert nv.log.count("nvmlDeviceGetTotalEccErrors") == 2 * 2  # ce + ue, at poll 1 and poll N+1
+def test_slow_counters_read_every_n_polls(tmp_path: Path) -> None:
+    snaps, nv = _polls("h200_health_replay.json", tmp_path, 11)
+    assert ECC_EVERY_POLLS == 10 and VIOLATION_EVERY_POLLS == 5
+    assert nv.log.count("nvmlDeviceGetTotalEccErrors") == 2 * 2  # ce + ue, at polls 1 and 11
+    # The perf-policy counters (~1 ms of CPU a read) at polls 1, 6 and 11; the reasons bitmask every poll.
+    assert len({s.gpus[0].throttle_clock for s in snaps}) == 3
+    assert nv.log.count("nvmlDeviceGetCurrentClocksEventReasons") == 11
 
 
 def test_version1_capture_answers_not_supported_for_new_fields(tmp_path: Path) -> None:
@@ -119,7 +123,9 @@ class _TwoGpuNvlink:
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: int, link: int) -> int:  # noqa: N802
         return 0  # GPU
 
-    def nvmlDeviceGetFieldValues(self, h: int, ids: list[tuple[int, int]]) -> list[Any]:  # noqa: N802
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[Any]:  # noqa: N802
+        if not isinstance(ids[0], tuple):
+            raise self.NVMLError(3)  # the perf-policy counters: not part of this answer set
         self.kib[h] += 1_000_000
         return [
             SimpleNamespace(
