@@ -29,8 +29,8 @@ def _polls(name: str, tmp_path: Path, n: int) -> tuple[list[NodeSnapshot], Repla
     nv = ReplayNvml(fixture)
     backend = NvmlBackend(nv, BackendOptions(sysfs_root=sysfs, proc_root=proc))
     snaps = [backend.sample() for _ in range(n)]
-    # Replay runs in microseconds: put each snapshot at the time NVML stamped its reading.
-    return [dataclasses.replace(s, timestamp=s.gpus[0].throttle_clock or 0.0) for s in snaps], nv
+    # Replay runs in microseconds: put the snapshots back 1 s apart, the recording's interval.
+    return [dataclasses.replace(s, timestamp=1000.0 + k) for k, s in enumerate(snaps)], nv
 
 
 def test_power_capped_h200_under_load(tmp_path: Path) -> None:
