@@ -124,3 +124,31 @@ def test_fabric_traffic_reset_and_missing() -> None:
     assert p is not None and p.read_bps is None and p.write_bps == 1_000_000.0
     assert fabric_traffic(old, old) is None  # no time passed
     assert fabric_traffic(snap(0.0, [GpuSample(0)]), snap(1.0, [GpuSample(0)])) is None
+
+
+def test_json_shapes() -> None:
+    import json
+
+    from amdtop.health.report import fabric_json, gpu_health_json, health_flags
+    from amdtop.health.throttle import ThrottleShare
+
+    s = GpuSample(
+        0,
+        throttle_active=("power_cap",),
+        ecc=(EccCount("umc", 1, 0),),
+        xgmi_links=(XgmiLinkCounters(0, MI300X_BDFS[1], 10, 20),),
+    )
+    doc = gpu_health_json(s, ThrottleShare(0, 10.0, (("power_cap", 0.384),), "counters"))
+    assert doc["throttle_pct"] == {"power_cap": 38.4} and doc["ecc"][0]["correctable"] == 1
+    assert gpu_health_json(GpuSample(1)) == {
+        "throttle_active": None,
+        "throttle_pct": None,
+        "throttle_window_s": None,
+        "ecc": None,
+        "xgmi_links": None,
+    }
+    old = snap(0.0, [_links(0, {1: (0, 0)})])
+    new = snap(1.0, [_links(0, {1: (5, 5)})])
+    json.dumps(fabric_json(fabric_traffic(old, new)))
+    assert fabric_json(None) is None
+    assert health_flags([old, new]) == []
