@@ -37,6 +37,7 @@ AMD_VENDOR = "0x1002"
 _CARD = re.compile(r"card(\d+)$")
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _GONE = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.EIO})
+ECC_EVERY_POLLS = 10
 
 
 def read_int(path: str) -> int:
@@ -172,6 +173,8 @@ class SysfsBackend:
             gpus.append(self._static(index, card, node, numa))
         self._gpus = tuple(gpus)
         self._by_gpu_id = {g.gpu_id: g for g in self._gpus if g.gpu_id}
+        # RAS counts: one file per block (eight or more per MI300X), changing rarely; read every ECC_EVERY_POLLS polls.
+        self._ecc: dict[int, tuple[Any, int]] = {}
         by_node = {n.node: n for n in kfd_nodes}
         links = []
         for a in range(len(cards)):
@@ -250,7 +253,11 @@ class SysfsBackend:
         if gpu.gpu_metrics is not None:
             values.update(sample_fields(read_gpu_metrics(gpu.gpu_metrics)))
         if gpu.ras:
-            values["ecc"] = read_ras(gpu.ras)
+            cached, age = self._ecc.get(gpu.info.index, (None, 0))
+            if age % ECC_EVERY_POLLS == 0:
+                cached, age = read_ras(gpu.ras), 0
+            self._ecc[gpu.info.index] = (cached, age + 1)
+            values["ecc"] = cached
         return GpuSample(
             gpu.info.index,
             vram_total_bytes=gpu.info.vram_total_bytes,

@@ -140,3 +140,17 @@ def test_sysfs_backend_reads_table_and_ras(tmp_path: Path) -> None:
     (dev0 / "gpu_metrics").write_bytes(mi300_v16(ppt_residency_acc=2400, accumulation_counter=6000))
     s0 = backend.sample().gpus[0]
     assert s0.throttle_clock == 6000.0 and dict(s0.throttle_acc or ())["power_cap"] == 2400.0
+
+
+def test_sysfs_ras_counts_refresh_every_n_polls(tmp_path: Path) -> None:
+    from amdtop.telemetry.sysfs import ECC_EVERY_POLLS
+
+    tree = build_mi300x_8(tmp_path)
+    ras = tree.device_dir(3) / "ras"
+    ras.mkdir()
+    (ras / "umc_err_count").write_text("ue: 0\nce: 0\n")
+    backend = SysfsBackend(tree.root, tree.proc_root, clock=lambda: 1.0, hostname="fixture")
+    assert backend.sample().gpus[3].ecc == (EccCount("umc", 0, 0),)
+    (ras / "umc_err_count").write_text("ue: 1\nce: 0\n")
+    seen = [backend.sample().gpus[3].ecc for _ in range(ECC_EVERY_POLLS)]
+    assert seen[-2] == (EccCount("umc", 0, 0),) and seen[-1] == (EccCount("umc", 0, 1),)
