@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from amdtop.cpulist import format_cpulist
+from amdtop.health.report import fabric_json, gpu_health_json
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
 
 if TYPE_CHECKING:  # the pipeline reads the probe cache, whose JSON uses flag_json from here
@@ -151,6 +152,11 @@ def group_json(g: TpGroup) -> dict[str, Any]:
 def frame_json(frame: NodeFrame) -> dict[str, Any]:
     """The ``snapshot --json`` document of one pipeline frame."""
     doc = snapshot_json(frame.snapshot, [worker_json(w) for w in frame.workers], frame.flags)
+    for gpu in doc["gpus"]:
+        sample = frame.snapshot.sample(gpu["index"])
+        if sample is not None and not sample.lost:
+            gpu.update(gpu_health_json(sample, frame.throttle_of(gpu["index"])))
+    doc["fabric"] = fabric_json(frame.fabric)
     doc["tp_groups"] = [group_json(g) for g in frame.groups]
     doc["log_counts"] = [{"worker": c.worker, "errors": c.errors, "warnings": c.warnings} for c in frame.log_counts]
     if frame.errors:

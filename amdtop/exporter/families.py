@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from amdtop.model import FlagKind, GpuInfo, GpuSample, WorkerState, WorkerStatus
+from amdtop.model import FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.pipeline.frame import NodeFrame, TpGroup
 
 MB = 1024 * 1024  # the AMD exporter's "MB" is amdsmi's MiB
@@ -79,6 +79,25 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_ramp_knee_concurrency", WORKER_LABELS, "1", "Concurrency at the last ramp's knee"),
         _g("amdtop_ramp_recommended_max_num_seqs", WORKER_LABELS, "1", "max-num-seqs the last ramp recommended"),
         _g("amdtop_ramp_timestamp_seconds", WORKER_LABELS, "s", "When the last ramp finished"),
+        _g("gpu_xgmi_link_rx", (*GPU_LABELS, "link", "peer_bdf"), "KB", "Accumulated fabric link data read"),
+        _g("gpu_xgmi_link_tx", (*GPU_LABELS, "link", "peer_bdf"), "KB", "Accumulated fabric link data written"),
+        _g(
+            "amdtop_fabric_traffic_bytes_per_second",
+            (*PAIR_LABELS, "direction"),
+            "bytes/s",
+            "Live XGMI/NVLink traffic GPU gpu_a counted to gpu_b over the last poll interval",
+        ),
+        _g("gpu_violation_current_accumulated_counter", GPU_LABELS, "1", "Throttle residency accumulation counter"),
+        _g("gpu_violation_processor_hot_residency_accumulated", GPU_LABELS, "1", "PROCHOT residency, accumulated"),
+        _g("gpu_violation_ppt_residency_accumulated", GPU_LABELS, "1", "Package power (PPT) residency, accumulated"),
+        _g("gpu_violation_socket_thermal_residency_accumulated", GPU_LABELS, "1", "Socket thermal residency"),
+        _g("gpu_violation_vr_thermal_residency_accumulated", GPU_LABELS, "1", "Voltage-rail thermal residency"),
+        _g("gpu_violation_hbm_thermal_residency_accumulated", GPU_LABELS, "1", "HBM thermal residency, accumulated"),
+        _g("amdtop_gpu_throttle_active", (*GPU_LABELS, "reason"), "1", "1 while the reason limits clocks"),
+        _g("amdtop_gpu_throttle_ratio", (*GPU_LABELS, "reason"), "ratio", "Share of the last window spent throttled"),
+        _g("gpu_ecc_correct_total", GPU_LABELS, "1", "Correctable ECC errors, all blocks"),
+        _g("gpu_ecc_uncorrect_total", GPU_LABELS, "1", "Uncorrectable ECC errors, all blocks"),
+        _g("amdtop_gpu_ecc_errors", (*GPU_LABELS, "block", "type"), "1", "ECC/RAS errors per block and type"),
         _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
         FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls made for scrapes"),
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
@@ -156,6 +175,39 @@ def _gpu(b: _Builder, info: GpuInfo, s: GpuSample | None, host: str) -> None:
     b.add("gpu_clock", (*base, "GPU_CLOCK_TYPE_MEMORY"), s.mclk_mhz)
 
 
+# amdtop reason -> device-metrics-exporter residency family (AMD sources only: NVML counts seconds, not ticks).
+_RESIDENCY = {
+    "prochot": "gpu_violation_processor_hot_residency_accumulated",
+    "power_cap": "gpu_violation_ppt_residency_accumulated",
+    "socket_thermal": "gpu_violation_socket_thermal_residency_accumulated",
+    "vr_thermal": "gpu_violation_vr_thermal_residency_accumulated",
+    "hbm_thermal": "gpu_violation_hbm_thermal_residency_accumulated",
+}
+
+
+def _health(b: _Builder, base: tuple[str, ...], s: GpuSample, snap: NodeSnapshot) -> None:
+    for c in s.xgmi_links or ():
+        labels = (*base, str(c.link), c.peer_bdf or "")
+        b.add("gpu_xgmi_link_rx", labels, c.read_kb)
+        b.add("gpu_xgmi_link_tx", labels, c.write_kb)
+    for reason in s.throttle_active or ():
+        b.add("amdtop_gpu_throttle_active", (*base, reason), 1)
+    if snap.backend != "nvml" and s.throttle_acc is not None:
+        b.add("gpu_violation_current_accumulated_counter", base, s.throttle_clock)
+        for reason, value in s.throttle_acc:
+            if reason in _RESIDENCY:
+                b.add(_RESIDENCY[reason], base, value)
+    if s.ecc is not None:
+        ce = [e.correctable for e in s.ecc if e.correctable is not None]
+        ue = [e.uncorrectable for e in s.ecc if e.uncorrectable is not None]
+        b.add("gpu_ecc_correct_total", base, sum(ce) if ce else None)
+        b.add("gpu_ecc_uncorrect_total", base, sum(ue) if ue else None)
+        for e in s.ecc:
+            b.add("amdtop_gpu_ecc_errors", (*base, e.block, "correctable"), e.correctable)
+            b.add("amdtop_gpu_ecc_errors", (*base, e.block, "uncorrectable"), e.uncorrectable)
+            b.add("amdtop_gpu_ecc_errors", (*base, e.block, "deferred"), e.deferred)
+
+
 def _worker(b: _Builder, w: WorkerStatus, group: TpGroup | None, host: str) -> None:
     key = (host, w.name)
     for st in WorkerState:
@@ -176,8 +228,21 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
     b = _Builder()
     snap = state.snapshot
     host = snap.hostname
+    bases = {}
     for info in snap.topology.gpus:
-        _gpu(b, info, snap.sample(info.index), host)
+        sample = snap.sample(info.index)
+        _gpu(b, info, sample, host)
+        bases[info.index] = (str(info.index), host, info.name, info.uuid or "")
+        if sample is not None and not sample.lost:
+            _health(b, bases[info.index], sample, snap)
+    for share in state.throttle:
+        if share.gpu in bases:
+            for reason, value in share.shares:
+                b.add("amdtop_gpu_throttle_ratio", (*bases[share.gpu], reason), value)
+    for p in state.fabric.pairs if state.fabric is not None else ():
+        pair = (host, str(p.src), str(p.peer))
+        b.add("amdtop_fabric_traffic_bytes_per_second", (*pair, "read"), p.read_bps)
+        b.add("amdtop_fabric_traffic_bytes_per_second", (*pair, "write"), p.write_bps)
     for link in snap.topology.links:
         pair = (host, str(link.a), str(link.b))
         hops = "" if link.hops is None else str(link.hops)

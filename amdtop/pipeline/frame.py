@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amdtop.analysis.numa import WorkerBinding
+from amdtop.health.throttle import ThrottleShare
+from amdtop.health.traffic import FabricTraffic, GroupTraffic
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerStatus
 from amdtop.rccl.monitor import LogUpdate
 
@@ -33,6 +35,8 @@ class TpGroup:
     """True when a ``tp_imbalance`` flag was raised for this group."""
     lost_gpus: tuple[int, ...] = ()
     """GPUs of the group that stopped answering."""
+    traffic: GroupTraffic | None = None
+    """Live XGMI/NVLink traffic inside the group over the last interval (``None`` where the backend gives none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,10 @@ class NodeFrame:
     """Probe results per GPU pair; empty when no probe ran."""
     ramp_knees: tuple[RampKnee, ...] = ()
     """Last ramp knee per worker."""
+    fabric: FabricTraffic | None = None
+    """Live XGMI/NVLink rates over the last poll interval, per GPU pair where the peer is known, else per GPU."""
+    throttle: tuple[ThrottleShare, ...] = ()
+    """Share of the last window each GPU spent throttled, by reason."""
     errors: tuple[str, ...] = ()
     """Parts of the tick that failed (``workers: ...``), one line each; the rest of the frame still holds."""
     tick: int = 0
@@ -139,6 +147,10 @@ class NodeFrame:
     def history_of(self, gpu: int) -> GpuHistory:
         """History of GPU ``gpu`` (empty when unknown)."""
         return next((h for h in self.history if h.index == gpu), GpuHistory(gpu))
+
+    def throttle_of(self, gpu: int) -> ThrottleShare | None:
+        """The throttle shares of GPU ``gpu``."""
+        return next((t for t in self.throttle if t.gpu == gpu), None)
 
     def worker(self, name: str) -> WorkerStatus | None:
         """The worker called ``name``."""

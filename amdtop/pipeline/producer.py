@@ -21,6 +21,10 @@ from amdtop.analysis import (
     worker_binding,
 )
 from amdtop.analysis.imbalance import GroupJudgement
+from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
+from amdtop.health.report import health_flags
+from amdtop.health.throttle import throttle_shares
+from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.pipeline.frame import GpuHistory, LinkBandwidth, LogCounts, NodeFrame, RampKnee, TpGroup
 from amdtop.pipeline.statefiles import load_probe, load_ramp_knees, state_stamp
@@ -116,6 +120,8 @@ class NodePipeline:
         self._probe_flags: tuple[Flag, ...] = ()
         self._knees: tuple[RampKnee, ...] = ()
         self._tick = 0
+        # Counters (throttle residency, ECC, fabric traffic) are judged over the last minute of snapshots.
+        self._snaps: deque[NodeSnapshot] = deque()
         self.monitor = monitor
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
@@ -204,8 +210,14 @@ class NodePipeline:
                 counts.append(LogCounts(worker, len(report.errors), len(report.warnings)))
         return update, tuple(counts), None
 
+    def _remember(self, snap: NodeSnapshot) -> list[NodeSnapshot]:
+        self._snaps.append(snap)
+        while len(self._snaps) > 2 and snap.timestamp - self._snaps[0].timestamp > ECC_WINDOW_S:
+            self._snaps.popleft()
+        return list(self._snaps)
+
     @staticmethod
-    def _group(judgement: GroupJudgement, flags: Sequence[Flag]) -> TpGroup:
+    def _group(judgement: GroupJudgement, flags: Sequence[Flag], fabric: FabricTraffic | None) -> TpGroup:
         util = judgement.mean_of("util_pct")
         return TpGroup(
             worker=judgement.worker,
@@ -218,6 +230,7 @@ class NodePipeline:
             samples=judgement.samples,
             imbalanced=any(f.kind is FlagKind.TP_IMBALANCE and f.worker == judgement.worker for f in flags),
             lost_gpus=judgement.lost,
+            traffic=None if fabric is None else group_traffic(fabric, judgement.gpus),
         )
 
     # -- the tick -----------------------------------------------------------------------------------------------
@@ -241,6 +254,9 @@ class NodePipeline:
             snap.topology, workers, self.proc_root, bindings=bindings, balancing=self._numa_balancing(now)
         )
         flags += tp_placement_flags(snap.topology, [w for w in workers if w.state is not WorkerState.STOPPED])
+        snaps = self._remember(snap)
+        flags += health_flags(snaps)
+        fabric = latest_traffic(snaps)
         logs, counts, log_error = self._logs()
         if logs is not None:
             flags += logs.flags
@@ -252,13 +268,15 @@ class NodePipeline:
             snapshot=snap,
             workers=tuple(workers),
             flags=all_flags,
-            groups=tuple(self._group(j, all_flags) for j in judgements),
+            groups=tuple(self._group(j, all_flags, fabric) for j in judgements),
             bindings=tuple((name, b) for name, b in bindings.items()),
             history=history,
             logs=logs,
             log_counts=counts,
             bandwidth=self._bandwidth,
             ramp_knees=self._knees,
+            fabric=fabric,
+            throttle=tuple(throttle_shares(snaps)),
             errors=errors,
             tick=self._tick,
         )

@@ -59,11 +59,14 @@ def frames(backend: Any, workers: tuple[WorkerStatus, ...] = ()) -> Callable[[],
 def full_state(sim: SimBackend) -> NodeFrame:
     """A demo node with two workers, flags, RCCL counts, a ramp knee and probe results: every family has data."""
     sim.set_demand("llama-a", {i: GpuDemand(0.9 if i else 0.3, 150 * GIB, 4242) for i in range(4)})
+    sim.throttle(2, "power_cap", 0.4)
     workers = (
         WorkerStatus("llama-a", WorkerState.READY, (0, 1, 2, 3), port=19499, numa_node=0, restarts=2),
         WorkerStatus("llama-b", WorkerState.CRASHED, (4, 5, 6, 7), port=19498, numa_node=None),
     )
-    frame = frames(sim, workers)()
+    tick = frames(sim, workers)
+    tick()
+    frame = tick()  # two ticks: live fabric traffic is a rate between polls
     # The facts the log monitor and the state dir would add to the frame.
     flags = (
         Flag(FlagKind.NUMA_MISMATCH, "not pinned", worker="llama-b"),
