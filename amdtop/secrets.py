@@ -2,7 +2,7 @@
 
 A name is secret when, split at ``_``/``-``/``.``, one of its words is ``TOKEN``, ``KEY``, ``APIKEY``, ``SECRET``,
 ``PASSWORD``, ``PASSWD``, ``PASS``, ``CREDENTIAL(S)`` or ``AUTH``, or it contains ``SECRET``/``PASSWORD``/``PASSWD``/
-``APIKEY``/``TOKEN`` glued to other letters at its start or end (``HFTOKEN``, ``DBPASSWORD``). ``TOKENS``,
+``APIKEY`` glued to other letters, or ends in ``TOKEN`` (``HFTOKEN``, ``DBPASSWORD``). ``TOKENS``,
 ``TOKENIZER`` and ``KEYFILE`` are not secret: ``--max-num-batched-tokens`` and ``--ssl-keyfile`` name sizes and paths.
 """
 
@@ -17,7 +17,7 @@ MASK = "***"
 _WORDS = frozenset(
     {"TOKEN", "KEY", "APIKEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "AUTH"}
 )
-_GLUED = re.compile(r"(SECRET|PASSWORD|PASSWD|APIKEY|TOKEN$|^TOKEN)")
+_GLUED = re.compile(r"(SECRET|PASSWORD|PASSWD|APIKEY|.TOKEN$)")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.S)
 _URL_CREDS = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/:@\s]+:)(?P<pw>[^@/\s]+)(?P<at>@)")
 

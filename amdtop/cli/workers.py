@@ -32,7 +32,9 @@ def seconds(lo_open: bool) -> Any:
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds; e.g. 30")
         if value < 0 or (lo_open and value == 0):
-            raise argparse.ArgumentTypeError(f"{text} must be {'greater than' if lo_open else 'at least'} 0 seconds; e.g. 30")
+            raise argparse.ArgumentTypeError(
+                f"{text} must be {'greater than' if lo_open else 'at least'} 0 seconds; e.g. 30"
+            )
         if value > MAX_SECONDS:
             raise argparse.ArgumentTypeError(f"{text} is more than a week ({MAX_SECONDS:g} s); give fewer seconds")
         return value
@@ -59,7 +61,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
             p.add_argument("changes", metavar="KEY=VALUE", nargs="+", help="e.g. max-num-seqs=64 env.NCCL_DEBUG=INFO")
             p.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
         if action != "launch":
-            p.add_argument("--grace", type=seconds(False), default=None, help="seconds between SIGTERM and SIGKILL (default 30)")
+            p.add_argument(
+                "--grace", type=seconds(False), default=None, help="seconds between SIGTERM and SIGKILL (default 30)"
+            )
         if action != "stop":
             p.add_argument("--wait", action="store_true", help="wait until /health answers 200")
             p.add_argument("--timeout", type=seconds(True), default=300.0, help="seconds --wait waits (default 300)")

@@ -130,7 +130,12 @@ class Supervisor:
         """``name``'s launch record: the state file when it describes the live (or last) launch, else rebuilt from
         the processes that carry this state dir's marker, with the reason."""
         rec, problem = self.store.load_checked(name)
-        if rec is not None and rec.pid in table and table[rec.pid].start_ticks == rec.start_ticks:
+        if (
+            rec is not None
+            and rec.pid in table
+            and table[rec.pid].start_ticks == rec.start_ticks
+            and procs.still_ours(rec.pid, f"{name}:{rec.launch_id}")
+        ):
             return Recovery(rec, None)
         launches = (found or _Found(self.state_dir))(table)
         live = launches.get(name)
@@ -206,7 +211,7 @@ class Supervisor:
         try:
             make_dirs(log.parent)
             rotate_log(log, self.log_max_bytes, self.log_backups)
-            fh = os.fdopen(open_log(log), "ab")
+            fh = os.fdopen(open_log(log), "ab", buffering=0)
         except OSError as exc:
             raise io_error(f"worker[{profile.name}] log", log, exc, fix) from None
         with fh:
@@ -388,7 +393,9 @@ class Supervisor:
             self.profile(name)  # raises the "no such worker" line
         return st
 
-    def _status(self, name: str, profile: Profile | None, table: dict[int, procs.ProcStat], found: _Found) -> WorkerStatus:
+    def _status(
+        self, name: str, profile: Profile | None, table: dict[int, procs.ProcStat], found: _Found
+    ) -> WorkerStatus:
         self._reap(name)
         recovery = self._recover(name, table, found)
         return observe(

@@ -115,7 +115,7 @@ def members(
     sure: set[int] = set()
     grouped: list[ProcStat] = []
     for st in table.values():
-        if (st.pid, st.start_ticks) in known_set and _still_ours(st.pid, marker, proc):
+        if (st.pid, st.start_ticks) in known_set and still_ours(st.pid, marker, proc):
             sure.add(st.pid)
         elif (st.pgid == pgid or st.sid == pgid) and st.start_ticks >= start_ticks:
             grouped.append(st)
@@ -140,7 +140,7 @@ def members(
     return _descendants(found, table) & set(table)
 
 
-def _still_ours(pid: int, marker: str, proc: Path) -> bool:
+def still_ours(pid: int, marker: str, proc: Path = PROC) -> bool:
     """A (pid, start) taken from a state file is trusted only while the process itself agrees: it carries the marker,
     or (environment overwritten by setproctitle) it bears a ``VLLM::`` title. A forged or stale record that names
     someone else's process therefore names nothing."""

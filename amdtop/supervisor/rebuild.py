@@ -98,4 +98,3 @@ def rebuild_record(
         log_offset=_log_offset(log, marker),
         rebuilt=reason,
     )
-
