@@ -19,6 +19,7 @@ import pytest
 
 from amdtop.cli.main import main
 from tests.unit.test_supervisor_procs import FAMILY, alive, wait_files, write_profile
+from tests.unit.tinyfs import fill, tiny_tmpfs
 
 # Maps a vLLM-named segment of its own (as vLLM's message queues do), then sleeps.
 MAPPER = """
@@ -125,41 +126,20 @@ def test_stale_state_file_of_an_older_launch_does_not_hide_the_running_one(
 
 # -- item 2 and 7: full disk, unwritable state dir --------------------------------------------------------------------
 @pytest.fixture
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a 64 KiB tmpfs here ({done.stderr.decode().strip() or 'not root'})")
-    try:
+def tiny(tmp_path: Path) -> Iterator[Path]:
+    with tiny_tmpfs(tmp_path / "tiny") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def fill(folder: Path, leave_pages: int = 0) -> None:
-    """Fill the file system of ``folder`` up with 4 KiB files, then free ``leave_pages`` of them."""
-    n = 0
-    while True:
-        try:
-            (folder / f"filler{n}").write_bytes(b"x" * 4096)
-        except OSError:
-            (folder / f"filler{n}").unlink(missing_ok=True)
-            break
-        n += 1
-    for i in range(leave_pages):
-        (folder / f"filler{n - 1 - i}").unlink()
 
 
 @pytest.mark.parametrize("room", [0, 1], ids=["log-write-fails", "state-write-fails-after-spawn"])
 def test_launch_on_full_disk_starts_nothing_or_rolls_back(
-    tmp_path: Path, tiny_tmpfs: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path], room: int
+    tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path], room: int
 ) -> None:
-    cfg, state = write_profile(tmp_path, FAMILY), tiny_tmpfs / "state"
+    cfg, state = write_profile(tmp_path, FAMILY), tiny / "state"
     cleanup.append(state)
     (state / "workers").mkdir(parents=True)
     (state / "logs").mkdir()
-    fill(tiny_tmpfs, leave_pages=room)  # room=1: the launch line fits in the log, the state file does not
+    fill(tiny, leave_pages=room)  # room=1: the launch line fits in the log, the state file does not
     rc, _, err = run(cfg, state, capsys, "launch", "w")
     line = one_error_line(err)
     assert rc == 1 and "disk full" in line, line
@@ -185,18 +165,18 @@ def test_unwritable_state_dir_is_one_line_and_starts_nothing(
 
 
 def test_retune_on_full_disk_leaves_profile_and_no_temp_file(
-    tmp_path: Path, tiny_tmpfs: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = write_profile(tmp_path, FAMILY)
-    moved = tiny_tmpfs / "workers.toml"
+    moved = tiny / "workers.toml"
     moved.write_text(cfg.read_text() + "[worker.args]\nmax-num-seqs = 8\n" + "# padding\n" * 400)
     before = moved.read_text()
-    fill(tiny_tmpfs)
+    fill(tiny)
     rc, _, err = run(moved, tmp_path / "state", capsys, "retune", "w", "max-num-seqs=16")
     line = one_error_line(err.split("\n", 2)[-1] if err.startswith("worker w:") else err)
     assert rc == 1 and "disk full" in line and "profile is unchanged" in line, line
     assert moved.read_text() == before
-    assert not [p for p in tiny_tmpfs.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in tiny.iterdir() if p.name.endswith(".tmp")]
 
 
 # -- item 3: only provably own files are deleted ----------------------------------------------------------------------
