@@ -96,6 +96,8 @@ def test_damaged_state_file_worker_is_found_and_stopped(
     assert row["state"] == "starting" and row["pid"] == launched["pid"] and set(pids) <= set(row["pids"])  # type: ignore[arg-type]
     assert "state rebuilt from its running processes" in str(row["note"])
     assert ("missing" if damage == "missing" else "corrupt") in str(row["note"])
+    rc, _, err = run(cfg, state, capsys, "launch", "w")
+    assert rc == 2 and "already running" in err  # a second copy is never started beside the lost one
     rc, _, err = run(cfg, state, capsys, "stop", "w", "--grace", "2")
     assert rc == 0 and "5 terminated" in err, err
     assert not alive(pids)
@@ -148,6 +150,21 @@ def test_launch_on_full_disk_starts_nothing_or_rolls_back(
     time.sleep(0.5)
     assert not alive({int(p.suffix[1:]) for p in tmp_path.glob("out.*")})
     assert not [p for p in (state / "workers").iterdir() if p.suffix == ".tmp"]
+
+
+def test_stop_works_when_the_state_dir_fills_up(
+    tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path]
+) -> None:
+    cfg, state = write_profile(tmp_path, FAMILY), tiny / "state"
+    cleanup.append(state)
+    assert run(cfg, state, capsys, "launch", "w")[0] == 0
+    pids = wait_files(tmp_path, 5)
+    fill(tiny)
+    (state / "workers" / "w.json").write_text("")  # truncated to nothing, and no room to write it again
+    assert status_of(cfg, state, capsys)["state"] == "starting"
+    rc, _, err = run(cfg, state, capsys, "stop", "w", "--grace", "2")
+    assert rc == 0 and "5 terminated" in err and "disk full" in err, err
+    assert not alive(pids)
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "in-proc"])
