@@ -292,6 +292,8 @@ def test_secrets_never_reach_log_state_or_status(
 def test_retune_keeps_mode_and_writes_through_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     real = write_profile(tmp_path, FAMILY, extra_args='[worker.env]\nHF_TOKEN = "hf_abcdef"\n')
     real.chmod(0o600)
+    owner = (65534, 65534) if os.geteuid() == 0 else (os.geteuid(), os.getegid())  # root can give it away
+    os.chown(real, *owner)
     link = tmp_path / "link.toml"
     link.symlink_to(real)
     rc, _, err = run(link, tmp_path / "state", capsys, "retune", "w", "max-num-seqs=16")
@@ -299,7 +301,7 @@ def test_retune_keeps_mode_and_writes_through_a_symlink(tmp_path: Path, capsys: 
     assert "hf_abcdef" not in err
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert "max-num-seqs = 16" in real.read_text() and 'HF_TOKEN = "hf_abcdef"' in real.read_text()
-    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600 and (real.stat().st_uid, real.stat().st_gid) == owner
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
