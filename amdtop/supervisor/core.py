@@ -102,6 +102,9 @@ class Supervisor:
         raise InputError(f"worker[{name}]: no such worker in {self.config}; use one of: {known}")
 
     def _find(self, name: str) -> Profile | None:
+        # Names become file names in the state dir: never let one carry a path out of it.
+        if not name or not all(c.isalnum() or c in "-_." for c in name) or name.strip(".") == "":
+            raise InputError(f"worker[{name}]: not a worker name (letters, digits, -_. only)")
         return next((p for p in self._profiles if p.name == name), None)
 
     def _require_config(self) -> None:

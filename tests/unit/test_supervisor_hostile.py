@@ -373,6 +373,8 @@ def test_worker_stays_controllable_when_its_profile_breaks_or_goes(
     assert rc == 0 and "terminated" in err, err
     assert not alive(pids)
     assert run(cfg, state, capsys, "stop", "zz")[0] == 2
+    rc, _, err = run(cfg, state, capsys, "stop", "../../escape")
+    assert rc == 2 and "not a worker name" in err and not (tmp_path / "escape.lock").exists()
 
 
 # -- item 9: numeric flags --------------------------------------------------------------------------------------------
