@@ -329,3 +329,6 @@ class WorkerStatus:
     simulated: bool = False
     """A demo worker standing in for one of the simulated node: its binding fields are the simulated node's, so
     NUMA checks must use them rather than this host's procfs."""
+    note: str | None = None
+    """Why amdtop's view of this worker is not its plain launch record (e.g. the state was rebuilt from the running
+    processes because the state file was torn); ``None`` normally."""

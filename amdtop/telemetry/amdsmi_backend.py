@@ -39,6 +39,7 @@ from amdtop.model import (
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.lost import lost_flag
 from amdtop.telemetry.numa import cpus_of, read_numa_nodes
+from amdtop.telemetry.plausible import plausible
 
 _TRANSIENT = frozenset({8, 9})  # AMDSMI_STATUS_TIMEOUT, AMDSMI_STATUS_RETRY
 _LINK_TYPES = {1: LinkType.PCIE, 2: LinkType.XGMI}  # AmdSmiLinkType PCIE / XGMI (same numbers as the old IOLINK enum)
@@ -285,7 +286,7 @@ class AmdsmiBackend:
         flags: list[Flag] = []
         for i, info in enumerate(self._infos):
             try:
-                samples.append(self._sample_gpu(i))
+                samples.append(plausible(self._sample_gpu(i)))
             except _Lost as lost:
                 samples.append(GpuSample(i, lost=True, error=str(lost)))
                 flags.append(lost_flag(info))

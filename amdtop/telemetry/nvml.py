@@ -30,6 +30,7 @@ from amdtop.model import (
 )
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml_host import host_numa_nodes, mask_to_cpus, normalize_bdf, pci_numa_node
+from amdtop.telemetry.plausible import plausible
 
 # NVML return codes (stable ABI values, nvml.h) that mean "this field is not available here", not "GPU broken".
 _SOFT_ERRORS = frozenset(
@@ -373,7 +374,7 @@ class NvmlBackend:
             reason = dev.lost_reason
             if reason is None:
                 try:
-                    samples.append(self._sample_gpu(dev))
+                    samples.append(plausible(self._sample_gpu(dev)))
                     continue
                 except self._nvml.NVMLError as exc:
                     reason = f"NVML: {exc}"

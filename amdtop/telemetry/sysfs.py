@@ -31,6 +31,7 @@ from amdtop.telemetry.hwmon import HwmonFiles, find_hwmon
 from amdtop.telemetry.kfd import KfdNode, pair_link, read_kfd_nodes
 from amdtop.telemetry.lost import lost_flag
 from amdtop.telemetry.numa import cpus_of, read_numa_nodes
+from amdtop.telemetry.plausible import plausible
 from amdtop.telemetry.ras import find_ras_files, read_ras
 
 AMD_VENDOR = "0x1002"
@@ -232,7 +233,7 @@ class SysfsBackend:
             s = self._sample_gpu(gpu, procs)
             if s.lost:
                 flags.append(lost_flag(gpu.info))
-            samples.append(s)
+            samples.append(plausible(s))
         return NodeSnapshot("sysfs", self._hostname, self._clock(), self._topology, tuple(samples), tuple(flags))
 
     def _sample_gpu(self, gpu: _Gpu, procs: dict[int, list[GpuProcess]]) -> GpuSample:
