@@ -16,6 +16,8 @@ from textual.widgets import Input, Log, Static
 from amdtop.model import Flag, FlagKind
 from amdtop.rccl.lines import ERROR, WARN, LogLine, classify
 from amdtop.rccl.monitor import LogUpdate
+from amdtop.rccl.views import WorkerLogs
+from widgets.log_summary import render_logs
 
 FILTERS = ("all", "problems", "transport")
 _BUILD_PATH = "/longer_pathname_so_that_rpms"
@@ -49,7 +51,7 @@ class LogTailPane(Widget, can_focus=True):
 
     DEFAULT_CSS = """
     LogTailPane { height: 1fr; layout: vertical; border: round $panel; }
-    LogTailPane > #logs-summary { height: auto; max-height: 10; color: $text; padding: 0 1; }
+    LogTailPane > #logs-summary { height: auto; max-height: 12; color: $text; padding: 0 1; }
     LogTailPane > #logs-status { height: 1; color: $text-muted; padding: 0 1; }
     LogTailPane > #logs-search { display: none; height: 3; }
     LogTailPane > #logs-search.-open { display: block; }
@@ -86,6 +88,7 @@ class LogTailPane(Widget, can_focus=True):
         self._dropped = 0
         self._summary: str | Text = "no communicator seen yet"
         self._flags: tuple[Flag, ...] = ()
+        self._state: tuple[tuple[WorkerLogs, ...], tuple[Flag, ...]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("no communicator seen yet", id="logs-summary", markup=False)
@@ -136,11 +139,20 @@ class LogTailPane(Widget, can_focus=True):
             self._show_summary()
 
     def show_update(self, update: LogUpdate) -> None:
-        """Apply one :class:`amdtop.rccl.monitor.LogUpdate`: new lines, dropped count, summary and flags."""
+        """Apply one :class:`amdtop.rccl.monitor.LogUpdate`: new lines, dropped count, communicators and flags."""
         self.feed(update.lines, update.dropped)
-        if update.summary:
-            self.set_summary(update.summary)
-        self.set_flags(update.flags)
+        self.show_logs(update.workers, update.flags)
+
+    def show_logs(self, workers: Sequence[WorkerLogs], flags: Sequence[Flag]) -> None:
+        """Render the head from typed values: per worker its communicators, every pair's transport (fallbacks and
+        inter-node pairs marked), grouped warnings; every log-derived flag with its message, worker and GPUs."""
+        state = (tuple(workers), tuple(flags))
+        if state == self._state:
+            return
+        self._state = state
+        self._flags = ()
+        self._summary = render_logs(workers, flags)
+        self._show_summary()
 
     def show_worker(self, worker: str | None) -> None:
         """Show only ``worker``'s lines (``None``: all), e.g. when a TP group is selected elsewhere."""

@@ -53,7 +53,9 @@ def open_log(path: Path | str) -> TextIO:
         raise InputError(f"{name}: cannot read ({reason}); pass a readable RCCL/NCCL log file") from None
     for magic, (refused, tool) in _REFUSED.items():
         if head.startswith(magic):
-            raise InputError(f"{name}: {refused}-compressed, which amdtop does not read; unpack it first ({tool} {name})")
+            raise InputError(
+                f"{name}: {refused}-compressed, which amdtop does not read; unpack it first ({tool} {name})"
+            )
     kind = compression(head)
     if kind is None:
         return open(path, encoding="utf-8", errors="replace", newline=None)

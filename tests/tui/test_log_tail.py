@@ -118,8 +118,9 @@ async def test_show_update_from_a_monitor(tmp_path: Any) -> None:
         pane.show_update(monitor.poll())
         await pilot.pause()
         summary = str(app.query_one("#logs-summary", Static).render())
-        assert "llama-a: RCCL 2.22.3 comm 0x551d06754c6bacf2: 2 ranks" in summary
-        assert "! nccl_timeout:" in summary and "! nccl_error:" in summary
+        assert "llama-a · RCCL 2.22.3 · 0x551d06754c6bacf2: 2 ranks, all pairs SHM/direct" in summary
+        assert "! nccl_timeout [llama-a · GPUs 0,1]:" in summary and "! nccl_error [llama-a · GPUs 0]:" in summary
+        assert "SHM/direct FALLBACK: the GPUs share a XGMI link: 0→1 GPU 0→1" in summary
         assert _shown(app)[-1].startswith("[rank0]") and "Watchdog caught" in _shown(app)[-1]
         pane.show_worker("other")
         await pilot.pause()
