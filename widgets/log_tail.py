@@ -20,7 +20,7 @@ from amdtop.rccl.views import WorkerLogs
 from widgets.log_summary import render_logs
 
 FILTERS = ("all", "problems", "transport")
-_BUILD_PATH = "/longer_pathname_so_that_rpms"
+_BUILD_PATH = "_pathname_so_that_rpms"  # RCCL >= 2.22 "/longer_pathname...", older "/long_pathname..."
 
 
 class LevelHighlighter(Highlighter):
@@ -184,7 +184,9 @@ class LogTailPane(Widget, can_focus=True):
         i = text.find(_BUILD_PATH)
         if i >= 0:
             # RCCL package builds put a ~120-character build path before each WARN's file: keep src/<file>
-            j = text.rfind("/src/", i, text.find(" ", i) if text.find(" ", i) > 0 else len(text))
+            i = text.rfind(" ", 0, i) + 1
+            end = text.find(" ", i)
+            j = text.rfind("/src/", i, end if end > 0 else len(text))
             if j > i:
                 text = text[:i] + "…" + text[j:]
         return f"{line.worker}| {text}" if len(self._workers) > 1 else text

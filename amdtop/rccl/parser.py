@@ -324,8 +324,11 @@ class LogParser:
     ) -> None:
         if ptr is not None:
             # rank[x] is a bus id in RCCL and old NCCL, a cudaDev in NCCL >= 2.19: only trust it with the comm suffix
-            pc.peers.setdefault(s, g.norm_bus_id(sbus))
-            pc.peers.setdefault(d, g.norm_bus_id(dbus))
+            peers = pc.peers
+            if s not in peers:
+                peers[s] = g.norm_bus_id(sbus)
+            if d not in peers:
+                peers[d] = g.norm_bus_id(dbus)
         if pc.rank is None:
             pc.printers.add(d if direction == "receive" else s)
 
