@@ -1,7 +1,9 @@
 """Incremental RCCL/NCCL log parser: feed lines from any mix of files, processes and hosts, then take a report.
 
-The INFO path lives here (it is most of a log); WARN and non-RCCL lines are judged in :mod:`amdtop.rccl.app_lines`,
-per-process communicators are joined in :mod:`amdtop.rccl.join`, traces judged in :mod:`amdtop.rccl.verdicts`.
+The hot loop and INFO dispatch live here (INFO is most of a log); communicator lines fill per-process views in
+:mod:`amdtop.rccl.comm_lines`, joined into communicators by :mod:`amdtop.rccl.join`; WARN and non-RCCL lines are
+judged in :mod:`amdtop.rccl.app_lines`; traces and warning groups in :mod:`amdtop.rccl.verdicts`; files (plain or
+compressed) are read by :mod:`amdtop.rccl.files`.
 """
 
 from __future__ import annotations
@@ -11,31 +13,23 @@ from pathlib import Path
 
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
+from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
 from amdtop.rccl.join import join
 from amdtop.rccl.report import EnvSetting, LogReport, Message
-from amdtop.rccl.state import ProcComm, ProcKey, ThreadKey, Trace
+from amdtop.rccl.state import ThreadKey, Trace
 from amdtop.rccl.verdicts import group_warnings, judge_traces
 
-Head = tuple[str | None, int | None, int | None, int | None, str]
-"""``(host, pid, tid, dev, rest)`` of the text before an NCCL marker."""
 
-
-class LogParser:
+class LogParser(CommLines):
     """Parse lines one at a time; never raises on content. Call :meth:`report` any time."""
 
     def __init__(self) -> None:
-        self.library: str | None = None
+        super().__init__()
         self.version: str | None = None
         self.versions: dict[str, str] = {}
         self.files: set[str] = set()
         self.lines = 0
-        self.unknown = 0
-        self.procs: list[ProcComm] = []
-        self._by_ptr: dict[tuple[str | None, int | None, str], ProcComm] = {}
-        self._by_thread: dict[ThreadKey, ProcComm] = {}
-        self._proc_last: dict[ProcKey, ProcComm] = {}
-        self.transports: dict[str, int] = {}
         self.warnings: list[Message] = []
         self.errors: list[tuple[int, Message]] = []
         """``(seq, message)``: traces are judged at report time and merged back in order."""
@@ -43,10 +37,6 @@ class LogParser:
         self.warn_seqs: dict[ThreadKey, list[int]] = {}
         self.env: dict[str, EnvSetting] = {}
         self.in_banner = False
-        self.trail_key: tuple[str, str] | None = None
-        self._base = 0
-        self._heads: dict[str, Head] = {}
-        self._chan_comm: dict[tuple[str, str | None], ProcComm] = {}
 
     # -- entry points --------------------------------------------------------------------------------------------
     def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
@@ -187,7 +177,7 @@ class LogParser:
         if c.isdigit() and " coll channels" in msg:
             m = g.COLL_CHANNELS.match(msg)
             if m:
-                self._comm_for(line[:i], _suffix_ptr(msg), None, lineno).coll_channels = int(m.group(1))
+                self._comm_for(line[:i], suffix_ptr(msg), None, lineno).coll_channels = int(m.group(1))
             return
         if "\ufffd" in msg:
             self.unknown += 1  # an RCCL line with invalid bytes that matched no form: say so, never drop it
@@ -206,141 +196,6 @@ class LogParser:
                 self.version = self.version or m.group(1)
             if self.library is None:
                 self.library = "NCCL"
-
-    def header(self, head: str) -> Head:
-        """``(host, pid, tid, dev, rest)`` of the text before an NCCL marker (cached: a few heads repeat)."""
-        got = self._heads.get(head)
-        if got is not None:
-            return got
-        m = g.HEADER.search(head)
-        if m is None:
-            got = (None, None, None, None, head)
-        else:
-            got = (m.group(1).split(".", 1)[0], int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5) or "")
-        if len(self._heads) > 4096:
-            self._heads.clear()
-        self._heads[head] = got
-        return got
-
-    def _new_comm(self, host: str | None, pid: int | None, tid: int | None, ptr: str | None, seq: int) -> ProcComm:
-        pc = ProcComm(host, pid, ptr, seq)
-        self.procs.append(pc)
-        if ptr is not None:
-            self._by_ptr[(host, pid, ptr)] = pc
-        self._by_thread[(host, pid, tid)] = pc
-        self._proc_last[(host, pid)] = pc
-        return pc
-
-    def _comm_for(self, head: str, ptr: str | None, nranks: int | None, lineno: int) -> ProcComm:
-        host, pid, tid, _dev, _ = self.header(head)
-        pc = None
-        if ptr is not None:
-            pc = self._by_ptr.get((host, pid, ptr))
-        if pc is None:
-            pc = self._by_thread.get((host, pid, tid)) or self._proc_last.get((host, pid))
-            if pc is not None and ptr is not None and pc.ptr is not None and pc.ptr != ptr:
-                pc = None  # another pointer: another communicator of this process
-        if pc is None:
-            pc = self._new_comm(host, pid, tid, ptr, self._base + lineno)
-        elif ptr is not None and pc.ptr is None:
-            pc.ptr = ptr
-            self._by_ptr[(host, pid, ptr)] = pc
-        if nranks and not pc.nranks:
-            pc.nranks = nranks
-        return pc
-
-    def current_comm(self, host: str | None, pid: int | None, tid: int | None) -> ProcComm | None:
-        """The communicator the thread (else the process) last printed about."""
-        return self._by_thread.get((host, pid, tid)) or self._proc_last.get((host, pid))
-
-    def _init(self, head: str, msg: str, lineno: int) -> None:
-        self._chan_comm.clear()
-        seq = self._base + lineno
-        m = g.COMM_INIT.search(msg)
-        if m is None:
-            if "Destroy COMPLETE" in msg or "Abort COMPLETE" in msg:
-                ptr = msg.split(" ", 2)[1] if msg.startswith("comm ") else None
-                self._comm_for(head, ptr, None, lineno).ended = "aborted" if "Abort" in msg else "destroyed"
-            return
-        host, pid, tid, _dev, _ = self.header(head)
-        ptr, rank, nranks = m.group(1), int(m.group(2)), int(m.group(3))
-        pc = self._by_ptr.get((host, pid, ptr))
-        if pc is None or pc.ended is not None or (pc.rank is not None and pc.rank != rank):
-            pc = self._new_comm(host, pid, tid, ptr, seq)  # a pointer reused after teardown is a new communicator
-        self._by_thread[(host, pid, tid)] = self._proc_last[(host, pid)] = pc
-        pc.rank, pc.nranks = rank, nranks
-        pc.dev, pc.bus_id = int(m.group(4)), g.norm_bus_id(m.group(5))
-        idm = g.COMM_ID.search(msg)
-        if idm:
-            pc.comm_id = idm.group(1)
-        if "Init START" in msg:
-            pc.started_seq = seq
-        elif "Init COMPLETE" in msg:
-            pc.complete_seq = seq
-        elif "Destroy COMPLETE" in msg or "Abort COMPLETE" in msg:
-            pc.ended = "aborted" if "Abort" in msg else "destroyed"
-
-    def _trees(self, head: str, msg: str, lineno: int) -> None:
-        m = g.COMM_SUFFIX.search(msg)
-        r = g.TREE_RANK.search(msg)
-        if m is None or r is None:
-            return
-        pc = self._comm_for(head, m.group(1), int(m.group(2)), lineno)
-        if pc.rank is None:
-            pc.printers.add(int(r.group(1)))
-        if pc.bus_id is None and m.group(3):
-            pc.bus_id = g.norm_bus_id(m.group(3))
-
-    def _channel(self, line: str, i: int, lineno: int) -> None:
-        self.trail_key = None
-        m = g.CHANNEL.match(line, i + 11)
-        if m is None or "\ufffd" in line:
-            self.unknown += 1
-            return
-        ch, conn, src, sbus, dst, dbus, direction, transport, ptr, nr = m.groups()
-        # channel lines come in runs from one thread: cache the comm per (head, ptr); Init lines clear the cache
-        head = line[:i]
-        pc = self._chan_comm.get((head, ptr))
-        if pc is None:
-            if self.library is None and ptr is not None:
-                self.library = "RCCL"
-            pc = self._comm_for(head, ptr, int(nr) if nr else None, lineno)
-            self._chan_comm[(head, ptr)] = pc
-        key = (src, dst, transport)
-        seen = pc.edges.get(key)
-        if seen is None:
-            seen = pc.edges[key] = set()
-            self._channel_ranks(pc, int(src), sbus, int(dst), dbus, direction, ptr)
-        elif direction is not None:
-            self._channel_ranks(pc, int(src), sbus, int(dst), dbus, direction, ptr)
-        before = len(seen)
-        seen.add((ch, conn, direction))
-        if len(seen) > before:
-            self.transports[transport] = self.transports.get(transport, 0) + 1
-
-    @staticmethod
-    def _channel_ranks(
-        pc: ProcComm, s: int, sbus: str, d: int, dbus: str, direction: str | None, ptr: str | None
-    ) -> None:
-        if ptr is not None:
-            # rank[x] is a bus id in RCCL and old NCCL, a cudaDev in NCCL >= 2.19: only trust it with the comm suffix
-            peers = pc.peers
-            if s not in peers:
-                peers[s] = g.norm_bus_id(sbus)
-            if d not in peers:
-                peers[d] = g.norm_bus_id(dbus)
-        if pc.rank is None:
-            pc.printers.add(d if direction == "receive" else s)
-
-    def _connected(self, head: str, msg: str, lineno: int) -> None:
-        m = g.COMM_SUFFIX.search(msg) if " comm 0x" in msg else None
-        pc = self._comm_for(head, m.group(1) if m else None, int(m.group(2)) if m else None, lineno)
-        if m and m.group(3) and pc.bus_id is None:
-            pc.bus_id = g.norm_bus_id(m.group(3))
-        if "rings" in msg:
-            pc.rings = True
-        else:
-            pc.trees = True
 
     def _trail(self, line: str, msg: str, file: str, lineno: int) -> None:
         m = g.TRAIL.search(msg)
@@ -367,35 +222,8 @@ class LogParser:
         message = Message(file, lineno, text, "error_trail", self.rank_of(host, pid, dev), facts, host, pid)
         self.traces.append(Trace(message, (host, pid, tid), seq, seq, self.current_comm(host, pid, tid)))
 
-    def rank_of(self, host: str | None, pid: int | None, dev: int | None) -> int | None:
-        """The rank a process holds in its newest communicator (one rank per process in vLLM/torchrun); else dev."""
-        pc = self._proc_last.get((host, pid))
-        if pc is not None and pc.rank is not None and (dev is None or pc.dev is None or pc.dev == dev):
-            return pc.rank
-        return dev
-
-    def _rank_of_proc(self) -> dict[ProcKey, int]:
-        # one rank per process (vLLM TP, torchrun): the rank of its first communicator
-        out: dict[ProcKey, int] = {}
-        for pc in self.procs:
-            own = pc.own_ranks()
-            if len(own) == 1 and pc.proc not in out:
-                out[pc.proc] = next(iter(own))
-        return out
-
-    def seq(self, lineno: int) -> int:
-        """Global sequence number of line ``lineno`` of the file being fed."""
-        return self._base + lineno
-
 
 _QUIET_APP = ("INFO ", "DEBUG ", "INFO:")
-
-
-def _suffix_ptr(msg: str) -> str | None:
-    if " comm 0x" not in msg:
-        return None
-    m = g.COMM_SUFFIX.search(msg)
-    return m.group(1) if m else None
 
 
 def parse_lines(lines: Iterable[str], file: str = "<memory>") -> LogReport:
