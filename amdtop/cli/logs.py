@@ -9,7 +9,7 @@ from typing import Any
 from amdtop.cli.common import open_from_args, print_json
 from amdtop.errors import InputError
 from amdtop.model import Flag, Topology
-from amdtop.rccl.diagnose import comm_summary, diagnose
+from amdtop.rccl.diagnose import comm_label, comm_summary, diagnose
 from amdtop.rccl.parser import parse_files
 from amdtop.rccl.report import LogReport, WarningGroup, report_json
 from amdtop.report import flag_json
@@ -77,7 +77,13 @@ def render_report(report: LogReport, flags: list[Flag], topology: Topology | Non
     lib = f"{report.library or 'unknown library'} {report.version or ''}".strip()
     out = [f"{lib} · {report.files} files · {report.lines} lines ({report.unknown_lines} unknown)"]
     for c in report.comms:
-        out.append(f"comm {c.id}: {comm_summary(c, topology)}")
+        out.append(f"{comm_label(c)}: {comm_summary(c, topology)}")
+        by: dict[str, list[str]] = {}
+        for e in c.edges:
+            label = f"{e.transport} (inter-node)" if e.inter_node else e.transport
+            by.setdefault(label, []).append(f"{e.src}->{e.dst}")
+        if by:
+            out.append("  pairs: " + "; ".join(f"{t} {' '.join(p)}" for t, p in by.items()))
         for r in c.ranks:
             out.append(
                 f"  rank {r.rank:<3} dev {'?' if r.dev is None else r.dev:<3} bus {r.bus_id or '?':<8} {r.host or '?'} pid {r.pid or '?'}"

@@ -52,7 +52,7 @@ class CommLines:
         return pc
 
     def _comm_for(self, head: str, ptr: str | None, nranks: int | None, lineno: int) -> ProcComm:
-        host, pid, tid, _dev, _ = self.header(head)
+        host, pid, tid, dev, _ = self.header(head)
         pc = None
         if ptr is not None:
             pc = self._by_ptr.get((host, pid, ptr))
@@ -62,6 +62,7 @@ class CommLines:
                 pc = None  # another pointer: another communicator of this process
         if pc is None:
             pc = self._new_comm(host, pid, tid, ptr, self._base + lineno)
+            pc.dev = dev  # the printing thread's device; an Init line, when it comes, says it for sure
         elif ptr is not None and pc.ptr is None:
             pc.ptr = ptr
             self._by_ptr[(host, pid, ptr)] = pc

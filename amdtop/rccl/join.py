@@ -126,7 +126,7 @@ def freeze(key: str, members: Sequence[ProcComm], by_id: bool) -> Comm:
                 continue
             own_bus = pc.bus_id if pc.rank == r or len(pc.own_ranks()) == 1 else None
             b = own_bus or bus.get(r)
-            dev = pc.dev if pc.rank == r else None
+            dev = pc.dev if pc.rank == r or len(pc.own_ranks()) == 1 else None
             done = pc.complete_seq is not None
             infos[r] = RankInfo(r, dev, b, pc.host, pc.pid, done, pc.init_s if pc.rank == r else None, pc.ptr)
     _place_unranked(members, infos, bus)

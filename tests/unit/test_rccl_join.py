@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from amdtop.cli.main import main
 from amdtop.model import FlagKind
 from amdtop.rccl.diagnose import diagnose
 from amdtop.rccl.parser import LogParser, parse_files, parse_lines
@@ -145,3 +148,16 @@ def test_with_commid_the_id_joins() -> None:
     procs = [proc_comm_lines(r, BUS8[:4], pid=7000 + r, comm_id="0x1234abcd") for r in range(4)]
     (comm,) = parse_lines(interleave(procs)).comms
     assert (comm.id, comm.joined_by, comm.processes, comm.nranks) == ("0x1234abcd", "commId", 4, 4)
+
+
+def test_cli_text_groups_warnings_and_lists_pairs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "job.log"
+    f.write_text("\n".join(_job(8, benign_trace=True)) + "\n")
+    assert main(["logs", "parse", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "comm-1: 8 ranks, all pairs P2P/IPC" in out
+    assert "  pairs: P2P/IPC 0->1 1->2 2->3 3->4 4->5 5->6 6->7 7->0" in out
+    assert "warnings (24 lines, 3 distinct):" in out
+    assert '  x8 (8 ranks, 8 processes on n1) Missing "amd_iommu=on"' in out
+    assert "notes (8, return-code traces after which nothing failed):" in out
+    assert "errors" not in out and "! nccl_error" not in out

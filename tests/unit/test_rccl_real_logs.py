@@ -35,6 +35,7 @@ def test_rccl_1026_two_nodes_four_processes_each_one_communicator() -> None:
         (6, "g1072", 1263987, "c9000"),
         (7, "g1072", 1263988, "ce000"),
     ]
+    assert [r.dev for r in comm.ranks] == [0, 1, 2, 3, 0, 1, 2, 3]
     # GCDs of one node talk P2P/IPC; the two NET/Socket pairs cross the nodes: expected, not a fallback
     assert [(e.src, e.dst, e.transport, e.inter_node) for e in comm.edges] == [
         (1, 4, "NET/Socket/1", True),
