@@ -7,10 +7,11 @@ and fell back (amd.md §6: an 8-rank MI300X job printed ``net_ib.cc:652 -> 2`` o
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 
 from amdtop.rccl.report import Message, WarningGroup
-from amdtop.rccl.state import ProcComm, ThreadKey, Trace
+from amdtop.rccl.state import ProcComm, ProcKey, ThreadKey, Trace
 
 WARN_WINDOW = 50
 """A WARN this many lines (of the whole input) before or after a trace on the same thread is its cause or outcome."""
@@ -31,15 +32,15 @@ def judge_traces(
 ) -> list[tuple[int, Message, bool]]:
     """``(seq, message, is_error)`` per trace, in order; the reason is in the message's ``extra['verdict']``.
 
-    ``errors`` are the other errors with their sequence numbers (NCCL Error, exceptions, watchdog timeouts).
+    ``errors`` are the other errors with their sequence numbers (NCCL Error, exceptions, watchdog timeouts);
+    ``warn_seqs`` lists, per thread, the sequence numbers of its non-advisory WARNs in increasing order.
     """
-    completed = [pc for pc in procs if pc.complete_seq is not None]
+    ctx = _Context(procs, errors)
     out: list[tuple[int, Message, bool]] = []
-    failed: list[Trace] = []
     for t in traces:
-        reason = _reason(t, procs, completed, warn_seqs) or _cascade(t, failed, errors)
+        reason = _near_warn(t, warn_seqs) or ctx.reason(t) or ctx.cascade(t)
         if reason:
-            failed.append(t)
+            ctx.last_failed[t.thread[:2]] = t
         m = t.message
         verdict = (("verdict", reason or "nothing failed after it (a probe that fell back)"),)
         kind = m.kind if reason else "trace_note"
@@ -49,40 +50,55 @@ def judge_traces(
     return out
 
 
-def _reason(
-    t: Trace, procs: Sequence[ProcComm], completed: Sequence[ProcComm], warn_seqs: Mapping[ThreadKey, list[int]]
-) -> str | None:
-    for seq in warn_seqs.get(t.thread, ()):
-        if t.first_seq - WARN_WINDOW <= seq <= t.last_seq + WARN_WINDOW:
+def _near_warn(t: Trace, warn_seqs: Mapping[ThreadKey, list[int]]) -> str | None:
+    seqs = warn_seqs.get(t.thread)
+    if seqs:
+        i = bisect.bisect_left(seqs, t.first_seq - WARN_WINDOW)
+        if i < len(seqs) and seqs[i] <= t.last_seq + WARN_WINDOW:
             return "a WARN on the same thread"
-    proc = t.thread[:2]
-    mine = [pc for pc in procs if pc.proc == proc]
-    if any(pc.ended == "aborted" for pc in mine):
-        return "its communicator was aborted"
-    target = t.comm
-    if target is None:
-        later = [pc for pc in mine if pc.seq >= t.first_seq]
-        target = later[0] if later else None
-    others_done = [pc for pc in completed if pc.proc != proc]
-    if target is not None:
-        if target.complete_seq is None and others_done:
-            return "its communicator never completed init while other ranks did"
+    return None
+
+
+class _Context:
+    """Indexes over the whole parse, built once per report so each trace is judged in O(log n)."""
+
+    def __init__(self, procs: Sequence[ProcComm], errors: Sequence[tuple[int, Message]]) -> None:
+        self.by_proc: dict[ProcKey, list[ProcComm]] = {}
+        for pc in procs:
+            self.by_proc.setdefault(pc.proc, []).append(pc)
+        self.completed = {pc.proc for pc in procs if pc.complete_seq is not None}
+        self.error_seqs: dict[str, list[tuple[int, str]]] = {}
+        for seq, m in sorted(errors, key=lambda sm: sm[0]):
+            self.error_seqs.setdefault(m.file, []).append((seq, m.kind))
+        self.last_failed: dict[ProcKey, Trace] = {}
+
+    def reason(self, t: Trace) -> str | None:
+        proc = t.thread[:2]
+        mine = self.by_proc.get(proc, [])
+        if any(pc.ended == "aborted" for pc in mine):
+            return "its communicator was aborted"
+        target = t.comm or next((pc for pc in mine if pc.seq >= t.first_seq), None)
+        others_done = bool(self.completed - {proc})
+        if target is not None:
+            if target.complete_seq is None and others_done:
+                return "its communicator never completed init while other ranks did"
+            return None
+        if others_done and proc not in self.completed:
+            return "its process never completed an init while others did"
         return None
-    if others_done and not any(pc.complete_seq is not None for pc in mine):
-        return "its process never completed an init while others did"
-    return None
 
-
-def _cascade(t: Trace, failed: Sequence[Trace], errors: Sequence[tuple[int, Message]]) -> str | None:
-    # a failure unwinds through the caller's thread too (``group.cc -> 1`` after an async ``-> 3``), and a trace
-    # right before an error line of the same file is that error's cause
-    for f in reversed(failed):
-        if f.thread[:2] == t.thread[:2] and 0 <= t.first_seq - f.last_seq <= WARN_WINDOW:
+    def cascade(self, t: Trace) -> str | None:
+        # a failure unwinds through the caller's thread too (``group.cc -> 1`` after an async ``-> 3``), and a
+        # trace right before an error line of the same file is that error's cause
+        f = self.last_failed.get(t.thread[:2])
+        if f is not None and 0 <= t.first_seq - f.last_seq <= WARN_WINDOW:
             return "follows a failed trace of the same process"
-    for seq, m in errors:
-        if m.file == t.message.file and 0 <= seq - t.last_seq <= WARN_WINDOW:
-            return f"followed by {m.kind}"
-    return None
+        seqs = self.error_seqs.get(t.message.file)
+        if seqs:
+            i = bisect.bisect_left(seqs, (t.last_seq, ""))
+            if i < len(seqs) and seqs[i][0] - t.last_seq <= WARN_WINDOW:
+                return f"followed by {seqs[i][1]}"
+        return None
 
 
 def group_warnings(
