@@ -161,3 +161,25 @@ def test_cli_text_groups_warnings_and_lists_pairs(tmp_path: Path, capsys: pytest
     assert '  x8 (8 ranks, 8 processes on n1) Missing "amd_iommu=on"' in out
     assert "notes (8, return-code traces after which nothing failed):" in out
     assert "errors" not in out and "! nccl_error" not in out
+
+
+def test_one_process_driving_four_gpus_is_one_communicator() -> None:
+    # ncclCommInitAll / nccl-tests -g 4: one pid, one pointer per GPU; every Init START comes before any COMPLETE
+    bus = BUS8[:4]
+    lines = [
+        f"n1:500:{600 + r} [{r}] NCCL INFO ncclCommInitAll comm 0xa{r} rank {r} nranks 4 cudaDev {r} busId {bus[r]}"
+        " - Init START"
+        for r in range(4)
+    ]
+    lines += [
+        f"n1:500:{600 + r} [{r}] NCCL INFO Channel 00/0 : {r}[{bus[r]}] -> {(r + 1) % 4}[{bus[(r + 1) % 4]}] via "
+        f"P2P/IPC comm 0xa{r} nRanks 04"
+        for r in range(4)
+    ]
+    lines += [
+        f"n1:500:{600 + r} [{r}] NCCL INFO comm 0xa{r} rank {r} nranks 4 cudaDev {r} busId {bus[r]} - Init COMPLETE"
+        for r in range(4)
+    ]
+    (comm,) = parse_lines(lines).comms
+    assert (comm.nranks, comm.processes, comm.init_complete, len(comm.edges)) == (4, 1, 4, 4)
+    assert [r.dev for r in comm.ranks] == [0, 1, 2, 3]
