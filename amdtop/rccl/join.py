@@ -135,6 +135,10 @@ def freeze(key: str, members: Sequence[ProcComm], by_id: bool) -> Comm:
             infos[r] = RankInfo(r, None, b, None, None)
     hosts = {r: i.host for r, i in infos.items() if i.host}
     edges = _edges(members, hosts)
+    for e in edges:
+        # a peer named only by a cudaDev bracket (NCCL >= 2.19): a rank without facts, still a rank
+        for r in (e.src, e.dst):
+            infos.setdefault(r, RankInfo(r, None, None, None, None))
     nnodes = max((pc.nnodes for pc in members if pc.nnodes is not None), default=None)
     ended = (
         "aborted"
