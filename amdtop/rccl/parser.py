@@ -127,6 +127,10 @@ class LogParser(CommLines):
             if " via " in msg:
                 self._channel(line, i, lineno)
             return
+        if "\ufffd" in msg:
+            # invalid bytes (free to test on ASCII lines): a corrupted RCCL line is counted, never half-trusted
+            self.unknown += 1
+            return
         msg = msg.rstrip()
         if c == "C":
             if msg.startswith("Connected all "):
@@ -178,9 +182,6 @@ class LogParser(CommLines):
             m = g.COLL_CHANNELS.match(msg)
             if m:
                 self._comm_for(line[:i], suffix_ptr(msg), None, lineno).coll_channels = int(m.group(1))
-            return
-        if "\ufffd" in msg:
-            self.unknown += 1  # an RCCL line with invalid bytes that matched no form: say so, never drop it
 
     def version_line(self, msg: str) -> None:
         """Library and version from an ``RCCL version`` / ``NCCL version`` line."""

@@ -81,3 +81,13 @@ def test_invalid_bytes_in_rccl_lines_are_counted_unknown(tmp_path: Path) -> None
 
 def test_ascii_lines_are_not_slowed_into_unknown() -> None:
     assert parse_lines(LINES).unknown_lines == 0
+
+
+def test_invalid_bytes_in_init_lines_are_unknown_not_half_read(tmp_path: Path) -> None:
+    f = tmp_path / "init.log"
+    f.write_bytes(
+        b"n1:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 5\xff00 used 1 bytes - Init COMPLETE\n"
+        b"n1:1:1 [0] NCCL INFO Connected all rings comm 0x1 nRanks 0\xfe busId 5000\n"
+    )
+    rep = parse_files([f])
+    assert rep.unknown_lines == 2 and rep.comms == ()
