@@ -52,8 +52,8 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
         j = s.find(") ")
         if 0 < j < 80 and "pid=" in s[:j]:
             s = s[j + 2 :]
-    if s.startswith(("INFO:", "#")):
-        return  # uvicorn access/startup lines; nccl-tests/rccl-tests headers and fixture source lines
+    if s.startswith(("INFO:", "#", "=== amdtop launch ")):
+        return  # uvicorn access/startup lines; nccl-tests/rccl-tests headers, fixture sources; amdtop's launch line
     if s[:1] in _LEVEL_INITIALS and _is_app_log(s):
         # vLLM / Python logging: only the pynccl version line and ERROR/CRITICAL lines matter
         if s[0] == "I" and "nccl==" in s:

@@ -46,6 +46,10 @@ class LogUpdate:
         return next((w for w in self.workers if w.worker == name), None)
 
 
+LAUNCH_MARK = "=== amdtop launch "
+"""The line the supervisor writes into a worker's log before each launch (amdtop/supervisor/core.py)."""
+
+
 class LogMonitor:
     """Follower + incremental parser per worker + diagnosis. ``poll()`` is cheap and non-blocking (call it from a
     thread worker every 0.25-0.5 s and post the :class:`LogUpdate` to the UI)."""
@@ -77,7 +81,8 @@ class LogMonitor:
             touched.add(worker)
         for line in batch.lines:
             parser = self._parsers.get(line.worker)
-            if parser is None:
+            if parser is None or line.text.startswith(LAUNCH_MARK):
+                # a new launch of the worker: its communicators replace the last run's (new pids, new pointers)
                 parser = self._parsers[line.worker] = LogParser()
             n = self._counts.get(line.file, 0) + 1
             self._counts[line.file] = n
@@ -111,7 +116,14 @@ class LogMonitor:
         if nbytes > self.prime_bytes:
             lines.pop()  # cut mid-line
         name = str(path)
-        parser.feed_lines(lines, name, self._counts.get(name, 0) + 1)
+        start = self._counts.get(name, 0) + 1
+        last = max((i for i, text in enumerate(lines) if text.startswith(LAUNCH_MARK)), default=None)
+        if last is not None:
+            # only the newest launch in the head describes the running worker
+            parser = self._parsers[worker] = LogParser()
+            parser.feed_lines(lines[last:], name, start + last)
+        else:
+            parser.feed_lines(lines, name, start)
         # line numbers of the tail continue after the primed head (approximate when the head was capped)
         self._counts[name] = self._counts.get(name, 0) + len(lines)
 

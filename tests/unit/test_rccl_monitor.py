@@ -93,3 +93,24 @@ def test_monitor_reads_a_real_sim_worker_p2p_and_fallback(tmp_path: Path) -> Non
     assert "SHM/direct" in flag.message and "XGMI" in flag.message
     assert update.counts() == (("llama", 0, 4), ("qwen", 0, 2))
     assert qwen.warning_groups[0].count == 2 and qwen.warning_groups[0].processes == 2
+
+
+def test_a_new_launch_replaces_the_last_runs_communicators(tmp_path: Path) -> None:
+    # the supervisor appends "=== amdtop launch ..." to the worker's log before each launch
+    log = tmp_path / "qwen.log"
+    first = rccl_init_lines(2, 4200, bdfs=MI300X_BDFS[4:6], p2p=False, host="n1")
+    second = rccl_init_lines(2, 4300, bdfs=MI300X_BDFS[4:6], host="n1")
+    log.write_text("=== amdtop launch qwen:1 at 2026-12-01 10:00:00: vllm serve\n" + "\n".join(first) + "\n")
+    monitor = LogMonitor([("qwen", log)], SimBackend().topology(), backlog_bytes=0)
+    assert [f.kind for f in monitor.poll().flags] == [FlagKind.TRANSPORT_FALLBACK]  # primed from the head
+    with log.open("a") as fh:
+        fh.write("=== amdtop launch qwen:2 at 2026-12-01 10:05:00: vllm serve\n" + "\n".join(second) + "\n")
+    update = monitor.poll()
+    view = update.worker("qwen")
+    assert view is not None and update.flags == ()
+    (comm,) = view.comms
+    assert [r.pid for r in comm.ranks] == [4301, 4302] and {p.transport for p in comm.pairs} == {"P2P/IPC"}
+    assert view.unknown_lines == 0
+    # a monitor started later primes only the newest launch from the head
+    late = LogMonitor([("qwen", log)], SimBackend().topology(), backlog_bytes=0).poll().worker("qwen")
+    assert late is not None and [r.pid for r in late.comms[0].ranks] == [4301, 4302]
