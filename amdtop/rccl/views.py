@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from amdtop.model import Flag, Topology
 from amdtop.rccl.diagnose import FALLBACK_PREFIXES, comm_summary, rank_gpus
@@ -128,3 +129,50 @@ def worker_logs(worker: str, report: LogReport, topology: Topology | None, flags
         unknown_lines=report.unknown_lines,
         flags=flags,
     )
+
+
+def worker_logs_json(w: WorkerLogs) -> dict[str, Any]:
+    """One worker's logs for ``snapshot --json`` (same key names as ``logs parse --json`` where they overlap)."""
+    return {
+        "worker": w.worker,
+        "library": w.library,
+        "version": w.version,
+        "lines": w.lines,
+        "unknown_lines": w.unknown_lines,
+        "errors": w.errors,
+        "warnings": w.warnings,
+        "notes": w.notes,
+        "comms": [
+            {
+                "id": c.id,
+                "nranks": c.nranks,
+                "summary": c.summary,
+                "hosts": list(c.hosts),
+                "init_complete": c.init_complete,
+                "rings_connected": c.rings_connected,
+                "ended": c.ended,
+                "ranks": [
+                    {"rank": r.rank, "gpu": g, "dev": r.dev, "bus_id": r.bus_id, "host": r.host, "pid": r.pid}
+                    for r, g in zip(c.ranks, c.gpus, strict=True)
+                ],
+                "edges": [
+                    {
+                        "from": p.src,
+                        "to": p.dst,
+                        "transport": p.transport,
+                        "channels": p.channels,
+                        "gpus": [p.src_gpu, p.dst_gpu],
+                        "link": p.link,
+                        "inter_node": p.inter_node,
+                        "fallback": p.fallback,
+                    }
+                    for p in c.pairs
+                ],
+            }
+            for c in w.comms
+        ],
+        "warning_groups": [
+            {"text": g.text, "count": g.count, "ranks": list(g.ranks), "processes": g.processes}
+            for g in w.warning_groups
+        ],
+    }

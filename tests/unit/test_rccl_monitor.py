@@ -114,3 +114,28 @@ def test_a_new_launch_replaces_the_last_runs_communicators(tmp_path: Path) -> No
     # a monitor started later primes only the newest launch from the head
     late = LogMonitor([("qwen", log)], SimBackend().topology(), backlog_bytes=0).poll().worker("qwen")
     assert late is not None and [r.pid for r in late.comms[0].ranks] == [4301, 4302]
+
+
+def test_worker_logs_json_is_plain_data() -> None:
+    import json
+
+    from amdtop.rccl.diagnose import diagnose
+    from amdtop.rccl.views import worker_logs, worker_logs_json
+
+    topo = SimBackend().topology()
+    rep = parse_lines(rccl_init_lines(2, 4200, bdfs=MI300X_BDFS[4:6], p2p=False, host="n1"))
+    doc = worker_logs_json(worker_logs("qwen", rep, topo, tuple(diagnose(rep, topo, "qwen"))))
+    assert json.loads(json.dumps(doc)) == doc
+    (comm,) = doc["comms"]
+    assert [(r["rank"], r["gpu"], r["pid"]) for r in comm["ranks"]] == [(0, 4, 4201), (1, 5, 4202)]
+    assert comm["edges"][0] == {
+        "from": 0,
+        "to": 1,
+        "transport": "SHM/direct",
+        "channels": 2,
+        "gpus": [4, 5],
+        "link": "XGMI",
+        "inter_node": False,
+        "fallback": True,
+    }
+    assert (doc["errors"], doc["warnings"], doc["warning_groups"][0]["count"]) == (0, 2, 2)
