@@ -14,7 +14,7 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "rccl" / "real"
 
 def test_every_excerpt_names_its_source() -> None:
     files = sorted(REAL.glob("*.log"))
-    assert len(files) == 6
+    assert len(files) == 7
     for f in files:
         assert f.read_text().splitlines()[0].startswith("# source: https://github.com/"), f
 
@@ -83,3 +83,25 @@ def test_nccl_tests_166_connection_failures_are_errors() -> None:
         "Socket recv failed while polling for opId=0x7f6f18cb7f40",
     ]
     assert rep.unknown_lines == 0
+
+
+def test_nccl_1412_one_process_eight_gpus_joined_by_commid() -> None:
+    # NVIDIA/nccl#1412: one process drives the GPUs of one node of a 16-rank job; NCCL prints the commId
+    rep = parse_files([REAL / "nvidia-nccl-1412-one-process-commid.log"])
+    (comm,) = rep.comms
+    assert (comm.id, comm.nranks, comm.joined_by, comm.processes, comm.hosts) == (
+        "0x49bbd7790311d5eb",
+        16,
+        "commId",
+        1,
+        ("swat1-04",),
+    )
+    assert [(r.rank, r.dev, r.bus_id, r.init_complete) for r in comm.ranks] == [
+        (0, 0, "7000", True),
+        (1, 1, "b000", True),
+        (4, 4, "88000", True),
+        (5, 5, "8b000", True),
+        (6, 6, "c8000", True),
+    ]
+    assert [r.init_s for r in comm.ranks] == [1.08, None, None, None, 1.08]
+    assert len({r.ptr for r in comm.ranks}) == 5 and rep.unknown_lines == 0
