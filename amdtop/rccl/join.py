@@ -124,11 +124,12 @@ def freeze(key: str, members: Sequence[ProcComm], by_id: bool) -> Comm:
         for r in sorted(pc.own_ranks()):
             if r in infos and infos[r].pid is not None:
                 continue
-            own_bus = pc.bus_id if pc.rank == r or len(pc.own_ranks()) == 1 else None
-            b = own_bus or bus.get(r)
-            dev = pc.dev if pc.rank == r or len(pc.own_ranks()) == 1 else None
+            mine = pc.rank == r or len(pc.own_ranks()) == 1  # its own facts are this rank's
+            b = (pc.bus_id if mine else None) or bus.get(r)
             done = pc.complete_seq is not None
-            infos[r] = RankInfo(r, dev, b, pc.host, pc.pid, done, pc.init_s if pc.rank == r else None, pc.ptr)
+            infos[r] = RankInfo(
+                r, pc.dev if mine else None, b, pc.host, pc.pid, done, pc.init_s if mine else None, pc.ptr
+            )
     _place_unranked(members, infos, bus)
     for r, b in bus.items():
         if r not in infos:

@@ -177,6 +177,8 @@ class LogParser(CommLines):
             if m:
                 pc = self._comm_for(line[:i], None, int(m.group(2)), lineno)
                 pc.init_s = float(m.group(3))
+                if pc.rank is None:
+                    pc.printers.add(int(m.group(1)))
             return
         if c.isdigit() and " coll channels" in msg:
             m = g.COLL_CHANNELS.match(msg)
