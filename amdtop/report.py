@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from amdtop.cpulist import format_cpulist
 from amdtop.health.report import fabric_json, gpu_health_json
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
+from amdtop.rccl.views import worker_logs_json
 
 if TYPE_CHECKING:  # the pipeline reads the probe cache, whose JSON uses flag_json from here
     from amdtop.pipeline.frame import NodeFrame, TpGroup
@@ -159,6 +160,7 @@ def frame_json(frame: NodeFrame) -> dict[str, Any]:
     doc["fabric"] = fabric_json(frame.fabric)
     doc["tp_groups"] = [group_json(g) for g in frame.groups]
     doc["log_counts"] = [{"worker": c.worker, "errors": c.errors, "warnings": c.warnings} for c in frame.log_counts]
+    doc["logs"] = [] if frame.logs is None else [worker_logs_json(w) for w in frame.logs.workers]
     if frame.errors:
         doc["errors"] = list(frame.errors)
     return doc

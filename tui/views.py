@@ -47,7 +47,17 @@ def _owner(workers: tuple[WorkerStatus, ...]) -> dict[int, tuple[str, int]]:
 
 def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
     marks: dict[int, list[str]] = {}
-    short = {FlagKind.TP_IMBALANCE: "IMB", FlagKind.NUMA_MISMATCH: "NUMA", FlagKind.GPU_LOST: "LOST"}
+    short = {
+        FlagKind.TP_IMBALANCE: "IMB",
+        FlagKind.NUMA_MISMATCH: "NUMA",
+        FlagKind.GPU_LOST: "LOST",
+        FlagKind.TRANSPORT_FALLBACK: "XPORT",
+        FlagKind.NCCL_ERROR: "NCCL",
+        FlagKind.NCCL_TIMEOUT: "NCCL",
+        FlagKind.LINK_DEGRADED: "LINK",
+        FlagKind.GPU_THROTTLED: "THR",
+        FlagKind.ECC_UNCORRECTABLE: "ECC",
+    }
     for flag in frame.flags:
         tag = short.get(flag.kind)
         if tag is None:
@@ -139,6 +149,12 @@ def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
             )
     if not lines:
         lines.append(Text("No TP groups: no worker is running.", style="dim"))
+    # Flags of the node or of single GPUs (throttling, ECC, lost GPUs, degraded links): under the groups, with their
+    # messages; the GPU pane tags the GPUs they name.
+    for f in frame.flags:
+        if f.worker is None and f.kind is not FlagKind.NUMA_BALANCING:
+            style = "bold red" if f.kind in (FlagKind.GPU_LOST, FlagKind.ECC_UNCORRECTABLE) else "yellow"
+            lines.append(Text(f"! {f.kind.value}: {f.message}", style=style))
     return tuple(lines)
 
 

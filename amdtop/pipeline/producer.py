@@ -203,12 +203,8 @@ class NodePipeline:
             update = self.monitor.poll()
         except OSError as exc:  # a log that cannot be read must not stop telemetry: the frame says so
             return None, (), f"logs: {exc}"
-        counts = []
-        for worker in sorted({w.name for w in self._last_workers}):
-            report = self.monitor.report(worker)
-            if report is not None:
-                counts.append(LogCounts(worker, len(report.errors), len(report.warnings)))
-        return update, tuple(counts), None
+        counts = tuple(LogCounts(worker, errors, warnings) for worker, errors, warnings in update.counts())
+        return update, counts, None
 
     def _remember(self, snap: NodeSnapshot) -> list[NodeSnapshot]:
         self._snaps.append(snap)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ def make_app(
     sim = SimBackend(seed=7, scenario=scenario, clock=lambda: FROZEN, hostname="amdtop-demo")
     for gpu in lose:
         sim.lose_gpu(gpu)
-    control = DemoControl(sim, specs, clock=lambda: FROZEN)
+    # The demo workers' logs, as the simulated servers write them (RCCL init included): the Logs pane shows them.
+    control = DemoControl(sim, specs, clock=lambda: FROZEN, log_dir=Path(tempfile.mkdtemp(prefix="amdtop-demo-logs-")))
     kw.setdefault("autopoll", False)
+    kw.setdefault("follow_logs", True)
     return AmdtopApp(
         sim,
         workers=control,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import tomlkit
 
@@ -19,6 +20,7 @@ from amdtop.errors import InputError
 from amdtop.model import EngineStats, WorkerState, WorkerStatus
 from amdtop.simserver.background import OUTPUT_TOKENS, PROMPT_TOKENS, target
 from amdtop.simserver.engine import SimConfig
+from amdtop.simserver.logs import rccl_init_lines
 from amdtop.supervisor.demo import demo_profiles_text, feed_demand
 from amdtop.supervisor.observe import profile_numa
 from amdtop.supervisor.profiles import Profile, profiles_from_document
@@ -52,9 +54,14 @@ class DemoControl:
     """Worker source and controller over the demo profiles (or the given scenarios); records every control call."""
 
     def __init__(
-        self, sim: SimBackend, scenarios: Sequence[Scenario] | None = None, clock: Callable[[], float] | None = None
+        self,
+        sim: SimBackend,
+        scenarios: Sequence[Scenario] | None = None,
+        clock: Callable[[], float] | None = None,
+        log_dir: Path | None = None,
     ) -> None:
         self.sim = sim
+        self.log_dir = log_dir
         self.topology = sim.topology()
         self.clock = clock or (lambda: 0.0)
         self.scenarios = {s.name: s for s in scenarios} if scenarios is not None else None
@@ -65,6 +72,22 @@ class DemoControl:
         self._state: dict[str, WorkerStatus] = {}
         for name in self.names():
             self._run(name, self.clock() - UPTIME_S, 0)
+        if log_dir is not None:
+            self._write_logs(log_dir)
+
+    def _write_logs(self, log_dir: Path) -> None:
+        """Each demo worker's log as the simulated server writes it with its profile's env (RCCL init included)."""
+        for i, p in enumerate(self.profiles):
+            env = dict(p.env)
+            if env.get("NCCL_DEBUG", "").upper() != "INFO":
+                continue
+            bdfs = [g.bdf for i_ in p.gpus if (g := self.topology.gpu(i_)) is not None]
+            lines = rccl_init_lines(
+                len(p.gpus), 4000 + 100 * i, bdfs=bdfs, p2p=env.get("NCCL_P2P_DISABLE") != "1", host="amdtop-demo"
+            )
+            path = log_dir / f"{p.name}.log"
+            path.write_text("".join(line + "\n" for line in lines))
+            self._state[p.name] = replace(self._state[p.name], log=str(path))
 
     def names(self) -> list[str]:
         return list(self.scenarios) if self.scenarios is not None else [p.name for p in self.profiles]
