@@ -10,7 +10,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amdtop.model import (
     Flag,
@@ -22,6 +22,7 @@ from amdtop.model import (
     LinkType,
     NodeSnapshot,
     NumaNode,
+    Partition,
     Topology,
 )
 from amdtop.telemetry.base import BackendOptions
@@ -38,7 +39,67 @@ MI300X_BDFS = (
     "0000:c6:00.0",
     "0000:e5:00.0",
 )
-SCENARIOS = ("mi300x-8", "pcie-4", "empty")
+SCENARIOS = ("mi300x-8", "mi300x-8-cpx", "pcie-4", "empty")
+PARTITION_COUNT = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
+NPS_COUNT = {"NPS1": 1, "NPS2": 2, "NPS4": 4, "NPS8": 8}
+MI300X_CUS = 304
+
+
+def parse_partition(text: str) -> tuple[str, str]:
+    """``CPX`` or ``CPX/NPS4`` -> (compute mode, memory mode); the memory mode defaults to NPS4 for CPX, else NPS1.
+
+    Raises:
+        ValueError: not a compute mode (``SPX|DPX|QPX|CPX``) optionally followed by ``/NPS1|/NPS2|/NPS4|/NPS8``.
+    """
+    compute, slash, memory = text.strip().upper().partition("/")
+    if compute not in PARTITION_COUNT:
+        raise ValueError(f"{text!r}: compute mode must be one of {', '.join(PARTITION_COUNT)} (e.g. CPX or CPX/NPS4)")
+    if not slash:
+        memory = "NPS4" if compute == "CPX" else "NPS1"
+    if memory not in NPS_COUNT:
+        raise ValueError(f"{text!r}: memory mode must be one of {', '.join(NPS_COUNT)} (e.g. CPX/NPS4)")
+    return compute, memory
+
+
+def partitioned(topology: Topology, compute: str, memory: str) -> Topology:
+    """``topology`` with every GPU in ``compute``/``memory`` mode, laid out as KFD does it (amd.md §5).
+
+    Partition p of GPU i: KFD node 2 + n*i + p (two CPU nodes first), render minor 128 + 8*i + p, HIP index n*i + p;
+    memory VRAM / NPS count, CUs 304 / n; links between GPUs weight 41 (what the partitions' io_links say).
+    """
+    n = PARTITION_COUNT[compute]
+    ncpu = len(topology.numa_nodes)
+    gpus = []
+    for info in topology.gpus:
+        i = info.index
+        parts = tuple(
+            Partition(
+                index=p,
+                kfd_node=ncpu + n * i + p,
+                gpu_id=0x5A00 + 16 * i + p,
+                render_minor=128 + 8 * i + p,
+                hip_index=n * i + p,
+                numa_node=info.numa_node,
+                mem_bytes=(info.vram_total_bytes or 0) // NPS_COUNT[memory],
+                compute_units=MI300X_CUS // n,
+            )
+            for p in range(n)
+        )
+        gpus.append(
+            replace(
+                info,
+                compute_partition=compute,
+                memory_partition=memory,
+                partitions=parts if n > 1 else (),
+                available_compute_partitions=tuple(PARTITION_COUNT),
+                available_memory_partitions=("NPS1", "NPS4"),
+            )
+        )
+    links = topology.links
+    if n > 1:
+        # Real partitioned captures: XGMI io_links between partitions of different GPUs weigh 41, no bandwidth given.
+        links = tuple(replace(lk, weight=41, max_bandwidth_mbs=None) for lk in links)
+    return Topology(tuple(gpus), links, topology.numa_nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +176,7 @@ def _empty_topology() -> Topology:
 
 _TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "mi300x-8": _mi300x_topology,
+    "mi300x-8-cpx": lambda: partitioned(_mi300x_topology(), "CPX", "NPS4"),
     "pcie-4": _pcie4_topology,
     "empty": _empty_topology,
 }
@@ -131,11 +193,22 @@ class SimBackend:
         scenario: str = "mi300x-8",
         clock: Callable[[], float] = time.time,
         hostname: str = "amdtop-demo",
+        partition: str | None = None,
     ) -> None:
-        """Build the node ``scenario``; ``clock`` gives the snapshot timestamps."""
+        """Build the node ``scenario``; ``clock`` gives the snapshot timestamps.
+
+        ``partition`` (``CPX``, ``DPX/NPS1``...: see :func:`parse_partition`) puts every GPU in that mode.
+
+        Raises:
+            ValueError: unknown scenario or partition mode.
+        """
         if scenario not in _TOPOLOGIES:
             raise ValueError(f"unknown sim scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
         self._topology = _TOPOLOGIES[scenario]()
+        if partition is not None:
+            if scenario not in ("mi300x-8", "mi300x-8-cpx"):
+                raise ValueError(f"sim scenario {scenario!r} has no partition modes (only the MI300X node has)")
+            self._topology = partitioned(self._topology, *parse_partition(partition))
         self._rng = random.Random(seed)
         self._clock = clock
         self._hostname = hostname
@@ -209,4 +282,4 @@ class SimBackend:
 
 def open_backend(options: BackendOptions) -> SimBackend:
     """Open the simulated node described by ``options``."""
-    return SimBackend(seed=options.seed, scenario=options.scenario)
+    return SimBackend(seed=options.seed, scenario=options.scenario, partition=options.partition)

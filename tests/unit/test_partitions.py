@@ -23,6 +23,7 @@ from amdtop.hip_devices import (
 from amdtop.model import GpuInfo, LinkType, Partition, Topology
 from amdtop.report import snapshot_json
 from amdtop.telemetry.partitions import COMPUTE_MODES, MEMORY_MODES, parse_mode, parse_modes, read_modes
+from amdtop.telemetry.sim import SimBackend
 from amdtop.telemetry.sysfs import SysfsBackend
 from tests.fixtures.kfd_capture import MI210_XGMI_PCIE, MI300X_CPX, MI308X_4PART, graft, source
 from tests.fixtures.sysfs_tree import GIB, MI300X_VRAM, MIB, build_mi300x_8, build_mi300x_8_partitioned
@@ -209,3 +210,67 @@ def test_mixed_modes_number_hip_devices_in_gpu_order() -> None:
 def test_partitions_without_kfd_hip_index_get_the_next_free_ones() -> None:
     topo = Topology((_gpu(0, (Partition(0), Partition(1))), _gpu(1)), (), ())
     assert [(d.hip_index, d.gpu, d.partition) for d in hip_devices(topo)] == [(0, 0, 0), (1, 0, 1), (2, 1, None)]
+
+
+# ------------------------------------------------------------------------------------------------ simulated node
+
+
+def test_sim_cpx_node_matches_the_real_layout() -> None:
+    topo = SimBackend(partition="CPX").topology()
+    assert SimBackend(scenario="mi300x-8-cpx").topology() == topo
+    assert [(g.compute_partition, g.memory_partition, len(g.partitions)) for g in topo.gpus] == [("CPX", "NPS4", 8)] * 8
+    assert [d.hip_index for d in hip_devices(topo)] == list(range(64))
+    assert topo.gpus[3].partitions[2] == Partition(
+        index=2,
+        kfd_node=2 + 8 * 3 + 2,
+        gpu_id=topo.gpus[3].partitions[2].gpu_id,
+        render_minor=128 + 8 * 3 + 2,
+        hip_index=26,
+        numa_node=0,
+        mem_bytes=MI300X_VRAM // 4,
+        compute_units=38,
+    )
+    assert {(lk.type, lk.hops, lk.weight) for lk in topo.links} == {(LinkType.XGMI, 1, 41)}
+    dpx = SimBackend(partition="dpx").topology()
+    assert {(g.memory_partition, len(g.partitions)) for g in dpx.gpus} == {("NPS1", 2)}
+    spx = SimBackend(partition="SPX/NPS1").topology()
+    assert {(g.compute_partition, g.partitions) for g in spx.gpus} == {("SPX", ())}
+    assert SimBackend().topology().gpus[0].compute_partition is None  # the default demo node is unchanged
+
+
+@pytest.mark.parametrize("bad", ["XPX", "CPX/NPS3", "", "CPX/"])
+def test_sim_rejects_unknown_modes(bad: str) -> None:
+    with pytest.raises(ValueError, match="mode must be one of"):
+        SimBackend(partition=bad)
+
+
+def test_sim_partition_needs_an_mi300x_scenario() -> None:
+    with pytest.raises(ValueError, match="no partition modes"):
+        SimBackend(scenario="pcie-4", partition="CPX")
+
+
+def _amdtop(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "amdtop", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_demo_partition() -> None:
+    out = _amdtop("snapshot", "--json", "--demo", "--demo-partition", "QPX/NPS4")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert {(g["compute_partition"], g["memory_partition"], len(g["partitions"])) for g in doc["gpus"]} == {
+        ("QPX", "NPS4", 4)
+    }
+    assert doc["gpus"][7]["partitions"][3]["hip_index"] == 31
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--demo", "--demo-partition", "XPX"), "argument --demo-partition: 'XPX': compute mode must be one of"),
+        (("--demo-partition", "CPX"), "--demo-partition: only the simulated node has a settable partition mode"),
+    ],
+)
+def test_cli_demo_partition_bad_input(args: tuple[str, ...], message: str) -> None:
+    out = _amdtop("topo", "--json", *args)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("amdtop: error: ") and message in out.stderr and out.stderr.count("\n") == 1
