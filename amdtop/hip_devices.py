@@ -9,10 +9,10 @@ partitions of GPU 0. Everything here is pure: it reads only a :class:`Topology`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from amdtop.model import GpuInfo, Partition, Topology
+from amdtop.model import GpuInfo, Partition, Topology, WorkerStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +92,28 @@ def group_members(topology: Topology, hip_indices: Iterable[int]) -> tuple[HipDe
 def group_numa_nodes(topology: Topology, hip_indices: Iterable[int]) -> tuple[int, ...]:
     """Distinct host NUMA nodes of a TP group's devices (partition-level where KFD says so), sorted."""
     return tuple(sorted({d.numa_node for d in group_members(topology, hip_indices) if d.numa_node is not None}))
+
+
+def device_indices(topology: Topology) -> tuple[int, ...]:
+    """The device indices worker profiles may name (``gpus = [...]``, ``HIP_VISIBLE_DEVICES``): HIP indices, which
+    are the GPU indices on an unpartitioned node."""
+    return tuple(d.hip_index for d in hip_devices(topology))
+
+
+def device_numa(topology: Topology, hip_index: int) -> int | None:
+    """Host NUMA node of HIP device ``hip_index`` (the partition's where KFD gives one); ``None`` if unknown."""
+    for dev in hip_devices(topology):
+        if dev.hip_index == hip_index:
+            return dev.numa_node
+    return None
+
+
+def physical_worker(worker: WorkerStatus, topology: Topology) -> WorkerStatus:
+    """``worker`` with its HIP indices replaced by the physical GPUs they sit on (first-seen order), so per-GPU
+    analyses (imbalance, NUMA, topology groups) apply on a partitioned node; unchanged on an unpartitioned one."""
+    if not is_partitioned(topology):
+        return worker
+    return replace(worker, gpus=physical_gpus(topology, worker.gpus))
 
 
 def device_label(dev: HipDevice) -> str:

@@ -32,6 +32,7 @@ class FlagKind(str, Enum):
     TP_PLACEMENT = "tp_placement"
     NCCL_ERROR = "nccl_error"
     NCCL_TIMEOUT = "nccl_timeout"
+    PARTITION_SPLIT = "partition_split"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,17 @@ from pathlib import Path
 import pytest
 
 from amdtop.hip_devices import (
+    device_indices,
+    device_numa,
     group_numa_nodes,
     hip_devices,
     is_partitioned,
     physical_gpus,
+    physical_worker,
     resolve_hip_index,
 )
-from amdtop.model import GpuInfo, LinkType, Partition, Topology
+from amdtop.model import FlagKind, GpuInfo, LinkType, Partition, Topology, WorkerState, WorkerStatus
+from amdtop.partition_groups import partition_groups, partition_split_flags
 from amdtop.report import snapshot_json
 from amdtop.telemetry.partitions import COMPUTE_MODES, MEMORY_MODES, parse_mode, parse_modes, read_modes
 from amdtop.telemetry.sim import SimBackend
@@ -274,3 +278,50 @@ def test_cli_demo_partition_bad_input(args: tuple[str, ...], message: str) -> No
     out = _amdtop("topo", "--json", *args)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith("amdtop: error: ") and message in out.stderr and out.stderr.count("\n") == 1
+
+
+# ------------------------------------------------------------------------------------------- TP groups and flags
+
+
+def _worker(name: str, gpus: tuple[int, ...], state: WorkerState = WorkerState.READY) -> WorkerStatus:
+    return WorkerStatus(name, state, gpus)
+
+
+def test_profiles_name_hip_devices_on_a_partitioned_node() -> None:
+    cpx = SimBackend(partition="CPX").topology()
+    assert device_indices(cpx) == tuple(range(64))
+    assert device_numa(cpx, 31) == 0 and device_numa(cpx, 32) == 1 and device_numa(cpx, 64) is None
+    spx = SimBackend().topology()
+    assert device_indices(spx) == tuple(range(8))  # unpartitioned: the GPU indices
+    assert device_numa(spx, 5) == 1
+
+
+def test_physical_worker_maps_hip_indices_to_gpus() -> None:
+    cpx = SimBackend(partition="CPX").topology()
+    w = _worker("llama", (6, 7, 8, 9))
+    assert physical_worker(w, cpx).gpus == (0, 1)
+    assert physical_worker(w, SimBackend().topology()) is w  # unpartitioned: untouched
+
+
+def test_partition_split_flag() -> None:
+    cpx = SimBackend(partition="CPX").topology()
+    workers = [
+        _worker("inside", tuple(range(8, 16))),  # TP-8 on GPU 1's partitions: fine
+        _worker("split", (6, 7, 8, 9)),  # TP-4 over GPUs 0 and 1: fits on one GPU
+        _worker("wide", tuple(range(16, 32)), WorkerState.READY),  # TP-16 cannot fit on one GPU: not flagged
+        _worker("stopped", (38, 41), WorkerState.STOPPED),
+    ]
+    flags = partition_split_flags(cpx, workers)
+    assert [(f.kind, f.worker, f.gpus) for f in flags] == [(FlagKind.PARTITION_SPLIT, "split", (0, 1))]
+    assert "GPU0.6, GPU0.7, GPU1.0, GPU1.1" in flags[0].message
+    assert dict(flags[0].extra) == {"hip_devices": (6, 7, 8, 9), "numa_nodes": (0,)}
+    assert hash(flags[0])  # flags stay hashable (frozen)
+    doc = json.loads(json.dumps(snapshot_json(SimBackend(partition="CPX").sample(), flags=flags)))
+    assert doc["flags"][0]["kind"] == "partition_split" and doc["flags"][0]["hip_devices"] == [6, 7, 8, 9]
+    assert partition_split_flags(SimBackend().topology(), workers) == []  # unpartitioned node: never
+    groups = partition_groups(cpx, workers)
+    assert [(g.worker, g.gpus, g.numa_nodes) for g in groups] == [
+        ("inside", (1,), (0,)),
+        ("split", (0, 1), (0,)),
+        ("wide", (2, 3), (0,)),
+    ]
