@@ -325,3 +325,20 @@ def test_partition_split_flag() -> None:
         ("split", (0, 1), (0,)),
         ("wide", (2, 3), (0,)),
     ]
+
+
+def test_exporter_publishes_partitions() -> None:
+    from amdtop.exporter.families import build_families
+    from amdtop.exporter.state import ExportState
+
+    fams = {f.name: f for f in build_families(ExportState(SimBackend(partition="CPX", hostname="h").sample()))}
+    modes = fams["amdtop_gpu_partition_mode_info"].samples
+    assert len(modes) == 8 and {(s.labels["compute_partition_type"], s.labels["memory_partition_type"]) for s in modes} == {
+        ("CPX", "NPS4")
+    }
+    parts = fams["amdtop_gpu_partition_info"].samples
+    assert len(parts) == 64
+    last = next(s for s in parts if s.labels["gpu_id"] == "7" and s.labels["partition_id"] == "7")
+    assert (last.labels["hip_index"], last.labels["render_minor"], last.labels["numa_node"]) == ("63", "191", "1")
+    plain = {f.name for f in build_families(ExportState(SimBackend().sample()))}
+    assert "amdtop_gpu_partition_info" not in plain and "amdtop_gpu_partition_mode_info" not in plain
