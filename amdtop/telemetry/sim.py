@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from amdtop.hip_devices import hip_devices
 from amdtop.model import (
     Flag,
     FlagKind,
@@ -114,6 +115,8 @@ class GpuDemand:
     """Process holding it, shown in the process list."""
     name: str | None = None
     """Process name."""
+    partition: int | None = None
+    """Compute partition the demand runs on (set by :meth:`SimBackend.set_device_demand`)."""
 
 
 def _mi300x_topology() -> Topology:
@@ -227,7 +230,32 @@ class SimBackend:
             for idx in list(self._demand):
                 self._demand[idx] = [d for d in self._demand[idx] if d.name != source]
             for idx, demand in gpus.items():
-                self._demand.setdefault(idx, []).append(GpuDemand(demand.util, demand.vram_bytes, demand.pid, source))
+                self._demand.setdefault(idx, []).append(
+                    GpuDemand(demand.util, demand.vram_bytes, demand.pid, source, demand.partition)
+                )
+
+    def set_device_demand(self, source: str, devices: dict[int, GpuDemand]) -> None:
+        """Like :meth:`set_demand` but keyed by HIP device index, as a worker names its devices on a partitioned node.
+
+        A partition's ``util`` (0..1 of that partition) counts as ``util / partitions`` of its GPU; its VRAM and
+        process are reported on the GPU, tagged with the partition. Unknown indices are ignored.
+        """
+        by_hip = {d.hip_index: d for d in hip_devices(self._topology)}
+        gpus: dict[int, list[GpuDemand]] = {}
+        for hip, demand in devices.items():
+            dev = by_hip.get(hip)
+            if dev is None:
+                continue
+            info = self._topology.gpu(dev.gpu)
+            share = max(1, len(info.partitions)) if info is not None else 1
+            gpus.setdefault(dev.gpu, []).append(
+                GpuDemand(demand.util / share, demand.vram_bytes, demand.pid, source, dev.partition)
+            )
+        with self._lock:
+            for idx in list(self._demand):
+                self._demand[idx] = [d for d in self._demand[idx] if d.name != source]
+            for idx, demands in gpus.items():
+                self._demand.setdefault(idx, []).extend(demands)
 
     def lose_gpu(self, index: int, reason: str = "device stopped responding") -> None:
         """Make GPU ``index`` stop answering (as a GPU that fell off the bus)."""
@@ -261,7 +289,9 @@ class SimBackend:
         target_temp = 35.0 + 50.0 * util / 100.0
         self._temps[info.index] += (target_temp - self._temps[info.index]) * 0.3
         temp = round(self._temps[info.index], 1)
-        processes = tuple(GpuProcess(d.pid or 0, d.name, d.vram_bytes) for d in demands if d.vram_bytes > 0)
+        processes = tuple(
+            GpuProcess(d.pid or 0, d.name, d.vram_bytes, d.partition) for d in demands if d.vram_bytes > 0
+        )
         return GpuSample(
             index=info.index,
             util_pct=round(util, 1),

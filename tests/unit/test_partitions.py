@@ -27,7 +27,7 @@ from amdtop.model import FlagKind, GpuInfo, LinkType, Partition, Topology, Worke
 from amdtop.partition_groups import partition_groups, partition_split_flags
 from amdtop.report import snapshot_json
 from amdtop.telemetry.partitions import COMPUTE_MODES, MEMORY_MODES, parse_mode, parse_modes, read_modes
-from amdtop.telemetry.sim import SimBackend
+from amdtop.telemetry.sim import GpuDemand, SimBackend
 from amdtop.telemetry.sysfs import SysfsBackend
 from tests.fixtures.kfd_capture import MI210_XGMI_PCIE, MI300X_CPX, MI308X_4PART, graft, source
 from tests.fixtures.sysfs_tree import GIB, MI300X_VRAM, MIB, build_mi300x_8, build_mi300x_8_partitioned
@@ -342,3 +342,18 @@ def test_exporter_publishes_partitions() -> None:
     assert (last.labels["hip_index"], last.labels["render_minor"], last.labels["numa_node"]) == ("63", "191", "1")
     plain = {f.name for f in build_families(ExportState(SimBackend().sample()))}
     assert "amdtop_gpu_partition_info" not in plain and "amdtop_gpu_partition_mode_info" not in plain
+
+
+def test_sim_demand_by_hip_device_lands_on_partitions() -> None:
+    sim = SimBackend(seed=3, partition="CPX")
+    sim.set_device_demand("tp8", {h: GpuDemand(1.0, 40 * GIB, 777) for h in range(8, 16)})  # all of GPU 1
+    sim.set_device_demand("half", {h: GpuDemand(1.0, 10 * GIB, 888) for h in (16, 17, 18, 19)})  # half of GPU 2
+    snap = sim.sample()
+    one, two = snap.sample(1), snap.sample(2)
+    assert one is not None and two is not None
+    assert [(p.pid, p.partition) for p in one.processes] == [(777, k) for k in range(8)]
+    assert one.util_pct is not None and one.util_pct >= 98
+    assert two.util_pct is not None and 45 <= two.util_pct <= 55  # four of eight partitions busy
+    assert {p.partition for p in two.processes} == {0, 1, 2, 3}
+    sim.set_device_demand("tp8", {})
+    assert sim.sample().gpus[1].processes == ()
