@@ -142,3 +142,33 @@ def partition_keys(info: GpuInfo) -> dict[str, Any]:
         "memory_partition": info.memory_partition,
         "partitions": [partition_json(p) for p in info.partitions],
     }
+
+
+def _span(values: list[int]) -> str:
+    if not values:
+        return "-"
+    if values == list(range(values[0], values[-1] + 1)) and len(values) > 1:
+        return f"{values[0]}-{values[-1]}"
+    return ",".join(map(str, values))
+
+
+def partition_lines(topology: Topology) -> list[str]:
+    """Text lines describing each partitioned GPU (for ``topo --text``); ``[]`` on an unpartitioned node."""
+    if not is_partitioned(topology):
+        return []
+    lines = ["Compute partitions (each one HIP device)"]
+    for info in topology.gpus:
+        mode = "/".join(m for m in (info.compute_partition, info.memory_partition) if m) or "mode unknown"
+        if not info.partitions:
+            lines.append(f"  GPU{info.index} {mode}: not partitioned")
+            continue
+        parts = info.partitions
+        hips = _span(sorted(p.hip_index for p in parts if p.hip_index is not None))
+        renders = _span(sorted(p.render_minor for p in parts if p.render_minor is not None))
+        nodes = _span(sorted(p.kfd_node for p in parts if p.kfd_node is not None))
+        numa = _span(sorted({p.numa_node for p in parts if p.numa_node is not None}))
+        lines.append(
+            f"  GPU{info.index} {mode}: {len(parts)} partitions, HIP {hips}, render minors {renders}, "
+            f"KFD nodes {nodes}, NUMA {numa}"
+        )
+    return lines

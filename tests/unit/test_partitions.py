@@ -357,3 +357,11 @@ def test_sim_demand_by_hip_device_lands_on_partitions() -> None:
     assert {p.partition for p in two.processes} == {0, 1, 2, 3}
     sim.set_device_demand("tp8", {})
     assert sim.sample().gpus[1].processes == ()
+
+
+def test_topo_text_lists_partitions(tmp_path: Path) -> None:
+    from amdtop.topo_text import render_topology
+
+    text = render_topology(_open(graft(MI300X_CPX, tmp_path, compute="CPX")).topology())
+    assert "  GPU7 CPX: 7 partitions, HIP 56-62, render minors 184-190, KFD nodes 58-64, NUMA 1" in text
+    assert "Compute partitions" not in render_topology(SimBackend().topology())
