@@ -333,9 +333,9 @@ def test_exporter_publishes_partitions() -> None:
 
     fams = {f.name: f for f in build_families(ExportState(SimBackend(partition="CPX", hostname="h").sample()))}
     modes = fams["amdtop_gpu_partition_mode_info"].samples
-    assert len(modes) == 8 and {(s.labels["compute_partition_type"], s.labels["memory_partition_type"]) for s in modes} == {
-        ("CPX", "NPS4")
-    }
+    assert len(modes) == 8 and {
+        (s.labels["compute_partition_type"], s.labels["memory_partition_type"]) for s in modes
+    } == {("CPX", "NPS4")}
     parts = fams["amdtop_gpu_partition_info"].samples
     assert len(parts) == 64
     last = next(s for s in parts if s.labels["gpu_id"] == "7" and s.labels["partition_id"] == "7")
