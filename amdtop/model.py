@@ -34,6 +34,29 @@ class FlagKind(str, Enum):
     NCCL_TIMEOUT = "nccl_timeout"
     GPU_THROTTLED = "gpu_throttled"
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
+    PARTITION_SPLIT = "partition_split"
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One compute partition (XCP) of a GPU: its own KFD node, render node and HIP device (MI300-class)."""
+
+    index: int
+    """Partition index within its GPU (the PCI function bits of the KFD node's ``location_id``)."""
+    kfd_node: int | None = None
+    """KFD topology node index."""
+    gpu_id: int | None = None
+    """KFD ``gpu_id`` of the partition (the key of ``vram_<gpu_id>`` per-process files)."""
+    render_minor: int | None = None
+    """DRM render minor: ``/dev/dri/renderD<minor>``."""
+    hip_index: int | None = None
+    """Device index HIP and vLLM use for this partition (no ``*_VISIBLE_DEVICES`` applied)."""
+    numa_node: int | None = None
+    """Host NUMA node KFD links this partition to (its lightest CPU io_link)."""
+    mem_bytes: int | None = None
+    """Local memory of the partition per KFD ``mem_banks`` (a quarter of the HBM in NPS4)."""
+    compute_units: int | None = None
+    """CUs of the partition (``simd_count / simd_per_cu``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +81,16 @@ class GpuInfo:
     """Host CPUs local to the GPU (its NUMA node's CPUs, or the driver's local_cpulist)."""
     power_cap_w: float | None = None
     """Power cap in watts."""
+    compute_partition: str | None = None
+    """Compute partition mode ``SPX|DPX|QPX|CPX``; ``None`` where the GPU has no partition modes."""
+    memory_partition: str | None = None
+    """Memory partition mode ``NPS1|NPS2|NPS4|NPS8``; ``None`` where the GPU has no partition modes."""
+    partitions: tuple[Partition, ...] = ()
+    """The GPU's compute partitions in index order; empty when it is not partitioned."""
+    available_compute_partitions: tuple[str, ...] = ()
+    """Compute modes the GPU can be switched to (``available_compute_partition``)."""
+    available_memory_partitions: tuple[str, ...] = ()
+    """Memory modes the GPU can be switched to (``available_memory_partition``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +103,8 @@ class GpuProcess:
     """Process name, ``None`` when the source hides it."""
     vram_bytes: int | None
     """VRAM held by the process on this GPU."""
+    partition: int | None = None
+    """Compute partition the memory is on (``Partition.index``), ``None`` when the GPU is not partitioned."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdtop.cpulist import format_cpulist
 from amdtop.health.report import fabric_json, gpu_health_json
+from amdtop.hip_devices import partition_keys
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
 from amdtop.rccl.views import worker_logs_json
 
@@ -76,6 +77,7 @@ def snapshot_json(
             "uuid": info.uuid,
             "cpu_affinity": format_cpulist(info.cpu_affinity),
         }
+        gpu.update(partition_keys(info))
         sample = snap.sample(info.index)
         if with_metrics:
             lost = sample is None or sample.lost
@@ -94,7 +96,10 @@ def snapshot_json(
                     "lost": lost,
                     "processes": []
                     if sample is None
-                    else [{"pid": p.pid, "name": p.name, "vram_bytes": p.vram_bytes} for p in sample.processes],
+                    else [
+                        {"pid": p.pid, "name": p.name, "vram_bytes": p.vram_bytes, "partition": p.partition}
+                        for p in sample.processes
+                    ],
                 }
             )
         gpus.append(gpu)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amdtop.cpulist import format_cpulist
+from amdtop.hip_devices import is_partitioned, partition_lines
 from amdtop.model import LinkType, Topology
 
 
@@ -71,6 +72,8 @@ def render_topology(topology: Topology, *, legend: bool = True) -> str:
     for node in topology.numa_nodes:
         local = [str(g.index) for g in topology.gpus if g.numa_node == node.id]
         lines.append(f"  node {node.id}: CPUs {format_cpulist(node.cpus) or '-'}; GPUs {','.join(local) or '-'}")
+    if is_partitioned(topology):
+        lines += ["", *partition_lines(topology)]
     if legend:
         lines.append("")
         lines.append(LEGEND)

@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/poll.py [--polls 2000] [--runs 7] [--json]
 
-Backends: ``sim`` (8x MI300X), ``sysfs`` on the 8x MI300X fixture tree built in tmpfs (/dev/shm), and ``nvml``
+Backends: ``sim`` (8x MI300X), ``sysfs`` on the 8x MI300X fixture tree built in tmpfs (/dev/shm), both again in
+CPX/NPS4 (``sim-cpx``, ``sysfs-cpx``: 64 partitions, the GPUs column counts HIP devices), and ``nvml``
 where pynvml can talk to a driver. Peer in the same run: ``raw-files`` reads exactly the metric files the sysfs
 backend reads (one os.open/os.read/os.close each, no parsing, no snapshot) -- the floor under the sysfs backend.
 ``sysfs+health`` is the same tree with a gpu_metrics v1.6 table and eight RAS ``*_err_count`` files per GPU (what an
@@ -34,7 +35,7 @@ from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.gpu_metrics import pack_gpu_metrics
 from amdtop.telemetry.sim import SimBackend
 from amdtop.telemetry.sysfs import SysfsBackend
-from tests.fixtures.sysfs_tree import build_mi300x_8
+from tests.fixtures.sysfs_tree import build_mi300x_8, build_mi300x_8_partitioned
 
 
 def measure(poll: Callable[[], object], polls: int, runs: int) -> tuple[float, float, float]:
@@ -121,6 +122,10 @@ def main() -> int:
             ("+derive", 8, _deriving(hsysfs.sample)),
             ("raw-files", 8, _raw_reader(sysfs)),
         ]
+        # The same node in CPX/NPS4: 64 KFD nodes (one per partition), processes on partitions.
+        cpx_tree = build_mi300x_8_partitioned(Path(tmp) / "cpx", compute="CPX", memory="NPS4")
+        sysfs_cpx = SysfsBackend(cpx_tree.root, cpx_tree.proc_root)
+        cases += [("sim-cpx", 64, SimBackend(seed=0, partition="CPX").sample), ("sysfs-cpx", 64, sysfs_cpx.sample)]
         try:
             nvml = open_backend("nvml", BackendOptions())
             cases.append(("nvml", len(nvml.topology().gpus), nvml.sample))

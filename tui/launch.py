@@ -45,7 +45,7 @@ def open_backend_or_sim(args: argparse.Namespace) -> tuple[TelemetryBackend, str
     try:
         return open_from_args(args), None, bool(args.demo)
     except NoGpuFound:
-        return SimBackend(seed=args.seed), NO_GPU_BANNER, True
+        return SimBackend(seed=args.seed, partition=args.demo_partition), NO_GPU_BANNER, True
 
 
 class DemoAutostart:

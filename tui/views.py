@@ -5,8 +5,10 @@ from __future__ import annotations
 from rich.text import Text
 
 from amdtop.cpulist import format_cpulist
+from amdtop.hip_devices import physical_worker
 from amdtop.model import FlagKind, GpuSample, WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame
+from widgets.partition_pane import owners_by_hip, partition_rows
 from widgets.topo_matrix import TopoView
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -70,7 +72,9 @@ def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
 
 def gpu_rows(frame: NodeFrame) -> dict[str, tuple[object, ...]]:
     snap = frame.snapshot
-    owner = _owner(frame.workers)
+    # Workers name HIP devices; on a partitioned node the GPU row shows the group on its physical GPU.
+    owner = _owner(tuple(physical_worker(w, snap.topology) for w in frame.workers))
+    hip_owners = owners_by_hip(frame.workers)
     marks = _gpu_flags(frame)
     rows: dict[str, tuple[object, ...]] = {}
     for info in snap.topology.gpus:
@@ -107,6 +111,7 @@ def gpu_rows(frame: NodeFrame) -> dict[str, tuple[object, ...]]:
         power = "N/A" if s.power_w is None else f"{s.power_w:4.0f}W"
         temp = "N/A" if s.temp_c is None else f"{s.temp_c:3.0f}°C"
         rows[f"gpu-{info.index}"] = (gpu, util_t, vram, power, temp, worker, flags, hist)
+        rows.update(partition_rows(info, s, hip_owners))
     return rows
 
 
@@ -125,11 +130,14 @@ def _pct(value: float | None) -> str:
 def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
     lines: list[Text] = []
     for g in frame.groups:
-        gpus = ",".join(map(str, g.gpus))
+        devices = g.devices or g.gpus
+        where = f"GPUs {','.join(map(str, g.gpus))}"
+        if devices != g.gpus:  # partitions: the HIP devices the worker names, then the GPUs they sit on
+            where = f"HIP {','.join(map(str, devices))} on {where}"
         mean = g.util_mean_pct
         head = Text.assemble(
             (g.worker, "bold"),
-            f"  TP{len(g.gpus)} GPUs {gpus}  ",
+            f"  TP{len(devices)} {where}  ",
             ("util " + ("N/A" if mean is None else f"{mean:.0f}%"), util_style(mean or 0)),
             f"  spread over {g.window_s:g}s: util {_pct(g.util_spread_pct)} vram {_pct(g.vram_spread_pct)}  ",
         )

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from amdtop.cpulist import format_cpulist
 from amdtop.health.traffic import FabricTraffic
-from amdtop.model import Link, LinkType, Topology
+from amdtop.model import GpuInfo, Link, LinkType, Topology
 from widgets.fabric_view import render_traffic_matrix
 from widgets.render_pane import RenderPane
 
@@ -31,6 +31,27 @@ class TopoView:
     """Live fabric rates (``amdtop.health.traffic.latest_traffic``); drawn instead of the link classes when
     ``show_traffic``."""
     show_traffic: bool = False
+
+
+def partition_label(info: GpuInfo) -> str:
+    """Diagonal cell of a partitioned GPU: how many HIP devices it holds (``8p``); ``X`` otherwise."""
+    return f"{len(info.partitions)}p" if info.partitions else "X"
+
+
+def hip_span(info: GpuInfo) -> str:
+    """HIP indices of a GPU's partitions (``8-15``), ``-`` when unknown."""
+    hips = sorted(p.hip_index for p in info.partitions if p.hip_index is not None)
+    if not hips:
+        return "-"
+    return str(hips[0]) if len(hips) == 1 else f"{hips[0]}-{hips[-1]}"
+
+
+def partition_numa(info: GpuInfo) -> str:
+    """NUMA column of a GPU: its node, or the nodes KFD links its partitions to when they differ."""
+    nodes = sorted({p.numa_node for p in info.partitions if p.numa_node is not None})
+    if len(nodes) > 1:
+        return ",".join(str(n) for n in nodes)
+    return "-" if info.numa_node is None else str(info.numa_node)
 
 
 def link_style(link: Link | None) -> str:
@@ -75,6 +96,10 @@ class TopoMatrix(RenderPane):
         table.add_column("", no_wrap=True)
         for info in topo.gpus:
             table.add_column(f"GPU{info.index}", justify="center", no_wrap=True)
+        partitioned = any(info.partitions for info in topo.gpus)
+        if partitioned:
+            table.add_column("Mode", no_wrap=True)
+            table.add_column("HIP", justify="right", no_wrap=True)
         table.add_column("NUMA", justify="center")
         table.add_column("CPU affinity", no_wrap=True)
         for row in topo.gpus:
@@ -82,7 +107,10 @@ class TopoMatrix(RenderPane):
             cells: list[Text | str] = [label]
             for col in topo.gpus:
                 if row.index == col.index:
-                    cells.append(Text("X", style="dim"))
+                    # A TP group over one GPU's partitions shows on its diagonal.
+                    own = group_of.get(row.index)
+                    diag = "dim" if own is None else ("bold on dark_red" if own[1] else "bold on grey23")
+                    cells.append(Text(partition_label(row), style=diag if row.partitions else "dim"))
                     continue
                 link = topo.link(row.index, col.index)
                 key = (min(row.index, col.index), max(row.index, col.index))
@@ -92,7 +120,11 @@ class TopoMatrix(RenderPane):
                 if ga is not None and ga == gb:
                     style += " bold on dark_red" if ga[1] else " bold on grey23"
                 cells.append(Text(text, style=style))
-            cells.append("-" if row.numa_node is None else str(row.numa_node))
+            if partitioned:
+                mode = "/".join(m for m in (row.compute_partition, row.memory_partition) if m)
+                cells.append(Text(mode or "-", style="yellow" if row.partitions else ""))
+                cells.append(hip_span(row) if row.partitions else "-")
+            cells.append(partition_numa(row) if partitioned else "-" if row.numa_node is None else str(row.numa_node))
             cells.append(format_cpulist(row.cpu_affinity) or "-")
             table.add_row(*cells)
         legend = Text.assemble(
@@ -107,6 +139,14 @@ class TopoMatrix(RenderPane):
             (" TP group across slow link/NUMA ", "on dark_red"),
         )
         mode = Text("  [GB/s measured]" if view.show_gbps and gbps else "", style="italic")
+        if partitioned:
+            devices = sum(max(1, len(g.partitions)) for g in topo.gpus)
+            note = Text(
+                f"Np = N compute partitions (HIP devices) on the GPU; {devices} HIP devices; "
+                "cells: the links between the GPUs' partitions",
+                style="dim",
+            )
+            return Group(table, Text.assemble(legend, mode), note)
         return Group(table, Text.assemble(legend, mode))
 
     def on_resize(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from amdtop.errors import InputError
 from amdtop.telemetry import BACKENDS, open_backend
 from amdtop.telemetry.base import BackendOptions, TelemetryBackend
+from amdtop.telemetry.sim import parse_partition
 
 
 def default_config() -> Path:
@@ -37,6 +38,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _partition_mode(text: str) -> str:
+    try:
+        compute, memory = parse_partition(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return f"{compute}/{memory}"
+
+
 def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """Add the contract's global options; ``suppress`` keeps a subcommand from overriding the top-level value."""
 
@@ -52,6 +61,13 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
     g.add_argument("--interval", type=_positive_float, default=d(1.0), help="refresh period in seconds")
     g.add_argument("--readonly", action="store_true", default=d(False), help="disable every control action")
     g.add_argument("--seed", type=int, default=d(0), help="seed of the simulated node")
+    g.add_argument(
+        "--demo-partition",
+        type=_partition_mode,
+        default=d(None),
+        metavar="MODE",
+        help="partition mode of the simulated GPUs: SPX|DPX|QPX|CPX[/NPS1|NPS4] (e.g. CPX/NPS4); with --demo",
+    )
 
 
 def config_path(args: argparse.Namespace) -> Path:
@@ -74,7 +90,10 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
             raise InputError(f"--sysfs-root: {root} is not a directory; point it at a sysfs tree (default /sys)")
         if not os.access(root, os.R_OK | os.X_OK):
             raise InputError(f"--sysfs-root: {root} is not readable; fix its permissions or pick another tree")
-    return BackendOptions(sysfs_root=root, seed=args.seed)
+    partition = getattr(args, "demo_partition", None)
+    if partition is not None and not (args.demo or args.backend == "sim"):
+        raise InputError("--demo-partition: only the simulated node has a settable partition mode; add --demo")
+    return BackendOptions(sysfs_root=root, seed=args.seed, partition=partition)
 
 
 def open_from_args(args: argparse.Namespace) -> TelemetryBackend:

@@ -61,6 +61,18 @@ FAMILIES: dict[str, FamilySpec] = {
             "Static facts about a GPU (always 1)",
         ),
         _g("amdtop_gpu_lost", GPU_LABELS, "1", "1 when the GPU stopped answering"),
+        _g(
+            "amdtop_gpu_partition_mode_info",
+            (*GPU_LABELS, "compute_partition_type", "memory_partition_type"),
+            "1",
+            "Compute/memory partition mode of a GPU (always 1; the AMD exporter's GPU_*_PARTITION_TYPE)",
+        ),
+        _g(
+            "amdtop_gpu_partition_info",
+            (*GPU_LABELS, "partition_id", "hip_index", "kfd_node", "render_minor", "numa_node"),
+            "1",
+            "A compute partition of a GPU: its HIP device index, KFD node and render node (always 1)",
+        ),
         _g("amdtop_link_info", (*PAIR_LABELS, "type", "hops", "weight"), "1", "Link between two GPUs (always 1)"),
         _g("amdtop_link_max_bandwidth_bytes_per_second", PAIR_LABELS, "bytes/s", "Driver-reported peak bandwidth"),
         _g("amdtop_link_measured_bandwidth_bytes_per_second", PAIR_LABELS, "bytes/s", "Bandwidth the probe measured"),
@@ -157,6 +169,7 @@ def _gpu(b: _Builder, info: GpuInfo, s: GpuSample | None, host: str) -> None:
     numa = "" if info.numa_node is None else str(info.numa_node)
     b.add("amdtop_gpu_info", (*base, info.bdf, numa, info.vendor), 1)
     b.add("amdtop_gpu_power_cap_watts", base, info.power_cap_w)
+    _partitions(b, info, base)
     lost = s is None or s.lost
     b.add("amdtop_gpu_lost", base, 1 if lost else 0)
     if s is None or lost:
@@ -183,6 +196,16 @@ _RESIDENCY = {
     "vr_thermal": "gpu_violation_vr_thermal_residency_accumulated",
     "hbm_thermal": "gpu_violation_hbm_thermal_residency_accumulated",
 }
+def _partitions(b: _Builder, info: GpuInfo, base: tuple[str, ...]) -> None:
+    def opt(v: int | None) -> str:
+        return "" if v is None else str(v)
+
+    if info.compute_partition is not None or info.memory_partition is not None:
+        modes = (info.compute_partition or "", info.memory_partition or "")
+        b.add("amdtop_gpu_partition_mode_info", (*base, *modes), 1)
+    for p in info.partitions:
+        labels = (str(p.index), opt(p.hip_index), opt(p.kfd_node), opt(p.render_minor), opt(p.numa_node))
+        b.add("amdtop_gpu_partition_info", (*base, *labels), 1)
 
 
 def _health(b: _Builder, base: tuple[str, ...], s: GpuSample, snap: NodeSnapshot) -> None:

@@ -35,6 +35,8 @@ class TpGroup:
     """True when a ``tp_imbalance`` flag was raised for this group."""
     lost_gpus: tuple[int, ...] = ()
     """GPUs of the group that stopped answering."""
+    devices: tuple[int, ...] = ()
+    """The devices the worker names (HIP indices: partitions on a partitioned node, else the GPUs themselves)."""
     traffic: GroupTraffic | None = None
     """Live XGMI/NVLink traffic inside the group over the last interval (``None`` where the backend gives none)."""
 

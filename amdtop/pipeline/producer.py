@@ -25,7 +25,9 @@ from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import health_flags
 from amdtop.health.throttle import throttle_shares
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
+from amdtop.hip_devices import physical_worker
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
+from amdtop.partition_groups import partition_split_flags
 from amdtop.pipeline.frame import GpuHistory, LinkBandwidth, LogCounts, NodeFrame, RampKnee, TpGroup
 from amdtop.pipeline.statefiles import load_probe, load_ramp_knees, state_stamp
 from amdtop.procinfo import PROC, numa_balancing_enabled
@@ -213,7 +215,9 @@ class NodePipeline:
         return list(self._snaps)
 
     @staticmethod
-    def _group(judgement: GroupJudgement, flags: Sequence[Flag], fabric: FabricTraffic | None) -> TpGroup:
+    def _group(
+        judgement: GroupJudgement, flags: Sequence[Flag], fabric: FabricTraffic | None, devices: tuple[int, ...]
+    ) -> TpGroup:
         util = judgement.mean_of("util_pct")
         return TpGroup(
             worker=judgement.worker,
@@ -226,6 +230,7 @@ class NodePipeline:
             samples=judgement.samples,
             imbalanced=any(f.kind is FlagKind.TP_IMBALANCE and f.worker == judgement.worker for f in flags),
             lost_gpus=judgement.lost,
+            devices=devices,
             traffic=None if fabric is None else group_traffic(fabric, judgement.gpus),
         )
 
@@ -241,15 +246,19 @@ class NodePipeline:
         self._tick += 1
         history = self._record_history(snap)
         bindings = {w.name: worker_binding(w, self.proc_root) for w in workers if w.gpus}
+        # On a partitioned node workers name HIP devices; the per-GPU analyses work on the physical GPUs under them.
+        physical = [physical_worker(w, snap.topology) for w in workers]
         self.tracker.add(snap)
-        judgements = self.tracker.judgements(workers)
+        judgements = self.tracker.judgements(physical)
         flags: list[Flag] = list(snap.flags)
         for judgement in judgements:
             flags += self.tracker.flags_of(judgement)
         flags += numa_flags(
-            snap.topology, workers, self.proc_root, bindings=bindings, balancing=self._numa_balancing(now)
+            snap.topology, physical, self.proc_root, bindings=bindings, balancing=self._numa_balancing(now)
         )
-        flags += tp_placement_flags(snap.topology, [w for w in workers if w.state is not WorkerState.STOPPED])
+        running = [w for w in workers if w.state is not WorkerState.STOPPED]
+        flags += tp_placement_flags(snap.topology, [physical_worker(w, snap.topology) for w in running])
+        flags += partition_split_flags(snap.topology, running)
         snaps = self._remember(snap)
         flags += health_flags(snaps)
         fabric = latest_traffic(snaps)
@@ -259,12 +268,13 @@ class NodePipeline:
         self._state_files(now, workers)
         flags += self._probe_flags
         all_flags = _dedupe(flags)
+        devices = {w.name: tuple(w.gpus) for w in workers}
         errors = tuple(e for e in (self._own_error, log_error) if e)
         return NodeFrame(
             snapshot=snap,
             workers=tuple(workers),
             flags=all_flags,
-            groups=tuple(self._group(j, all_flags, fabric) for j in judgements),
+            groups=tuple(self._group(j, all_flags, fabric, devices[j.worker]) for j in judgements),
             bindings=tuple((name, b) for name, b in bindings.items()),
             history=history,
             logs=logs,

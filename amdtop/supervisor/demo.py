@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from amdtop.hip_devices import hip_devices, is_partitioned
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.supervisor.profiles import Profile
 from amdtop.telemetry.sim import GpuDemand, SimBackend
@@ -75,6 +76,17 @@ def feed_demand(
             util, frac = 0.1, mem_frac * 0.5
         else:
             sim.set_demand(st.name, {})
+            continue
+        if is_partitioned(topology):
+            # Workers name HIP devices (partitions): each holds its partition's share of the GPU's memory.
+            mem = {
+                d.hip_index: next((p.mem_bytes or 0 for p in gi.partitions if p.index == d.partition), 0)
+                for d in hip_devices(topology)
+                if (gi := topology.gpu(d.gpu)) is not None
+            }
+            sim.set_device_demand(
+                st.name, {h: GpuDemand(util, int(mem[h] * frac * 0.97), st.pid, st.name) for h in st.gpus if h in mem}
+            )
             continue
         demand = {}
         for g in st.gpus:

@@ -17,6 +17,7 @@ from tomlkit.exceptions import TOMLKitError
 
 from amdtop.cpulist import format_cpulist
 from amdtop.errors import InputError
+from amdtop.hip_devices import device_indices, device_numa
 from amdtop.model import Topology
 
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
@@ -236,7 +237,8 @@ def resolve_numa(profile: Profile, topology: Topology) -> int | None:
     if profile.numa_node == "auto":
         if not profile.gpus:
             return None
-        gpu_nodes = sorted({g.numa_node for i in profile.gpus if (g := topology.gpu(i)) and g.numa_node is not None})
+        # On a partitioned node profiles name HIP devices (partitions); elsewhere the HIP index is the GPU index.
+        gpu_nodes = sorted({n for i in profile.gpus if (n := device_numa(topology, i)) is not None})
         if len(gpu_nodes) > 1:
             raise InputError(
                 f'{_field(profile.name, "numa_node")}: "auto" but GPUs {format_cpulist(profile.gpus)} span NUMA nodes '
@@ -254,7 +256,7 @@ def resolve_numa(profile: Profile, topology: Topology) -> int | None:
 
 def validate_profiles(profiles: Sequence[Profile], topology: Topology) -> None:
     """Cross-check every profile against the topology and against each other (static checks only)."""
-    known = sorted(g.index for g in topology.gpus)
+    known = sorted(device_indices(topology))
     gpu_owner: dict[int, str] = {}
     port_owner: dict[int, str] = {}
     for p in profiles:

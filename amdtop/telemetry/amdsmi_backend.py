@@ -36,6 +36,7 @@ from amdtop.model import (
     Topology,
     XgmiLinkCounters,
 )
+from amdtop.telemetry.amdsmi_partitions import group_handles, read_facts, tag_processes, with_partitions
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.lost import lost_flag
 from amdtop.telemetry.numa import cpus_of, read_numa_nodes
@@ -156,8 +157,16 @@ class AmdsmiBackend:
         node_ids = [_int(self._get(smi.amdsmi_get_gpu_kfd_info, h, key="node_id")) for h in handles]
         order = sorted(range(len(handles)), key=lambda k: (node_ids[k] if node_ids[k] is not None else 1 << 30, k))
         self._handles = [handles[k] for k in order]
+        # One handle per compute partition on a partitioned GPU: keep partition 0 of each GPU as the GPU.
+        facts = [read_facts(smi, h, self._get) for h in self._handles]
+        groups = group_handles(facts)
+        self._handles = [g[0].handle for g in groups]
+        self._parts = [g if len(g) > 1 else [] for g in groups]
         numa = read_numa_nodes(sysfs_root)
         self._infos = tuple(self._static(i, h, numa) for i, h in enumerate(self._handles))
+        self._infos = tuple(
+            with_partitions(info, smi, g, facts, self._get) for info, g in zip(self._infos, groups, strict=True)
+        )
         self._probe()
         self._topology = Topology(self._infos, self._links(), numa)
 
@@ -333,7 +342,7 @@ class AmdsmiBackend:
             sclk_mhz=sclk,
             mclk_mhz=mclk,
             mem_util_pct=_num(act.get("umc_activity")),
-            processes=self._processes(h),
+            processes=self._partition_processes(i) if self._parts[i] else self._processes(h),
             xgmi_links=self._link_metrics(i, h),
             ecc=self._ecc_counts(i, h),
             **self._violations(i, h),
@@ -397,6 +406,12 @@ class AmdsmiBackend:
         self._ecc[i] = tuple(out) or None
         self._ecc_age[i] = 1
         return self._ecc[i]
+
+    def _partition_processes(self, i: int) -> tuple[GpuProcess, ...]:
+        out: list[GpuProcess] = []
+        for f in self._parts[i]:
+            out += tag_processes(self._processes(f.handle), f.partition)
+        return tuple(sorted(out, key=lambda p: (p.pid, p.partition or 0)))
 
     def _processes(self, h: Any) -> tuple[GpuProcess, ...]:
         found = self._get(self._smi.amdsmi_get_gpu_process_list, h)

@@ -21,6 +21,8 @@ class BackendOptions:
     """Seed of the simulated node."""
     scenario: str = "mi300x-8"
     """Simulated node layout (``mi300x-8``, ``pcie-4``, ``empty``)."""
+    partition: str | None = None
+    """Partition mode of the simulated GPUs (``--demo-partition``: ``CPX``, ``CPX/NPS4``, ``DPX/NPS1``...)."""
 
 
 @runtime_checkable

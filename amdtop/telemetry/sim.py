@@ -10,8 +10,9 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from amdtop.hip_devices import hip_devices
 from amdtop.model import (
     EccCount,
     Flag,
@@ -23,6 +24,7 @@ from amdtop.model import (
     LinkType,
     NodeSnapshot,
     NumaNode,
+    Partition,
     Topology,
     XgmiLinkCounters,
 )
@@ -40,12 +42,72 @@ MI300X_BDFS = (
     "0000:c6:00.0",
     "0000:e5:00.0",
 )
-SCENARIOS = ("mi300x-8", "pcie-4", "empty")
 # What a fully busy TP rank pushes to its group peers over XGMI (all-reduce traffic of decoding), bytes/s, split
 # evenly over the peers; the reads mirror the peers' writes.
 TP_XGMI_BYTES_PER_S = 40e9
 SIM_THROTTLE_REASONS = ("prochot", "power_cap", "socket_thermal", "vr_thermal", "hbm_thermal")
 SIM_RAS_BLOCKS = ("gfx", "umc", "xgmi_wafl")
+SCENARIOS = ("mi300x-8", "mi300x-8-cpx", "pcie-4", "empty")
+PARTITION_COUNT = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
+NPS_COUNT = {"NPS1": 1, "NPS2": 2, "NPS4": 4, "NPS8": 8}
+MI300X_CUS = 304
+
+
+def parse_partition(text: str) -> tuple[str, str]:
+    """``CPX`` or ``CPX/NPS4`` -> (compute mode, memory mode); the memory mode defaults to NPS4 for CPX, else NPS1.
+
+    Raises:
+        ValueError: not a compute mode (``SPX|DPX|QPX|CPX``) optionally followed by ``/NPS1|/NPS2|/NPS4|/NPS8``.
+    """
+    compute, slash, memory = text.strip().upper().partition("/")
+    if compute not in PARTITION_COUNT:
+        raise ValueError(f"{text!r}: compute mode must be one of {', '.join(PARTITION_COUNT)} (e.g. CPX or CPX/NPS4)")
+    if not slash:
+        memory = "NPS4" if compute == "CPX" else "NPS1"
+    if memory not in NPS_COUNT:
+        raise ValueError(f"{text!r}: memory mode must be one of {', '.join(NPS_COUNT)} (e.g. CPX/NPS4)")
+    return compute, memory
+
+
+def partitioned(topology: Topology, compute: str, memory: str) -> Topology:
+    """``topology`` with every GPU in ``compute``/``memory`` mode, laid out as KFD does it (amd.md §5).
+
+    Partition p of GPU i: KFD node 2 + n*i + p (two CPU nodes first), render minor 128 + 8*i + p, HIP index n*i + p;
+    memory VRAM / NPS count, CUs 304 / n; links between GPUs weight 41 (what the partitions' io_links say).
+    """
+    n = PARTITION_COUNT[compute]
+    ncpu = len(topology.numa_nodes)
+    gpus = []
+    for info in topology.gpus:
+        i = info.index
+        parts = tuple(
+            Partition(
+                index=p,
+                kfd_node=ncpu + n * i + p,
+                gpu_id=0x5A00 + 16 * i + p,
+                render_minor=128 + 8 * i + p,
+                hip_index=n * i + p,
+                numa_node=info.numa_node,
+                mem_bytes=(info.vram_total_bytes or 0) // NPS_COUNT[memory],
+                compute_units=MI300X_CUS // n,
+            )
+            for p in range(n)
+        )
+        gpus.append(
+            replace(
+                info,
+                compute_partition=compute,
+                memory_partition=memory,
+                partitions=parts if n > 1 else (),
+                available_compute_partitions=tuple(PARTITION_COUNT),
+                available_memory_partitions=("NPS1", "NPS4"),
+            )
+        )
+    links = topology.links
+    if n > 1:
+        # Real partitioned captures: XGMI io_links between partitions of different GPUs weigh 41, no bandwidth given.
+        links = tuple(replace(lk, weight=41, max_bandwidth_mbs=None) for lk in links)
+    return Topology(tuple(gpus), links, topology.numa_nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +122,8 @@ class GpuDemand:
     """Process holding it, shown in the process list."""
     name: str | None = None
     """Process name."""
+    partition: int | None = None
+    """Compute partition the demand runs on (set by :meth:`SimBackend.set_device_demand`)."""
 
 
 def _mi300x_topology() -> Topology:
@@ -122,6 +186,7 @@ def _empty_topology() -> Topology:
 
 _TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "mi300x-8": _mi300x_topology,
+    "mi300x-8-cpx": lambda: partitioned(_mi300x_topology(), "CPX", "NPS4"),
     "pcie-4": _pcie4_topology,
     "empty": _empty_topology,
 }
@@ -138,11 +203,22 @@ class SimBackend:
         scenario: str = "mi300x-8",
         clock: Callable[[], float] = time.time,
         hostname: str = "amdtop-demo",
+        partition: str | None = None,
     ) -> None:
-        """Build the node ``scenario``; ``clock`` gives the snapshot timestamps."""
+        """Build the node ``scenario``; ``clock`` gives the snapshot timestamps.
+
+        ``partition`` (``CPX``, ``DPX/NPS1``...: see :func:`parse_partition`) puts every GPU in that mode.
+
+        Raises:
+            ValueError: unknown scenario or partition mode.
+        """
         if scenario not in _TOPOLOGIES:
             raise ValueError(f"unknown sim scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
         self._topology = _TOPOLOGIES[scenario]()
+        if partition is not None:
+            if scenario not in ("mi300x-8", "mi300x-8-cpx"):
+                raise ValueError(f"sim scenario {scenario!r} has no partition modes (only the MI300X node has)")
+            self._topology = partitioned(self._topology, *parse_partition(partition))
         self._rng = random.Random(seed)
         self._clock = clock
         self._hostname = hostname
@@ -174,7 +250,32 @@ class SimBackend:
             for idx in list(self._demand):
                 self._demand[idx] = [d for d in self._demand[idx] if d.name != source]
             for idx, demand in gpus.items():
-                self._demand.setdefault(idx, []).append(GpuDemand(demand.util, demand.vram_bytes, demand.pid, source))
+                self._demand.setdefault(idx, []).append(
+                    GpuDemand(demand.util, demand.vram_bytes, demand.pid, source, demand.partition)
+                )
+
+    def set_device_demand(self, source: str, devices: dict[int, GpuDemand]) -> None:
+        """Like :meth:`set_demand` but keyed by HIP device index, as a worker names its devices on a partitioned node.
+
+        A partition's ``util`` (0..1 of that partition) counts as ``util / partitions`` of its GPU; its VRAM and
+        process are reported on the GPU, tagged with the partition. Unknown indices are ignored.
+        """
+        by_hip = {d.hip_index: d for d in hip_devices(self._topology)}
+        gpus: dict[int, list[GpuDemand]] = {}
+        for hip, demand in devices.items():
+            dev = by_hip.get(hip)
+            if dev is None:
+                continue
+            info = self._topology.gpu(dev.gpu)
+            share = max(1, len(info.partitions)) if info is not None else 1
+            gpus.setdefault(dev.gpu, []).append(
+                GpuDemand(demand.util / share, demand.vram_bytes, demand.pid, source, dev.partition)
+            )
+        with self._lock:
+            for idx in list(self._demand):
+                self._demand[idx] = [d for d in self._demand[idx] if d.name != source]
+            for idx, demands in gpus.items():
+                self._demand.setdefault(idx, []).extend(demands)
 
     def lose_gpu(self, index: int, reason: str = "device stopped responding") -> None:
         """Make GPU ``index`` stop answering (as a GPU that fell off the bus)."""
@@ -269,7 +370,9 @@ class SimBackend:
         target_temp = 35.0 + 50.0 * util / 100.0
         self._temps[info.index] += (target_temp - self._temps[info.index]) * 0.3
         temp = round(self._temps[info.index], 1)
-        processes = tuple(GpuProcess(d.pid or 0, d.name, d.vram_bytes) for d in demands if d.vram_bytes > 0)
+        processes = tuple(
+            GpuProcess(d.pid or 0, d.name, d.vram_bytes, d.partition) for d in demands if d.vram_bytes > 0
+        )
         return GpuSample(
             index=info.index,
             util_pct=round(util, 1),
@@ -291,4 +394,4 @@ class SimBackend:
 
 def open_backend(options: BackendOptions) -> SimBackend:
     """Open the simulated node described by ``options``."""
-    return SimBackend(seed=options.seed, scenario=options.scenario)
+    return SimBackend(seed=options.seed, scenario=options.scenario, partition=options.partition)

@@ -19,7 +19,7 @@ import re
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from amdtop.telemetry.hwmon import HwmonFiles, find_hwmon
 from amdtop.telemetry.kfd import KfdNode, pair_link, read_kfd_nodes
 from amdtop.telemetry.lost import lost_flag
 from amdtop.telemetry.numa import cpus_of, read_numa_nodes
+from amdtop.telemetry.partitions import partition_gpu_ids, with_partitions
 from amdtop.telemetry.plausible import plausible
 from amdtop.telemetry.ras import find_ras_files, read_ras
 
@@ -172,10 +173,16 @@ class SysfsBackend:
             node = by_bdf.get(card.bdf)
             nodes.append(node)
             gpus.append(self._static(index, card, node, numa))
+        gpus = [
+            replace(g, info=with_partitions(g.info, c.device_dir, kfd_nodes, sysfs_root))
+            for g, c in zip(gpus, cards, strict=True)
+        ]
         self._gpus = tuple(gpus)
         self._by_gpu_id = {g.gpu_id: g for g in self._gpus if g.gpu_id}
         # RAS counts: one file per block (eight or more per MI300X), changing rarely; read every ECC_EVERY_POLLS polls.
         self._ecc: dict[int, tuple[Any, int]] = {}
+        # A process on a compute partition holds vram_<partition gpu_id>: count it on its physical GPU.
+        self._part_of = {kid: (g.gpu_id, part) for g in self._gpus for kid, part in partition_gpu_ids(g.info).items()}
         by_node = {n.node: n for n in kfd_nodes}
         links = []
         for a in range(len(cards)):
@@ -262,7 +269,7 @@ class SysfsBackend:
         return GpuSample(
             gpu.info.index,
             vram_total_bytes=gpu.info.vram_total_bytes,
-            processes=tuple(sorted(found, key=lambda p: p.pid)),
+            processes=tuple(sorted(found, key=lambda p: (p.pid, p.partition or 0))),
             **values,
         )
 
@@ -291,11 +298,12 @@ class SysfsBackend:
                     vram = read_int(f"{pid_dir}/{entry}")
                 except (OSError, ValueError):
                     continue
-                if gpu_id not in self._by_gpu_id:
+                owner, part = self._part_of.get(gpu_id, (gpu_id, None))
+                if owner not in self._by_gpu_id:
                     continue
                 if not named:
                     name, named = self._comm(pid_text), True
-                out.setdefault(gpu_id, []).append(GpuProcess(int(pid_text), name, vram))
+                out.setdefault(owner, []).append(GpuProcess(int(pid_text), name, vram, part))
         return out
 
     def _comm(self, pid: str) -> str | None:

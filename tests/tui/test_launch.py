@@ -17,7 +17,7 @@ from tui import launch
 def _args(tmp_path: Path, **kw: Any) -> argparse.Namespace:
     base = dict(
         backend="auto", sysfs_root=Path("/sys"), demo=False, config=tmp_path / "none.toml", state_dir=tmp_path,
-        interval=1.0, readonly=False, seed=0,
+        interval=1.0, readonly=False, seed=0, demo_partition=None,
     )  # fmt: skip
     base.update(kw)
     return argparse.Namespace(**base)

@@ -241,7 +241,7 @@ async def test_pause_freezes_the_view() -> None:
 async def test_poller_thread_delivers_frames_and_stops_on_quit() -> None:
     app = make_app(autopoll=True, interval=0.05)
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(200):
+        for _ in range(750):  # up to 15 s: a busy 2-core CI box may starve the first frames
             await pilot.pause(0.02)
             if app.frames >= 3:
                 break

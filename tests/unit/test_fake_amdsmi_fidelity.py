@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.sysfs_tree import build_mi300x_8
+from tests.fixtures.sysfs_tree import build_mi300x_8, build_mi300x_8_partitioned
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fakes" / "amdsmi"
@@ -95,6 +95,7 @@ calls = [
     ("amdsmi_get_gpu_topo_numa_affinity", ()), ("amdsmi_get_gpu_device_bdf", ()),
     ("amdsmi_topo_get_link_type", ("peer",)), ("amdsmi_get_minmax_bandwidth_between_processors", ("peer",)),
 ]
+calls += json.loads(sys.argv[4]) if len(sys.argv) > 4 else []
 def args(mod, extra, peer):
     out = []
     for e in extra:
@@ -136,3 +137,26 @@ def test_fake_matches_real_surface(real_wheel: Path, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     problems = json.loads(out.stdout.strip().splitlines()[-1])
     assert problems == []
+
+
+PARTITION_CALLS = [
+    ["amdsmi_get_gpu_compute_partition", []],
+    ["amdsmi_get_gpu_memory_partition", []],
+    ["amdsmi_get_gpu_memory_partition_config", []],
+    ["amdsmi_get_gpu_accelerator_partition_profile", []],
+    ["amdsmi_get_gpu_kfd_info", []],
+    ["amdsmi_get_gpu_enumeration_info", []],
+]
+
+
+def test_fake_partition_calls_match_real_surface(real_wheel: Path, tmp_path: Path) -> None:
+    tree = build_mi300x_8_partitioned(tmp_path, compute="CPX", memory="NPS4")
+    out = subprocess.run(
+        [sys.executable, "-c", COMPARE, str(FAKE), str(tree.root), str(tree.proc_root), json.dumps(PARTITION_CALLS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(real_wheel), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

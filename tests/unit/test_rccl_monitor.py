@@ -73,6 +73,11 @@ def test_monitor_reads_a_real_sim_worker_p2p_and_fallback(tmp_path: Path) -> Non
         monitor = LogMonitor([("llama", good), ("qwen", bad)], SimBackend().topology())
         _poll_until(monitor, "llama", 4)
         update = _poll_until(monitor, "qwen", 2)
+        # The workers go on writing (warnings may follow the init lines): read until both logs are quiet.
+        deadline = time.monotonic() + 10
+        while update.counts() != (("llama", 0, 4), ("qwen", 0, 2)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            update = monitor.poll()
     finally:
         for p in procs:
             p.terminate()

@@ -26,6 +26,7 @@ from .amdsmi_exception import AmdSmiBdfFormatException, AmdSmiLibraryException, 
 
 processor_handle = ctypes.c_void_p
 AMDSMI_MAX_NUM_XGMI_LINKS = 8
+_AMDSMI_STRING_LENGTH = 80
 _HANDLE_BASE = 0x5A000000
 _FAKE_FAIL: dict = {}
 _state: dict = {}
@@ -79,6 +80,32 @@ class AmdSmiClkType(IntEnum):
     VCLK1 = amdsmi_wrapper.AMDSMI_CLK_TYPE_VCLK1
     DCLK0 = amdsmi_wrapper.AMDSMI_CLK_TYPE_DCLK0
     DCLK1 = amdsmi_wrapper.AMDSMI_CLK_TYPE_DCLK1
+
+
+class AmdSmiAcceleratorPartitionType(IntEnum):
+    SPX = amdsmi_wrapper.AMDSMI_ACCELERATOR_PARTITION_SPX
+    DPX = amdsmi_wrapper.AMDSMI_ACCELERATOR_PARTITION_DPX
+    TPX = amdsmi_wrapper.AMDSMI_ACCELERATOR_PARTITION_TPX
+    QPX = amdsmi_wrapper.AMDSMI_ACCELERATOR_PARTITION_QPX
+    CPX = amdsmi_wrapper.AMDSMI_ACCELERATOR_PARTITION_CPX
+    INVALID = amdsmi_wrapper.AMDSMI_ACCELERATOR_PARTITION_INVALID
+
+
+class AmdSmiComputePartitionType(IntEnum):
+    SPX = amdsmi_wrapper.AMDSMI_COMPUTE_PARTITION_SPX
+    DPX = amdsmi_wrapper.AMDSMI_COMPUTE_PARTITION_DPX
+    TPX = amdsmi_wrapper.AMDSMI_COMPUTE_PARTITION_TPX
+    QPX = amdsmi_wrapper.AMDSMI_COMPUTE_PARTITION_QPX
+    CPX = amdsmi_wrapper.AMDSMI_COMPUTE_PARTITION_CPX
+    INVALID = amdsmi_wrapper.AMDSMI_COMPUTE_PARTITION_INVALID
+
+
+class AmdSmiMemoryPartitionType(IntEnum):
+    NPS1 = amdsmi_wrapper.AMDSMI_MEMORY_PARTITION_NPS1
+    NPS2 = amdsmi_wrapper.AMDSMI_MEMORY_PARTITION_NPS2
+    NPS4 = amdsmi_wrapper.AMDSMI_MEMORY_PARTITION_NPS4
+    NPS8 = amdsmi_wrapper.AMDSMI_MEMORY_PARTITION_NPS8
+    UNKNOWN = amdsmi_wrapper.AMDSMI_MEMORY_PARTITION_UNKNOWN
 
 
 class AmdSmiLinkType(IntEnum):
@@ -146,8 +173,8 @@ def _scan(root):
     drm = root / "class" / "drm"
     for name in sorted((n for n in os.listdir(drm) if re.fullmatch(r"card\d+", n)), key=lambda n: int(n[4:])):
         dev = Path(os.path.realpath(drm / name / "device"))
-        if (dev / "vendor").read_text().strip() != "0x1002":
-            continue
+        if not (dev / "vendor").exists() or (dev / "vendor").read_text().strip() != "0x1002":
+            continue  # the BMC's VGA, or an amdgpu_xcp partition's platform device (not a PCI GPU)
         bdf = dev.name
         node = next(
             (
@@ -167,8 +194,42 @@ def _scan(root):
         )
         hw_root = dev / "hwmon"
         hw = hw_root / sorted(os.listdir(hw_root))[0]
-        gpus.append({"bdf": bdf, "dev": dev, "hw": hw, "node": node, "card": int(name[4:])})
-    return nodes, gpus
+        gpus.append({"bdf": bdf, "dev": dev, "hw": hw, "node": node, "card": int(name[4:]), "partition": 0, "pdev": dev})
+    return nodes, _with_partitions(nodes, gpus)
+
+
+def _with_partitions(nodes, gpus):
+    # As the library does on a partitioned GPU (DPX/QPX/CPX): one processor handle per compute partition, i.e. per
+    # KFD node sharing the GPU's domain, bus/device and unique_id; its BDF carries the partition in the function
+    # bits. Partition handles other than 0 sit on an amdgpu_xcp platform device, which has no metric files, so
+    # device metrics answer NOT_SUPPORTED there; partition modes are read from the PCI device.
+    out = []
+    for gpu in gpus:
+        out.append(gpu)
+        if gpu["node"] is None:
+            continue
+        mine = nodes[gpu["node"]]["props"]
+        key = (mine.get("domain", 0), mine["location_id"] >> 3, mine.get("unique_id", 0))
+        for i, nd in sorted(nodes.items()):
+            pr = nd["props"]
+            if i == gpu["node"] or not nd["gpu_id"] or "location_id" not in pr:
+                continue
+            if (pr.get("domain", 0), pr["location_id"] >> 3, pr.get("unique_id", 0)) != key:
+                continue
+            loc = pr["location_id"]
+            xcp = gpu["dev"].parent.parent / "platform" / ("amdgpu_xcp.%d" % i)
+            out.append(
+                {
+                    "bdf": "%04x:%02x:%02x.%x" % (pr.get("domain", 0), loc >> 8, loc >> 3 & 31, loc & 7),
+                    "dev": xcp,
+                    "hw": xcp / "hwmon" / "none",
+                    "node": i,
+                    "card": gpu["card"],
+                    "partition": loc & 7,
+                    "pdev": gpu["dev"],
+                }
+            )
+    return out
 
 
 def _gpu(handle, fn):
@@ -256,16 +317,17 @@ def amdsmi_get_gpu_device_bdf(processor_handle):
 
 def amdsmi_get_gpu_asic_info(processor_handle):
     gpu = _gpu(processor_handle, "amdsmi_get_gpu_asic_info")
+    dev = gpu["pdev"]  # a partition answers with its GPU's ASIC facts
     props = _state["nodes"][gpu["node"]]["props"] if gpu["node"] is not None else {}
-    name = _read(gpu["dev"] / "product_name") if (gpu["dev"] / "product_name").exists() else ""
-    serial = _read(gpu["dev"] / "unique_id") if (gpu["dev"] / "unique_id").exists() else ""
+    name = _read(dev / "product_name") if (dev / "product_name").exists() else ""
+    serial = _read(dev / "unique_id") if (dev / "unique_id").exists() else ""
     gfx = props.get("gfx_target_version", 0)
     return {
         "market_name": name or "N/A",
-        "vendor_id": _read(gpu["dev"] / "vendor"),
+        "vendor_id": _read(dev / "vendor"),
         "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
         "subvendor_id": "0x1002",
-        "device_id": hex(int(_read(gpu["dev"] / "device"), 16)),
+        "device_id": hex(int(_read(dev / "device"), 16)),
         "rev_id": "0x00",
         "asic_serial": "0x{:016X}".format(int(serial, 16)) if serial else "N/A",
         "oam_id": gpu["card"] - 1,
@@ -293,7 +355,11 @@ def amdsmi_get_gpu_kfd_info(processor_handle):
     gpu = _gpu(processor_handle, "amdsmi_get_gpu_kfd_info")
     if gpu["node"] is None:
         return {"kfd_id": "N/A", "node_id": "N/A", "current_partition_id": "N/A"}
-    return {"kfd_id": _state["nodes"][gpu["node"]]["gpu_id"], "node_id": gpu["node"], "current_partition_id": 0}
+    return {
+        "kfd_id": _state["nodes"][gpu["node"]]["gpu_id"],
+        "node_id": gpu["node"],
+        "current_partition_id": gpu["partition"],
+    }
 
 
 def amdsmi_get_gpu_enumeration_info(processor_handle):
@@ -630,3 +696,71 @@ def amdsmi_get_gpu_total_ecc_count(processor_handle):
         for k in total:
             total[k] += counts[k]
     return total
+# ------------------------------------------------------------------------------------------------- partitions
+
+
+def amdsmi_get_gpu_compute_partition(processor_handle):
+    gpu = _gpu(processor_handle, "amdsmi_get_gpu_compute_partition")
+    return _read(gpu["pdev"] / "current_compute_partition")[: _AMDSMI_STRING_LENGTH - 1]
+
+
+def amdsmi_get_gpu_memory_partition(processor_handle):
+    gpu = _gpu(processor_handle, "amdsmi_get_gpu_memory_partition")
+    return _read(gpu["pdev"] / "current_memory_partition")[: _AMDSMI_STRING_LENGTH - 1]
+
+
+def _caps(text):
+    caps = [c for c in ("NPS1", "NPS2", "NPS4", "NPS8") if c in re.split(r"[\s,]+", text)]
+    return caps or ["N/A"]
+
+
+def amdsmi_get_gpu_memory_partition_config(processor_handle):
+    gpu = _gpu(processor_handle, "amdsmi_get_gpu_memory_partition_config")
+    mode = _read(gpu["pdev"] / "current_memory_partition")
+    try:
+        caps = _caps(_read(gpu["pdev"] / "available_memory_partition"))
+    except AmdSmiLibraryException:
+        caps = ["N/A"]
+    return {
+        "partition_caps": caps,
+        "mp_mode": mode if mode in ("NPS1", "NPS2", "NPS4", "NPS8") else "N/A",
+        "num_numa_ranges": "N/A",
+        "numa_range": "N/A",
+    }
+
+
+def amdsmi_get_gpu_accelerator_partition_profile(processor_handle):
+    gpu = _gpu(processor_handle, "amdsmi_get_gpu_accelerator_partition_profile")
+    try:
+        mode = _read(gpu["pdev"] / "current_compute_partition")
+    except AmdSmiLibraryException as exc:
+        if exc.get_error_code() != amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED:
+            raise
+        # NOT_SUPPORTED still answers with the partition id (as the real wrapper does)
+        return {
+            "partition_id": [gpu["partition"]],
+            "partition_profile": {
+                "profile_type": "N/A",
+                "num_partitions": "N/A",
+                "profile_index": "N/A",
+                "memory_caps": "N/A",
+                "num_resources": "N/A",
+                "resources": "N/A",
+            },
+        }
+    counts = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4, "CPX": 8}
+    try:
+        mem_caps = _caps(_read(gpu["pdev"] / "available_memory_partition"))
+    except AmdSmiLibraryException:
+        mem_caps = ["N/A"]
+    return {
+        "partition_id": [gpu["partition"]],
+        "partition_profile": {
+            "profile_type": mode if mode in counts else "N/A",
+            "num_partitions": counts.get(mode, 0),
+            "profile_index": list(counts).index(mode) if mode in counts else 0,
+            "memory_caps": mem_caps,
+            "num_resources": 0,
+            "resources": "N/A",
+        },
+    }
