@@ -19,6 +19,7 @@ from textual.worker import get_current_worker
 from amdtop.control import WorkerControl
 from amdtop.exporter import Exporter
 from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
+from amdtop.pipeline.frame import FrameMailbox
 from amdtop.pipeline.producer import DemoLoad
 from amdtop.rccl.monitor import LogMonitor
 from amdtop.telemetry.base import TelemetryBackend
@@ -82,6 +83,7 @@ class AmdtopApp(ControlActions, App[int]):
         self.watch_tty = watch_tty
         self.on_terminal_lost: Callable[[], None] | None = None
         self.exporter: Exporter | None = None
+        self.export_mailbox: FrameMailbox | None = None
         self.exporter_listen = exporter_listen
         self.paused = False
         self.pipeline = NodePipeline(
@@ -178,6 +180,8 @@ class AmdtopApp(ControlActions, App[int]):
             return
         self._pending = None
         self.frames += 1
+        if self.export_mailbox is not None:
+            self.export_mailbox.put(frame)
         self.dashboard.apply(frame, self.status_line(frame), self.clock())
 
     def status_line(self, frame: NodeFrame) -> str:

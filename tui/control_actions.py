@@ -13,7 +13,7 @@ from textual import work
 
 from amdtop.exporter import Exporter
 from amdtop.model import Topology, WorkerStatus
-from amdtop.pipeline import NodeFrame
+from amdtop.pipeline.frame import FrameMailbox
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.supervisor.stopper import StopReport
@@ -182,22 +182,21 @@ class ControlActions:
     def action_exporter(self: AmdtopApp) -> None:
         if self.exporter is not None:
             self.exporter.stop()
-            self.exporter = None
+            self.exporter, self.export_mailbox = None, None
             self.notify("exporter stopped")
             return
 
-        def provider() -> NodeFrame:
-            # The dashboard's own frame: exporting adds no device calls and shows what the screen shows.
-            frame = self.dashboard.last_frame
-            if frame is None:
-                raise RuntimeError("no sample yet")
-            return frame
-
+        # The dashboard's own frames, handed over as they are drawn: exporting adds no device calls and serves what
+        # the screen shows.
+        mailbox = FrameMailbox()
+        if self.dashboard.last_frame is not None:
+            mailbox.put(self.dashboard.last_frame)
+        self.export_mailbox = mailbox
         try:
-            self.exporter = Exporter(provider, listen=self.exporter_listen)
+            self.exporter = Exporter(mailbox.get, listen=self.exporter_listen)
             self.exporter.start()
         except Exception as exc:
-            self.exporter = None
+            self.exporter, self.export_mailbox = None, None
             self.notify(f"exporter: {exc}", severity="error")
             return
         self.notify(f"exporter serving {self.exporter.url}")
