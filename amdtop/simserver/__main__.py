@@ -74,12 +74,13 @@ def split_unknown(argv: Sequence[str], parser: argparse.ArgumentParser) -> tuple
 
 
 def _kv_tokens(a: argparse.Namespace) -> int:
+    block: int = max(1, int(a.block_size))
     if a.num_gpu_blocks_override is not None:
-        return max(1, a.num_gpu_blocks_override) * max(1, a.block_size)
+        return max(1, int(a.num_gpu_blocks_override)) * block
     if a.kv_cache_tokens is not None:
-        return max(1, a.kv_cache_tokens)
+        return max(1, int(a.kv_cache_tokens))
     # The default scales with --gpu-memory-utilization around vLLM's 0.9, so a retune of it shows in the capacity.
-    return max(1, round(524288 * a.gpu_memory_utilization / 0.9))
+    return max(1, round(524288 * float(a.gpu_memory_utilization) / 0.9))
 
 
 def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
@@ -103,7 +104,7 @@ def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
         max_model_len=a.max_model_len,
         max_num_seqs=a.max_num_seqs,
         kv_cache_tokens=_kv_tokens(a),
-        block_size=max(1, a.block_size),
+        block_size=max(1, int(a.block_size)),
         gpu_memory_utilization=a.gpu_memory_utilization,
         fail_after=a.fail_after,
         error_chunk_after=a.error_chunk_after,
