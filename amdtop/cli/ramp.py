@@ -6,12 +6,15 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import state_dir
+from amdtop.cli.ramp_verdict import cli_observer, render_verdict
 from amdtop.errors import InputError
 from amdtop.ramp import Ramp, RampConfig, RampResult
+from amdtop.ramp.goodput import parse_goodput
 
 
 def _conc_list(text: str) -> tuple[int, ...]:
@@ -46,6 +49,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--no-refine", action="store_true", help="skip the refinement steps around the knee")
     p.add_argument("--max-error-rate", type=float, default=0.5, help="abort above this failed fraction (default 0.5)")
     p.add_argument("--request-timeout", type=float, default=60.0, help="longest silence inside a response (s)")
+    p.add_argument(
+        "--goodput", nargs="+", metavar="KEY:MS", default=None,
+        help="SLOs for goodput per step as vllm bench serve: ttft:MS tpot:MS e2el:MS (a request counts when it meets all)",
+    )  # fmt: skip
+    p.add_argument("--gpus", type=_conc_list, default=None, help="the worker's GPUs for per-step GPU data (default: "
+                   "the GPUs running the worker's processes, else all)")  # fmt: skip
+    p.add_argument("--no-record", action="store_true", help="skip per-step /metrics and GPU recording (no knee cause)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the result as JSON to FILE ('-' for stdout)")
     p.set_defaults(func=run_ramp)
 
@@ -82,6 +92,7 @@ def run_ramp(args: argparse.Namespace) -> int:
     """Run the ramp and print or write the result."""
     if args.json not in (None, "-") and not Path(args.json).parent.exists():
         raise InputError(f"--json: folder {Path(args.json).parent} does not exist; create it or pick another path")
+    slos = parse_goodput(args.goodput) if args.goodput else ()
     cfg = RampConfig(
         url=args.url, model=args.model, concurrencies=args.concurrency, max_num_seqs=args.max_num_seqs,
         step_seconds=args.step_seconds, warmup_seconds=args.warmup_seconds, input_len=args.input_len,
@@ -89,9 +100,15 @@ def run_ramp(args: argparse.Namespace) -> int:
         slo_tpot_ms=args.slo_tpot_ms, refine_points=0 if args.no_refine else 3, max_error_rate=args.max_error_rate,
         request_timeout_s=args.request_timeout,
     )  # fmt: skip
+    cfg = replace(cfg, goodput=slos, record=not args.no_record)
     printed: list[int] = []
-    ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed))
-    result = asyncio.run(ramp.run())
+    observer, close = (None, None) if args.no_record else cli_observer(args, args.url, args.gpus)
+    ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed), observer=observer)
+    try:
+        result = asyncio.run(ramp.run())
+    finally:
+        if close is not None:
+            close()
     doc = result.to_json()
     if args.json == "-":
         json.dump(doc, sys.stdout, indent=2)
@@ -105,6 +122,7 @@ def run_ramp(args: argparse.Namespace) -> int:
         sys.stderr.write(f"results: {ramp.paths[0]} {ramp.paths[1]}\n")
     if knee:
         sys.stderr.write(f"knee: concurrency {knee['concurrency']} ({knee['reason']})\n")
+        sys.stderr.write(render_verdict(doc))
     if result.aborted:
         sys.stderr.write(f"amdtop: error: ramp: stopped early: {result.aborted}; partial results saved\n")
         return 1

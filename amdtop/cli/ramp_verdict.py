@@ -1,0 +1,54 @@
+"""``amdtop ramp``'s node observation (a telemetry backend through :class:`NodeObserver`) and its verdict text."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from amdtop.cli.common import open_from_args
+from amdtop.errors import AmdtopError
+from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from_backend
+
+
+def _worker_gpus(snapshot: Any, pids: Sequence[int]) -> list[int]:
+    wanted = set(pids)
+    return [g.index for g in snapshot.gpus if any(p.pid in wanted for p in g.processes)]
+
+
+def cli_observer(
+    args: argparse.Namespace, url: str, gpus: Sequence[int] | None
+) -> tuple[NodeObserver | None, Callable[[], None] | None]:
+    """The node's telemetry backend as a :class:`NodeObserver` over the worker's GPUs; ``(None, None)`` without GPUs.
+
+    The worker's GPUs are ``gpus`` when given, else those whose process lists hold the worker's processes, else all.
+    """
+    try:
+        backend = open_from_args(args)
+    except AmdtopError as exc:
+        sys.stderr.write(f"amdtop: ramp: no GPU data per step ({exc})\n")
+        return None, None
+    chosen: Sequence[int] | None = gpus
+    if chosen is None:
+        with contextlib.suppress(Exception):
+            chosen = _worker_gpus(backend.sample(), default_worker_pids(url.rstrip("/"))()) or None
+    return observer_from_backend(backend.sample, chosen), backend.close
+
+
+def render_verdict(doc: dict[str, Any]) -> str:
+    """The knee's cause, its evidence and the recommendation as stderr lines."""
+    knee = doc.get("knee") or {}
+    if not knee:
+        return ""
+    lines = [f"cause: {knee.get('cause', 'unknown')}"]
+    lines += [f"  - {e}" for e in knee.get("evidence") or []]
+    rec = doc.get("recommendation") or {}
+    changes = rec.get("changes") or {}
+    if changes:
+        lines.append("recommend: " + " ".join(f"{k}={v}" for k, v in changes.items()))
+    lines += [f"  {a}" for a in rec.get("advice") or []]
+    if rec.get("pane"):
+        lines.append(f"  pane: {rec['pane']}" + (f", flag: {rec['flag']}" if rec.get("flag") else ""))
+    return "\n".join(lines) + "\n"
