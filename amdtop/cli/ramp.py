@@ -102,8 +102,9 @@ def run_ramp(args: argparse.Namespace) -> int:
     )  # fmt: skip
     cfg = replace(cfg, goodput=slos, record=not args.no_record)
     printed: list[int] = []
-    observer, close = (None, None) if args.no_record else cli_observer(args, args.url, args.gpus)
+    observer, close, node = (None, None, "off") if args.no_record else cli_observer(args, args.url, args.gpus)
     ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed), observer=observer)
+    ramp.result.settings["node_data"] = node
     try:
         result = asyncio.run(ramp.run())
     finally:

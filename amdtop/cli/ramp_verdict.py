@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from amdtop.cli.common import open_from_args
+from amdtop.cli.common import backend_options
 from amdtop.errors import AmdtopError
 from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from_backend
+from amdtop.telemetry import open_backend
 
 
 def _worker_gpus(snapshot: Any, pids: Sequence[int]) -> list[int]:
@@ -20,21 +20,22 @@ def _worker_gpus(snapshot: Any, pids: Sequence[int]) -> list[int]:
 
 def cli_observer(
     args: argparse.Namespace, url: str, gpus: Sequence[int] | None
-) -> tuple[NodeObserver | None, Callable[[], None] | None]:
-    """The node's telemetry backend as a :class:`NodeObserver` over the worker's GPUs; ``(None, None)`` without GPUs.
+) -> tuple[NodeObserver | None, Callable[[], None] | None, str]:
+    """The node's telemetry backend as a :class:`NodeObserver` over the worker's GPUs, its closer and a note.
 
+    ``(None, None, why)`` without GPUs. Quiet on stderr: a ramp that fails to reach its URL still prints one line.
     The worker's GPUs are ``gpus`` when given, else those whose process lists hold the worker's processes, else all.
     """
     try:
-        backend = open_from_args(args)
+        backend = open_backend("sim" if args.demo else args.backend, backend_options(args))
     except AmdtopError as exc:
-        sys.stderr.write(f"amdtop: ramp: no GPU data per step ({exc})\n")
-        return None, None
+        return None, None, f"none ({exc})"
     chosen: Sequence[int] | None = gpus
     if chosen is None:
         with contextlib.suppress(Exception):
             chosen = _worker_gpus(backend.sample(), default_worker_pids(url.rstrip("/"))()) or None
-    return observer_from_backend(backend.sample, chosen), backend.close
+    which = "all GPUs" if chosen is None else "GPUs " + ",".join(map(str, chosen))
+    return observer_from_backend(backend.sample, chosen), backend.close, f"{backend.name}: {which}"
 
 
 def render_verdict(doc: dict[str, Any]) -> str:
