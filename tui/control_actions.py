@@ -16,6 +16,7 @@ from amdtop.exporter.sources import RcclCounter, enrich
 from amdtop.model import Topology
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
+from amdtop.ramp.observe import observer_from_backend
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.ramp import RampScreen
@@ -170,7 +171,21 @@ class ControlActions:
             if control is not None:
                 self._call("retune", worker.name, lambda: control.retune(worker.name, {"max-num-seqs": str(n)}))
 
-        self.push_screen(RampScreen(worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply))
+        def apply_changes(changes: dict[str, str]) -> None:
+            if control is not None:
+                self._call("retune", worker.name, lambda: control.retune(worker.name, changes))
+
+        def snapshot() -> Any:
+            # The dashboard's own frame: per-step GPU data costs no device calls of its own.
+            frame = self.dashboard.last_frame
+            return frame.snapshot if frame is not None else None
+
+        screen = RampScreen(
+            worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
+            apply_changes=apply_changes if control is not None else None,
+            observer=observer_from_backend(snapshot, worker.gpus or None),
+        )  # fmt: skip
+        self.push_screen(screen)
 
     def action_exporter(self: AmdtopApp) -> None:
         if self.exporter is not None:
