@@ -18,6 +18,7 @@ from tomlkit.exceptions import TOMLKitError
 from amdtop.cpulist import format_cpulist
 from amdtop.errors import InputError
 from amdtop.model import Topology
+from amdtop.vllm_numa import uses_vllm_numa_binding
 
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
 """A ``vllm serve`` flag value: scalar, ``true`` (bare flag) or a list (repeated values)."""
@@ -204,8 +205,8 @@ def attention_heads(model: str) -> int | None:
 def resolve_numa(profile: Profile, topology: Topology) -> int | None:
     """The NUMA node to pin to (``None``: no pinning), validated against ``topology``."""
     nodes = sorted(n.id for n in topology.numa_nodes)
-    if profile.numa_node == "none":
-        return None
+    if profile.numa_node == "none" or uses_vllm_numa_binding(profile.args):
+        return None  # vLLM's --numa-bind pins each rank to its own GPU's node: no outer numactl, no span error
     if profile.numa_node == "auto":
         if not profile.gpus:
             return None
