@@ -114,8 +114,10 @@ def _kv(sat: dict[str, Any], knee: dict[str, Any], ev: list[str], input_len: int
         per = seq_tokens(input_len, output_len, block)
         fits = int(cap // per)
         if fits < c and queueing and fits <= 1.5 * knee["concurrency"]:
+            blocks = f" in {block}-token blocks" if block else ""
             found.append(
-                f"KV cache holds {cap:.0f} tokens = {fits} sequences of {per} tokens; concurrency {c} asks for {c}"
+                f"KV cache holds {cap:.0f} tokens: {fits} whole sequences of {per} tokens{blocks}; "
+                f"{c} in flight need {c * per}"
             )
     if not found:
         return None

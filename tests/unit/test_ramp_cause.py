@@ -40,10 +40,13 @@ def test_kv_bound_knee_is_kv_cache(tmp_path: Path) -> None:
         doc = _ramp(18120, tmp_path)
     knee = doc["knee"]
     assert knee["cause"] == "kv_cache", knee
-    assert knee["concurrency"] in (2, 4)
+    # The cache holds 2 whole sequences and starts 4: the knee sits at 4 (8 when a busy box slows the 4-step below 90 %
+    # of the best), never at 16.
+    assert knee["concurrency"] in (2, 4, 8)
     by_c = {s["concurrency"]: s for s in doc["steps"]}
-    above = by_c[knee["concurrency"] * 2]
+    above = by_c[16]
     assert above["num_preemptions"] > 0 and above["kv_cache_usage_max"] == 1.0 and above["kv_cache_tokens"] == 64
+    assert above["waiting_max"] > 0 and above["running_max"] <= 4
     assert by_c[1]["num_preemptions"] == 0 and by_c[1]["kv_cache_usage_max"] <= 0.5
     assert any("preemptions" in e for e in knee["evidence"])
     rec = doc["recommendation"]
