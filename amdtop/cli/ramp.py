@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import state_dir
-from amdtop.cli.ramp_verdict import cli_observer, render_verdict
+from amdtop.cli.ramp_verdict import cli_observer, render_verdict, sharing_warning
 from amdtop.errors import InputError
 from amdtop.ramp import Ramp, RampConfig, RampResult
 from amdtop.ramp.goodput import parse_goodput
@@ -71,6 +71,7 @@ def _progress(result: RampResult, printed: list[int]) -> None:
         f"TTFT {'-' if ttft is None else f'{ttft:.1f}'} ms  ok {s['completed']} failed {s['failed']}  "
         f"client CPU {s['client_cpu_pct']:.0f}%\n"
     )
+    sharing_warning(s, printed)
 
 
 def render_table(doc: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +37,21 @@ def cli_observer(
             chosen = _worker_gpus(backend.sample(), default_worker_pids(url.rstrip("/"))()) or None
     which = "all GPUs" if chosen is None else "GPUs " + ",".join(map(str, chosen))
     return observer_from_backend(backend.sample, chosen), backend.close, f"{backend.name}: {which}"
+
+
+_warned: set[int] = set()
+
+
+def sharing_warning(step: dict[str, Any], ramp_key: object) -> None:
+    """Warn once per ramp (``ramp_key``) on stderr when the client may share cores with the worker's processes."""
+    if not step.get("client_shares_cores") or id(ramp_key) in _warned:
+        return
+    _warned.add(id(ramp_key))
+    cpus = step.get("client_shared_cpus") or "?"
+    sys.stderr.write(
+        f"amdtop: warning: the load generator may run on the worker's cores ({cpus}); a busy-polling engine there "
+        "bunches every stream: pin the ramp elsewhere (taskset -c)\n"
+    )
 
 
 def render_verdict(doc: dict[str, Any]) -> str:

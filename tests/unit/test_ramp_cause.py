@@ -65,6 +65,9 @@ def test_compute_bound_knee_is_compute(tmp_path: Path) -> None:
     by_c = {s["concurrency"]: s for s in doc["steps"]}
     assert by_c[8]["num_preemptions"] == 0 and by_c[8]["kv_cache_usage_max"] < 0.01
     assert by_c[8]["running_max"] == 4 and by_c[8]["waiting_max"] > 0
+    # The simulated server was found through its listening port: its CPU and whether it may share the client's cores.
+    assert by_c[8]["worker_cpu_pct"] is not None and by_c[8]["worker_cpu_pct"] > 0
+    assert isinstance(by_c[8]["client_shares_cores"], bool)
     assert any("batch capped at 4" in e for e in knee["evidence"])
     assert doc["recommendation"]["changes"] == {"max-num-seqs": "4"}
     # Goodput: at 1-4 every request meets TTFT <= 60 ms; at 16 each waits ~3 rounds for a slot and none does.
