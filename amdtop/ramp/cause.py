@@ -24,6 +24,7 @@ CAUSES = ("kv_cache", "compute", "tp_imbalance", "communication", "power", "clie
 CLIENT_BUSY_PCT = 85.0
 KV_FULL = 0.90
 IMBALANCE_POINTS = 20.0
+IDLE_PCT = 10.0
 THROTTLED_FRAC = 0.2
 POWER_AT_CAP = 0.97
 QUEUE_MS = 5.0
@@ -168,6 +169,8 @@ def _imbalance(sat: dict[str, Any], ev: list[str]) -> str | None:
         return None
     lo = sat.get("gpu_util_min_gpu")
     hi = max(util.values())
+    if float(util.get(str(lo), 0)) < IDLE_PCT:
+        return None  # an idle GPU is not one of a loaded worker's TP ranks (every step runs on all of them)
     ev.append(f"TP ranks' utilization spread {spread:.0f} points: GPU {lo} at {util.get(str(lo), 0):.0f}% vs {hi:.0f}%")
     return "tp_imbalance"
 

@@ -140,6 +140,7 @@ def _steps(**above: Any) -> list[dict[str, Any]]:
         ({"gpu_util_pct": {"0": 98.0, "1": 60.0}, "gpu_util_spread": 38.0, "gpu_util_min_gpu": 1}, "tp_imbalance"),
         ({"gpu_util_pct": {"0": 35.0, "1": 30.0}, "gpu_util_mean": 32.5, "gpu_util_spread": 5.0, "xgmi_gbps": 40.0},
          "communication"),
+        ({"gpu_util_pct": {"0": 98.0, "1": 2.0}, "gpu_util_spread": 96.0, "gpu_util_min_gpu": 1}, "compute"),
         ({"kv_cache_usage_max": 0.97, "waiting_max": 6.0}, "kv_cache"),
         ({"kv_cache_tokens": 2048, "mean_queue_time_ms": 40.0, "block_size": 128}, "kv_cache"),
         ({"kv_cache_tokens": 524288, "mean_queue_time_ms": 40.0, "block_size": 128}, "compute"),
