@@ -139,7 +139,7 @@ def test_retune_diff_writeback_keeps_comments(tmp_path: Path) -> None:
         ({"block-size": "24"}, "worker[a].args.block-size: 24 is not a power of two; e.g. block-size=16"),
         (
             {"dtype": "half"},
-            "worker[a].dtype: cannot be retuned; use one of max-num-seqs, gpu-memory-utilization, block-size, max-model-len, numa_node, env.NAME",
+            "worker[a].dtype: cannot be retuned; use one of max-num-seqs, gpu-memory-utilization, block-size, max-model-len, max-num-batched-tokens, numa_node, env.NAME",
         ),
         (
             {"numa_node": "7"},
