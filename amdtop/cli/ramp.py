@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import state_dir
-from amdtop.cli.ramp_verdict import cli_observer, render_verdict, sharing_warning
+from amdtop.cli.ramp_verdict import cli_observer, gpu_list, render_verdict, sharing_warning
 from amdtop.errors import InputError
 from amdtop.ramp import Ramp, RampConfig, RampResult
 from amdtop.ramp.goodput import parse_goodput
@@ -53,7 +53,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--goodput", nargs="+", metavar="KEY:MS", default=None,
         help="SLOs for goodput per step as vllm bench serve: ttft:MS tpot:MS e2el:MS (a request counts when it meets all)",
     )  # fmt: skip
-    p.add_argument("--gpus", type=_conc_list, default=None, help="the worker's GPUs for per-step GPU data (default: "
+    p.add_argument("--gpus", type=gpu_list, default=None, help="the worker's GPUs for per-step GPU data (default: "
                    "the GPUs running the worker's processes, else all)")  # fmt: skip
     p.add_argument("--no-record", action="store_true", help="skip per-step /metrics and GPU recording (no knee cause)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the result as JSON to FILE ('-' for stdout)")

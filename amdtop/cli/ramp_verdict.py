@@ -14,6 +14,17 @@ from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from
 from amdtop.telemetry import open_backend
 
 
+def gpu_list(text: str) -> tuple[int, ...]:
+    """``--gpus 0,1,2,3`` (GPU indices, 0 allowed)."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU indices, e.g. 0,1,2,3") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError("needs GPU indices (0 or more), e.g. 0,1,2,3")
+    return tuple(sorted(set(values)))
+
+
 def _worker_gpus(snapshot: Any, pids: Sequence[int]) -> list[int]:
     wanted = set(pids)
     return [g.index for g in snapshot.gpus if any(p.pid in wanted for p in g.processes)]

@@ -83,12 +83,15 @@ def test_cli_goodput_and_cause_in_json(tmp_path: Path, capsys: pytest.CaptureFix
     with simserver(18122, "--capacity", "2", "--tokens-per-s", "200", "--ttft-ms", "5"):
         rc = main(["ramp", "--url", "http://127.0.0.1:18122", "--concurrency", "1,2,4", "--step-seconds", "0.6",
                    "--input-len", "4", "--output-len", "4", "--no-refine", "--goodput", "ttft:1000", "e2el:2000",
-                   "--backend", "sim", "--json", "-", "--state-dir", str(tmp_path)])  # fmt: skip
+                   "--backend", "sim", "--gpus", "0,1", "--json", "-", "--state-dir", str(tmp_path)])  # fmt: skip
     out = capsys.readouterr()
     assert rc == 0
     doc = json.loads(out.out)
     assert doc["knee"]["cause"] == "compute" and doc["knee"]["evidence"]
     assert doc["settings"]["goodput"] == [["ttft", 1000.0], ["e2el", 2000.0]]
+    # GPU data per step came from the telemetry backend through the NodeObserver, only for the GPUs asked for.
+    assert doc["settings"]["node_data"] == "sim: GPUs 0,1"
+    assert all(set(s["gpu_util_pct"]) == {"0", "1"} for s in doc["steps"])
     assert all(s["request_goodput"] == pytest.approx(s["request_throughput"]) for s in doc["steps"])
     assert "cause: compute" in out.err and "recommend: max-num-seqs=2" in out.err
 
