@@ -32,6 +32,8 @@ class FlagKind(str, Enum):
     TP_PLACEMENT = "tp_placement"
     NCCL_ERROR = "nccl_error"
     NCCL_TIMEOUT = "nccl_timeout"
+    GPU_THROTTLED = "gpu_throttled"
+    ECC_UNCORRECTABLE = "ecc_uncorrectable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,36 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class XgmiLinkCounters:
+    """One GPU-to-GPU fabric link of one GPU, as cumulative counters (rates come from deltas between polls)."""
+
+    link: int
+    """Link index on this GPU (amdsmi ``links[i]``, gpu_metrics ``xgmi_*_data_acc[i]``, NVLink id)."""
+    peer_bdf: str | None = None
+    """PCI address of the GPU at the other end; ``None`` where the source does not say (gpu_metrics alone)."""
+    read_kb: int | None = None
+    """Data read over the link since the driver loaded, KB (amdsmi/gpu_metrics unit; NVML KiB)."""
+    write_kb: int | None = None
+    """Data written over the link since the driver loaded, KB."""
+    max_bandwidth_gbps: float | None = None
+    """Peak bandwidth of the link where the source says, GB/s."""
+
+
+@dataclass(frozen=True, slots=True)
+class EccCount:
+    """Memory/RAS error counts of one hardware block (``umc``, ``gfx``, ``dram``...) since the driver loaded."""
+
+    block: str
+    """Block name, lowercase (sysfs ``ras/<block>_err_count``, amdsmi ``AmdSmiGpuBlock``, NVML memory location)."""
+    correctable: int | None = None
+    """Corrected errors."""
+    uncorrectable: int | None = None
+    """Uncorrectable errors."""
+    deferred: int | None = None
+    """Deferred errors (AMD only)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU at one poll."""
 
@@ -100,6 +132,18 @@ class GpuSample:
     """True when the GPU stopped answering; all metrics are then ``None``."""
     error: str | None = None
     """Why the GPU is lost, one line."""
+    xgmi_links: tuple[XgmiLinkCounters, ...] | None = None
+    """Per-link fabric traffic counters (XGMI or NVLink); ``None`` where the source has none."""
+    throttle_active: tuple[str, ...] | None = None
+    """Throttle reasons active at this poll (``power_cap``, ``thermal``, ``prochot``, ``hbm_thermal``...);
+    ``()`` when none is, ``None`` when the source cannot tell."""
+    throttle_acc: tuple[tuple[str, float], ...] | None = None
+    """Cumulative time spent throttled per reason, in the unit of :attr:`throttle_clock`; the share of a window
+    spent throttled is the counter's delta over the clock's delta."""
+    throttle_clock: float | None = None
+    """The counter :attr:`throttle_acc` is measured against (gpu_metrics ``accumulation_counter``, seconds)."""
+    ecc: tuple[EccCount, ...] | None = None
+    """RAS/ECC error counts per block; ``None`` where the source has none."""
 
     @property
     def vram_pct(self) -> float | None:
@@ -285,3 +329,6 @@ class WorkerStatus:
     simulated: bool = False
     """A demo worker standing in for one of the simulated node: its binding fields are the simulated node's, so
     NUMA checks must use them rather than this host's procfs."""
+    note: str | None = None
+    """Why amdtop's view of this worker is not its plain launch record (e.g. the state was rebuilt from the running
+    processes because the state file was torn); ``None`` normally."""

@@ -104,3 +104,50 @@ def numa_balancing_enabled(proc: Path = PROC) -> bool | None:
         return (proc / "sys" / "kernel" / "numa_balancing").read_text().strip() not in ("", "0")
     except OSError:
         return None
+
+
+def children(pid: int, proc: Path = PROC) -> list[int]:
+    """Direct children of ``pid`` from ``/proc/PID/task/*/children`` (each thread lists the children it forked).
+
+    Why not psutil: ``Process.children()`` builds a parent map of every process on the host, a cost that grows with
+    the host's process count (bench/proc_walk.py); these files cost one read per thread of the parent.
+    """
+    out: list[int] = []
+    task = proc / str(pid) / "task"
+    try:
+        tids = os.listdir(task)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            text = (task / tid / "children").read_text()
+        except OSError:
+            continue
+        out.extend(int(part) for part in text.split())
+    return out
+
+
+def descendants(roots: set[int], proc: Path = PROC) -> set[int]:
+    """``roots`` that are alive plus every process below them."""
+    out: set[int] = set()
+    stack = [p for p in roots if (proc / str(p)).exists()]
+    while stack:
+        pid = stack.pop()
+        if pid in out:
+            continue
+        out.add(pid)
+        stack.extend(c for c in children(pid, proc) if c not in out)
+    return out
+
+
+def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[int]:
+    """Parents of ``pid`` up to (not including) init, nearest first."""
+    out: list[int] = []
+    current = pid
+    for _ in range(limit):
+        pp = read_ppid_pgid(current, proc)
+        if pp is None or pp[0] <= 1:
+            break
+        current = pp[0]
+        out.append(current)
+    return out

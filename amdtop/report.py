@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amdtop.cpulist import format_cpulist
-from amdtop.model import Flag, NodeSnapshot, Topology
+from amdtop.health.report import fabric_json, gpu_health_json
+from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
+from amdtop.rccl.views import worker_logs_json
+
+if TYPE_CHECKING:  # the pipeline reads the probe cache, whose JSON uses flag_json from here
+    from amdtop.pipeline.frame import NodeFrame, TpGroup
 
 
 def flag_json(flag: Flag) -> dict[str, Any]:
@@ -103,4 +108,59 @@ def snapshot_json(
     doc.update(topology_json(snap.topology))
     doc["workers"] = [dict(w) for w in workers]
     doc["flags"] = [flag_json(f) for f in all_flags]
+    return doc
+
+
+def worker_json(w: WorkerStatus) -> dict[str, Any]:
+    """One worker as a ``workers[]`` entry of ``snapshot --json``."""
+    return {
+        "name": w.name,
+        "state": w.state.value,
+        "pid": w.pid,
+        "pgid": w.pgid,
+        "gpus": list(w.gpus),
+        "numa_node": w.numa_node,
+        "port": w.port,
+        "url": w.url,
+        "cpu_affinity": list(w.cpu_affinity),
+        "mems_allowed": list(w.mems_allowed),
+        "log": w.log,
+        "restarts": w.restarts,
+        "source": w.source,
+        "rank_pids": [{"rank": r, "pid": p} for r, p in w.rank_pids],
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def group_json(g: TpGroup) -> dict[str, Any]:
+    """One TP group as a ``tp_groups[]`` entry: the windowed spreads the flags were judged on."""
+    return {
+        "worker": g.worker,
+        "gpus": list(g.gpus),
+        "util_spread_pct": _round(g.util_spread_pct),
+        "vram_spread_pct": _round(g.vram_spread_pct),
+        "util_mean_pct": _round(g.util_mean_pct),
+        "window_s": g.window_s,
+        "samples": g.samples,
+        "imbalanced": g.imbalanced,
+        "lost_gpus": list(g.lost_gpus),
+    }
+
+
+def frame_json(frame: NodeFrame) -> dict[str, Any]:
+    """The ``snapshot --json`` document of one pipeline frame."""
+    doc = snapshot_json(frame.snapshot, [worker_json(w) for w in frame.workers], frame.flags)
+    for gpu in doc["gpus"]:
+        sample = frame.snapshot.sample(gpu["index"])
+        if sample is not None and not sample.lost:
+            gpu.update(gpu_health_json(sample, frame.throttle_of(gpu["index"])))
+    doc["fabric"] = fabric_json(frame.fabric)
+    doc["tp_groups"] = [group_json(g) for g in frame.groups]
+    doc["log_counts"] = [{"worker": c.worker, "errors": c.errors, "warnings": c.warnings} for c in frame.log_counts]
+    doc["logs"] = [] if frame.logs is None else [worker_logs_json(w) for w in frame.logs.workers]
+    if frame.errors:
+        doc["errors"] = list(frame.errors)
     return doc

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from amdtop.exporter import Exporter, ExportState
-from amdtop.exporter.sources import NodeProvider
+from amdtop.exporter import Exporter
+from amdtop.pipeline import NodeFrame, NodePipeline
 from amdtop.telemetry.sim import GpuDemand, SimBackend
 
 GIB = 1024**3
@@ -87,11 +87,11 @@ def main() -> None:
 
     sim = demo_sim()
     poll_wall, poll_cpu = timed(sim.sample, args.n)
-    provider = NodeProvider(sim, state_dir=Path("/tmp/amdtop-bench-state"))
+    provider = NodePipeline(sim, state_dir=Path("/tmp/amdtop-bench-state")).tick
     provider_wall, provider_cpu = timed(provider, args.n)
-    uncached = Exporter(lambda: ExportState(sim.sample()), "127.0.0.1:0", min_interval=0.0)
+    uncached = Exporter(lambda: NodeFrame(sim.sample()), "127.0.0.1:0", min_interval=0.0)
     render_wall, render_cpu = timed(uncached.render, args.n)
-    cached = Exporter(lambda: ExportState(sim.sample()), "127.0.0.1:0", min_interval=3600.0)
+    cached = Exporter(lambda: NodeFrame(sim.sample()), "127.0.0.1:0", min_interval=3600.0)
     cached_wall, cached_cpu = timed(cached.render, args.n)
     http_wall, http_cpu, size = http_scrapes(args.port, args.n, "0.001")
     hc_wall, hc_cpu, _ = http_scrapes(args.port + 1, args.n, "3600")
@@ -101,7 +101,7 @@ def main() -> None:
     print(f"{'what':<44}{'median wall us':>16}{'CPU us/call':>14}{'x raw poll':>12}")
     rows = [
         ("raw poll (SimBackend.sample)", poll_wall, poll_cpu),
-        ("NodeProvider poll (+ workers/flags/files)", provider_wall, provider_cpu),
+        ("NodePipeline tick (+ workers/flags/files)", provider_wall, provider_cpu),
         ("render, polling (min_interval 0)", render_wall, render_cpu),
         ("render, cached (burst within min_interval)", cached_wall, cached_cpu),
         ("HTTP scrape of amdtop export (polling)", http_wall, http_cpu),

@@ -9,18 +9,22 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
-from amdtop.exporter.sources import load_probe
+from amdtop.control import WorkerControl
+from amdtop.exporter import Exporter
+from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
+from amdtop.pipeline.producer import DemoLoad
+from amdtop.rccl.monitor import LogMonitor
 from amdtop.telemetry.base import TelemetryBackend
 from tui.control_actions import ControlActions
-from tui.frame import Frame
-from tui.messages import SnapshotReady
-from tui.pollers import Poller, WorkerSource, poll_loop
+from tui.messages import PollFailed, SnapshotReady
+from tui.pollers import poll_loop
 from tui.screens.dashboard import PANES, DashboardScreen
 from tui.screens.help import HelpScreen
 
@@ -51,7 +55,7 @@ class AmdtopApp(ControlActions, App[int]):
         backend: TelemetryBackend,
         *,
         workers: WorkerSource | None = None,
-        control: Any = None,
+        control: WorkerControl | None = None,
         interval: float = 1.0,
         readonly: bool = False,
         clock: Callable[[], float] = time.time,
@@ -60,10 +64,10 @@ class AmdtopApp(ControlActions, App[int]):
         state_dir: Path | None = None,
         autopoll: bool = True,
         watch_tty: bool = False,
-        log_follower: Any = None,
+        log_monitor: LogMonitor | None = None,
         follow_logs: bool = False,
-        window_s: float = 5.0,
         discover: bool = True,
+        demo_load: DemoLoad | None = None,
         exporter_listen: str = "127.0.0.1:9464",
     ) -> None:
         super().__init__()
@@ -77,19 +81,24 @@ class AmdtopApp(ControlActions, App[int]):
         self.autopoll = autopoll
         self.watch_tty = watch_tty
         self.on_terminal_lost: Callable[[], None] | None = None
-        self.exporter: Any = None
+        self.exporter: Exporter | None = None
         self.exporter_listen = exporter_listen
         self.paused = False
-        self.poller = Poller(
-            backend, workers, proc_root=proc_root, window_s=window_s, discover=discover, log_follower=log_follower
+        self.pipeline = NodePipeline(
+            backend,
+            workers,
+            proc_root=proc_root,
+            discover=discover,
+            monitor=log_monitor,
+            follow_logs=follow_logs,
+            state_dir=state_dir,
+            demo_load=demo_load,
         )
-        if follow_logs and log_follower is None:
-            self.poller.follow_logs()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._pending: Frame | None = None
+        self._pending: NodeFrame | None = None
+        self.poll_error: str | None = None
         self.dashboard = DashboardScreen(banner)
-        self.dashboard.bandwidth = load_bandwidth(self.state_dir)
         self.frames = 0
 
     def get_default_screen(self) -> DashboardScreen:
@@ -107,9 +116,9 @@ class AmdtopApp(ControlActions, App[int]):
         self._wake.set()
         if self.exporter is not None:
             self.exporter.stop()
-        close = getattr(self.control, "close", None)
-        if callable(close):
-            close()  # releases the supervisor's HTTP client; workers keep running
+        if self.control is not None:
+            self.control.close()  # releases the supervisor's HTTP client; workers keep running
+        self.pipeline.close()
         self.backend.close()
 
     # -- polling -----------------------------------------------------------------------------------------------------
@@ -123,25 +132,35 @@ class AmdtopApp(ControlActions, App[int]):
             self._wake.clear()
             return 0.0
 
-        poll_loop(self.poller, wait_interval, self._stop, self._deliver, lambda: worker.is_cancelled)
-
-    def _deliver(self, frame: Frame) -> None:
-        self.post_message(SnapshotReady(frame))
+        poll_loop(
+            self.pipeline,
+            wait_interval,
+            self._stop,
+            lambda frame: self.post_message(SnapshotReady(frame)),
+            lambda error: self.post_message(PollFailed(error)),
+            lambda: worker.is_cancelled,
+        )
 
     def wake_poller(self) -> None:
-        self.poller.force_workers = True
+        self.pipeline.request_workers()
         self._wake.set()
 
-    def step(self, n: int = 1) -> Frame:
-        """Poll ``n`` times synchronously and draw the last frame (tests and snapshots)."""
-        self.poller.force_workers = True
-        frame = self.poller.tick()
+    def step(self, n: int = 1) -> NodeFrame:
+        """Tick ``n`` times synchronously and draw the last frame (tests and snapshots)."""
+        self.pipeline.request_workers()
+        frame = self.pipeline.tick()
         for _ in range(n - 1):
-            frame = self.poller.tick()
+            frame = self.pipeline.tick()
         self._show(frame)
         return frame
 
+    def on_poll_failed(self, message: PollFailed) -> None:
+        self.poll_error = message.error
+        if self.dashboard.last_frame is not None and self.is_running:
+            self._show(self.dashboard.last_frame)
+
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.poll_error = None
         self._pending = message.frame
         # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
         if self.screen is self.dashboard and not self.paused:
@@ -152,7 +171,7 @@ class AmdtopApp(ControlActions, App[int]):
         if self._pending is not None and self.screen is self.dashboard and not self.paused:
             self._show(self._pending)
 
-    def _show(self, frame: Frame) -> None:
+    def _show(self, frame: NodeFrame) -> None:
         if not self.is_running:
             # Shutting down (Pilot's run_test prunes the screens while this loop still drains the poller's frames, and
             # a closing modal resumes the dashboard): the panes are going.
@@ -161,10 +180,10 @@ class AmdtopApp(ControlActions, App[int]):
         self.frames += 1
         self.dashboard.apply(frame, self.status_line(frame), self.clock())
 
-    def status_line(self, frame: Frame) -> str:
+    def status_line(self, frame: NodeFrame) -> str:
         snap = frame.snapshot
         lost = sum(1 for s in snap.gpus if s.lost)
-        flags = [f for f in frame.flags]
+        flags = frame.flags
         when = time.strftime("%H:%M:%S", time.gmtime(self.clock()))
         parts = [
             f"[b]amdtop[/b] {snap.hostname}",
@@ -178,8 +197,8 @@ class AmdtopApp(ControlActions, App[int]):
             parts.append("[yellow]read-only[/yellow]")
         if self.paused:
             parts.append("[yellow]PAUSED[/yellow]")
-        if self.poller.last_error:
-            parts.append(f"[red]{self.poller.last_error}[/red]")
+        for error in (*frame.errors, *((self.poll_error,) if self.poll_error else ())):
+            parts.append(f"[red]{escape(error)}[/red]")
         return " · ".join(parts) + f" · {when}Z"
 
     def _check_tty(self) -> None:
@@ -234,17 +253,10 @@ class AmdtopApp(ControlActions, App[int]):
 
     def action_matrix_mode(self) -> None:
         board = self.dashboard
-        if not board.bandwidth:
-            board.bandwidth = load_bandwidth(self.state_dir)
-        if not board.bandwidth:
+        frame = board.last_frame
+        if frame is None or not frame.bandwidth:
             self.notify("no probe results: run the link probe first", severity="warning")
             return
         board.show_gbps = not board.show_gbps
-        if board.last_frame is not None:
-            self._show(board.last_frame)
-
-
-def load_bandwidth(state_dir: Path) -> tuple[tuple[int, int, float], ...] | None:
-    """Measured per-pair GB/s from the probe cache (``None`` when no probe ran or the cache is unreadable)."""
-    bandwidth, _flags = load_probe(state_dir)
-    return tuple((bw.a, bw.b, bw.gbps) for bw in bandwidth) or None
+        if frame is not None:
+            self._show(frame)

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 
 from amdtop.exporter import Exporter
-from amdtop.exporter.sources import RcclCounter, enrich
-from amdtop.model import Topology
+from amdtop.model import Topology, WorkerStatus
+from amdtop.pipeline import NodeFrame
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.ramp.observe import observer_from_backend
+from amdtop.supervisor.stopper import StopReport
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.ramp import RampScreen
@@ -52,8 +53,13 @@ class ControlActions:
         except Exception as exc:  # the supervisor reports bad input and runtime failures as one line
             self.post_message(ControlDone(f"{verb} {name}: {exc}", error=True))
             return
-        text = getattr(result, "message", None) or f"{verb} {name}: done"
-        self.post_message(ControlDone(str(text)))
+        if isinstance(result, StopReport):
+            text = result.message
+        elif isinstance(result, WorkerStatus):
+            text = f"{verb} {name}: {result.state.value}"
+        else:
+            text = str(result) or f"{verb} {name}: done"
+        self.post_message(ControlDone(text))
         self.wake_poller()
 
     @work(thread=True, group="control", exit_on_error=False, description="retune diff")
@@ -73,6 +79,8 @@ class ControlActions:
 
             results = run_probe(TorchDist(), topology, gpus, PROBE_SIZES, workers=groups)
             save_results(self.state_dir, results)
+            self.pipeline.request_state_files()
+            self.wake_poller()
         except Exception as exc:  # torch missing, CUDA/ROCm errors: one line, the dashboard goes on
             self.post_message(ControlDone(str(exc) if str(exc).startswith("probe") else f"probe: {exc}", error=True))
             return
@@ -83,9 +91,8 @@ class ControlActions:
         self.call_from_thread(self._show_probe)
 
     def _show_probe(self: AmdtopApp) -> None:
-        board = self.dashboard
-        board.bandwidth, board.show_gbps = None, False  # reload the fresh results, then flip to GB/s
-        self.action_matrix_mode()
+        # The next frame carries the fresh results (the pipeline was asked to re-read them): show GB/s from then on.
+        self.dashboard.show_gbps = True
 
     def on_control_done(self: AmdtopApp, message: ControlDone) -> None:
         self.notify(message.text, severity="error" if message.error else "information", timeout=6)
@@ -194,14 +201,12 @@ class ControlActions:
             self.notify("exporter stopped")
             return
 
-        rccl = RcclCounter()
-
-        def provider() -> Any:
-            # The dashboard's own frame: exporting adds no device calls; probe, ramp and RCCL facts come from files.
+        def provider() -> NodeFrame:
+            # The dashboard's own frame: exporting adds no device calls and shows what the screen shows.
             frame = self.dashboard.last_frame
             if frame is None:
                 raise RuntimeError("no sample yet")
-            return enrich(frame.snapshot, frame.workers, frame.flags, self.state_dir, rccl)
+            return frame
 
         try:
             self.exporter = Exporter(provider, listen=self.exporter_listen)

@@ -6,46 +6,38 @@ import argparse
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
-from typing import Any
 
 from amdtop.cli.common import config_path, open_from_args, state_dir
+from amdtop.control import WorkerControl
 from amdtop.errors import NoGpuFound
+from amdtop.supervisor import Supervisor
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
 
 NO_GPU_BANNER = "No GPU found — showing a simulated 8x MI300X node (--demo)"
 
 
-def open_control(args: argparse.Namespace, backend: TelemetryBackend, demo: bool) -> tuple[Any, Any, str | None]:
-    """(worker source, controller, note): the supervisor when it is available, demo workers on the sim node."""
-    from amdtop.supervisor import Supervisor
-
-    note = None
+def open_control(args: argparse.Namespace, backend: TelemetryBackend, demo: bool) -> tuple[Supervisor | None, str | None]:
+    """(supervisor, note): the supervisor over the profiles (the demo's on the simulated node), or why there is none."""
     cfg = config_path(args)
-    if demo or cfg.exists():
-        try:
-            sim = backend if isinstance(backend, SimBackend) else None
-            vendor = "NVIDIA" if getattr(backend, "name", "") == "nvml" else "AMD"
-            sup = Supervisor(
-                cfg,
-                state_dir(args),
-                topology=backend.topology(),
-                vendor=vendor,
-                demo=demo,
-                sim=sim,
-                readonly=bool(args.readonly),
-            )
-            return sup, sup, None
-        except Exception as exc:  # a broken profile must not keep the dashboard from opening
-            note = f"supervisor: {exc}"
-    if demo and isinstance(backend, SimBackend):
-        from tui.demo_workers import DemoWorkers
-
-        workers = DemoWorkers(backend, clock=time.time)
-        return workers, workers, note
-    return None, None, note
+    if not (demo or cfg.exists()):
+        return None, None
+    try:
+        sim = backend if isinstance(backend, SimBackend) else None
+        vendor = "NVIDIA" if backend.name == "nvml" else "AMD"
+        sup = Supervisor(
+            cfg,
+            state_dir(args),
+            topology=backend.topology(),
+            vendor=vendor,
+            demo=demo,
+            sim=sim,
+            readonly=bool(args.readonly),
+        )
+        return sup, None
+    except Exception as exc:  # a broken profile must not keep the dashboard from opening
+        return None, f"supervisor: {exc}"
 
 
 def open_backend_or_sim(args: argparse.Namespace) -> tuple[TelemetryBackend, str | None, bool]:
@@ -53,14 +45,14 @@ def open_backend_or_sim(args: argparse.Namespace) -> tuple[TelemetryBackend, str
     try:
         return open_from_args(args), None, bool(args.demo)
     except NoGpuFound:
-        return SimBackend(seed=getattr(args, "seed", 0)), NO_GPU_BANNER, True
+        return SimBackend(seed=args.seed), NO_GPU_BANNER, True
 
 
 class DemoAutostart:
     """Launches the stopped demo workers in the background (the demo should show a busy node at once) and stops,
     on the way out, exactly the ones it launched."""
 
-    def __init__(self, control: Any) -> None:
+    def __init__(self, control: WorkerControl) -> None:
         self.control = control
         self.launched: list[str] = []
         self._cancel = threading.Event()
@@ -128,13 +120,14 @@ def run(args: argparse.Namespace) -> int:
     from tui.app import AmdtopApp
 
     backend, banner, demo = open_backend_or_sim(args)
-    source, control, note = open_control(args, backend, demo)
+    control, note = open_control(args, backend, demo)
     if note:
         banner = f"{banner} · {note}" if banner else note
     app = AmdtopApp(
         backend,
-        workers=source,
+        workers=control,
         control=control,
+        demo_load=control.demo_load() if control is not None else None,
         interval=float(args.interval),
         readonly=bool(args.readonly),
         banner=banner,
@@ -145,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         discover=not isinstance(backend, SimBackend),
     )
     autostart = None
-    if demo and isinstance(backend, SimBackend) and not args.readonly and hasattr(control, "launch"):
+    if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:
         autostart = DemoAutostart(control).start()
     loss = TerminalLoss(autostart.stop if autostart is not None else lambda: None)
     app.on_terminal_lost = loss.lost

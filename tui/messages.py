@@ -6,18 +6,26 @@ from collections.abc import Mapping
 
 from textual.message import Message
 
-from tui.frame import Frame
+from amdtop.pipeline import NodeFrame
 
 
 class SnapshotReady(Message):
     """A new frame from the telemetry poller; a newer one replaces an older queued one."""
 
-    def __init__(self, frame: Frame) -> None:
+    def __init__(self, frame: NodeFrame) -> None:
         super().__init__()
         self.frame = frame
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotReady)
+
+
+class PollFailed(Message):
+    """A tick of the pipeline failed as a whole (the backend raised); the last frame stays on screen."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
 
 
 class ControlDone(Message):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from amdtop.analysis import group_spreads
 from amdtop.cpulist import format_cpulist
 from amdtop.model import FlagKind, GpuSample, WorkerState, WorkerStatus
-from tui.frame import Frame
+from amdtop.pipeline import NodeFrame
 from widgets.topo_matrix import TopoView
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -21,9 +20,9 @@ STATE_STYLE = {
 }
 
 
-def sparkline(values: tuple[float, ...], width: int = 12) -> str:
+def sparkline(values: tuple[float | None, ...], width: int = 12) -> str:
     tail = values[-width:]
-    chars = "".join(SPARK[min(7, int(v / 100.0 * 7.999))] for v in tail)
+    chars = "".join(" " if v is None else SPARK[max(0, min(7, int(v / 100.0 * 7.999)))] for v in tail)
     return chars.rjust(width)
 
 
@@ -46,9 +45,19 @@ def _owner(workers: tuple[WorkerStatus, ...]) -> dict[int, tuple[str, int]]:
     return owner
 
 
-def _gpu_flags(frame: Frame) -> dict[int, list[str]]:
+def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
     marks: dict[int, list[str]] = {}
-    short = {FlagKind.TP_IMBALANCE: "IMB", FlagKind.NUMA_MISMATCH: "NUMA", FlagKind.GPU_LOST: "LOST"}
+    short = {
+        FlagKind.TP_IMBALANCE: "IMB",
+        FlagKind.NUMA_MISMATCH: "NUMA",
+        FlagKind.GPU_LOST: "LOST",
+        FlagKind.TRANSPORT_FALLBACK: "XPORT",
+        FlagKind.NCCL_ERROR: "NCCL",
+        FlagKind.NCCL_TIMEOUT: "NCCL",
+        FlagKind.LINK_DEGRADED: "LINK",
+        FlagKind.GPU_THROTTLED: "THR",
+        FlagKind.ECC_UNCORRECTABLE: "ECC",
+    }
     for flag in frame.flags:
         tag = short.get(flag.kind)
         if tag is None:
@@ -59,7 +68,7 @@ def _gpu_flags(frame: Frame) -> dict[int, list[str]]:
     return marks
 
 
-def gpu_rows(frame: Frame) -> dict[str, tuple[object, ...]]:
+def gpu_rows(frame: NodeFrame) -> dict[str, tuple[object, ...]]:
     snap = frame.snapshot
     owner = _owner(frame.workers)
     marks = _gpu_flags(frame)
@@ -86,7 +95,7 @@ def gpu_rows(frame: Frame) -> dict[str, tuple[object, ...]]:
             continue
         util = s.util_pct
         util_t = Text("N/A" if util is None else f"{util:5.1f}%", style=util_style(util or 0.0))
-        hist = Text(sparkline(frame.history_of(info.index)), style=util_style(util or 0.0))
+        hist = Text(sparkline(frame.history_of(info.index).util_pct), style=util_style(util or 0.0))
         if s.vram_used_bytes is not None and s.vram_total_bytes:
             frac = s.vram_used_bytes / s.vram_total_bytes
             vram = Text.assemble(
@@ -101,56 +110,55 @@ def gpu_rows(frame: Frame) -> dict[str, tuple[object, ...]]:
     return rows
 
 
-def topo_view(frame: Frame, bandwidth: tuple[tuple[int, int, float], ...] | None, show_gbps: bool) -> TopoView:
-    warned = {(w.worker, w.gpus) for w in frame.group_warnings}
-    groups = tuple(
-        (w.name, tuple(w.gpus), (w.name, tuple(w.gpus)) in warned)
-        for w in frame.workers
-        if len(w.gpus) > 1 and w.state is not WorkerState.STOPPED
-    )
+def topo_view(frame: NodeFrame, show_gbps: bool) -> TopoView:
+    warned = {(f.worker, f.gpus) for f in frame.flags_of(FlagKind.TP_PLACEMENT)}
+    groups = tuple((g.worker, g.gpus, (g.worker, g.gpus) in warned) for g in frame.groups if len(g.gpus) > 1)
     lost = tuple(s.index for s in frame.snapshot.gpus if s.lost)
-    return TopoView(frame.snapshot.topology, groups, lost, bandwidth, show_gbps)
+    bandwidth = tuple((bw.a, bw.b, bw.gbps) for bw in frame.bandwidth) or None
+    return TopoView(frame.snapshot.topology, groups, lost, bandwidth, show_gbps and bandwidth is not None)
 
 
-def groups_view(frame: Frame) -> tuple[Text, ...]:
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
     lines: list[Text] = []
-    snap = frame.snapshot
-    for w in frame.workers:
-        if not w.gpus or w.state is WorkerState.STOPPED:
-            continue
-        gpus = ",".join(map(str, w.gpus))
-        util_spread, util_means = group_spreads([snap], w.gpus, "util_pct")
-        vram_spread, _ = group_spreads([snap], w.gpus, "vram_used_bytes")
-        mean = sum(util_means.values()) / len(util_means) if util_means else None
-        imb = [f for f in frame.flags if f.kind is FlagKind.TP_IMBALANCE and f.worker == w.name]
-        warn = [g for g in frame.group_warnings if g.worker == w.name]
+    for g in frame.groups:
+        gpus = ",".join(map(str, g.gpus))
+        mean = g.util_mean_pct
         head = Text.assemble(
-            (f"{w.name}", "bold"),
-            f"  TP{len(w.gpus)} GPUs {gpus}  ",
+            (g.worker, "bold"),
+            f"  TP{len(g.gpus)} GPUs {gpus}  ",
             ("util " + ("N/A" if mean is None else f"{mean:.0f}%"), util_style(mean or 0)),
-            f"  spread util {'-' if util_spread is None else f'{util_spread:.0f}%'}"
-            f" vram {'-' if vram_spread is None else f'{vram_spread:.0f}%'}  ",
+            f"  spread over {g.window_s:g}s: util {_pct(g.util_spread_pct)} vram {_pct(g.vram_spread_pct)}  ",
         )
-        if imb:
+        if g.imbalanced:
             head.append("IMBALANCED", style="bold white on red")
-        else:
+        elif len(g.gpus) > 1:
             head.append("balanced", style="green")
         lines.append(head)
-        for f in imb:
-            lines.append(Text(f"  ! {f.message}", style="red"))
-        for g in warn:
-            lines.append(Text(f"  ! {g.message}", style="yellow"))
-        lost = [g for g in w.gpus if (s := snap.sample(g)) is None or s.lost]
-        if lost:
+        for f in frame.flags_for_worker(g.worker):
+            if f.kind in (FlagKind.NUMA_MISMATCH,):
+                continue  # the NUMA pane shows these beside the binding
+            style = "red" if f.kind in (FlagKind.TP_IMBALANCE, FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT) else "yellow"
+            lines.append(Text(f"  ! {f.kind.value}: {f.message}", style=style))
+        if g.lost_gpus:
             lines.append(
-                Text(f"  ! GPU {','.join(map(str, lost))} lost: the group cannot make progress", style="bold red")
+                Text(f"  ! GPU {','.join(map(str, g.lost_gpus))} lost: the group cannot make progress", style="bold red")
             )
     if not lines:
         lines.append(Text("No TP groups: no worker is running.", style="dim"))
+    # Flags of the node or of single GPUs (throttling, ECC, lost GPUs, degraded links): under the groups, with their
+    # messages; the GPU pane tags the GPUs they name.
+    for f in frame.flags:
+        if f.worker is None and f.kind is not FlagKind.NUMA_BALANCING:
+            style = "bold red" if f.kind in (FlagKind.GPU_LOST, FlagKind.ECC_UNCORRECTABLE) else "yellow"
+            lines.append(Text(f"! {f.kind.value}: {f.message}", style=style))
     return tuple(lines)
 
 
-def numa_view(frame: Frame) -> tuple[Text, ...]:
+def numa_view(frame: NodeFrame) -> tuple[Text, ...]:
     topo = frame.snapshot.topology
     lines: list[Text] = []
     for node in topo.numa_nodes:
@@ -198,7 +206,7 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def worker_rows(frame: Frame, now: float) -> dict[str, tuple[object, ...]]:
+def worker_rows(frame: NodeFrame, now: float) -> dict[str, tuple[object, ...]]:
     rows: dict[str, tuple[object, ...]] = {}
     for w in frame.workers:
         e = w.engine

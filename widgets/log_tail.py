@@ -16,9 +16,11 @@ from textual.widgets import Input, Log, Static
 from amdtop.model import Flag, FlagKind
 from amdtop.rccl.lines import ERROR, WARN, LogLine, classify
 from amdtop.rccl.monitor import LogUpdate
+from amdtop.rccl.views import WorkerLogs
+from widgets.log_summary import render_logs
 
 FILTERS = ("all", "problems", "transport")
-_BUILD_PATH = "/longer_pathname_so_that_rpms"
+_BUILD_PATH = "_pathname_so_that_rpms"  # RCCL >= 2.22 "/longer_pathname...", older "/long_pathname..."
 
 
 class LevelHighlighter(Highlighter):
@@ -49,7 +51,7 @@ class LogTailPane(Widget, can_focus=True):
 
     DEFAULT_CSS = """
     LogTailPane { height: 1fr; layout: vertical; border: round $panel; }
-    LogTailPane > #logs-summary { height: auto; max-height: 10; color: $text; padding: 0 1; }
+    LogTailPane > #logs-summary { height: auto; max-height: 12; color: $text; padding: 0 1; }
     LogTailPane > #logs-status { height: 1; color: $text-muted; padding: 0 1; }
     LogTailPane > #logs-search { display: none; height: 3; }
     LogTailPane > #logs-search.-open { display: block; }
@@ -86,6 +88,7 @@ class LogTailPane(Widget, can_focus=True):
         self._dropped = 0
         self._summary: str | Text = "no communicator seen yet"
         self._flags: tuple[Flag, ...] = ()
+        self._state: tuple[tuple[WorkerLogs, ...], tuple[Flag, ...]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("no communicator seen yet", id="logs-summary", markup=False)
@@ -136,11 +139,20 @@ class LogTailPane(Widget, can_focus=True):
             self._show_summary()
 
     def show_update(self, update: LogUpdate) -> None:
-        """Apply one :class:`amdtop.rccl.monitor.LogUpdate`: new lines, dropped count, summary and flags."""
+        """Apply one :class:`amdtop.rccl.monitor.LogUpdate`: new lines, dropped count, communicators and flags."""
         self.feed(update.lines, update.dropped)
-        if update.summary:
-            self.set_summary(update.summary)
-        self.set_flags(update.flags)
+        self.show_logs(update.workers, update.flags)
+
+    def show_logs(self, workers: Sequence[WorkerLogs], flags: Sequence[Flag]) -> None:
+        """Render the head from typed values: per worker its communicators, every pair's transport (fallbacks and
+        inter-node pairs marked), grouped warnings; every log-derived flag with its message, worker and GPUs."""
+        state = (tuple(workers), tuple(flags))
+        if state == self._state:
+            return
+        self._state = state
+        self._flags = ()
+        self._summary = render_logs(workers, flags)
+        self._show_summary()
 
     def show_worker(self, worker: str | None) -> None:
         """Show only ``worker``'s lines (``None``: all), e.g. when a TP group is selected elsewhere."""
@@ -172,7 +184,9 @@ class LogTailPane(Widget, can_focus=True):
         i = text.find(_BUILD_PATH)
         if i >= 0:
             # RCCL package builds put a ~120-character build path before each WARN's file: keep src/<file>
-            j = text.rfind("/src/", i, text.find(" ", i) if text.find(" ", i) > 0 else len(text))
+            i = text.rfind(" ", 0, i) + 1
+            end = text.find(" ", i)
+            j = text.rfind("/src/", i, end if end > 0 else len(text))
             if j > i:
                 text = text[:i] + "…" + text[j:]
         return f"{line.worker}| {text}" if len(self._workers) > 1 else text

@@ -10,7 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from amdtop.cpulist import format_cpulist
+from amdtop.health.traffic import FabricTraffic
 from amdtop.model import Link, LinkType, Topology
+from widgets.fabric_view import render_traffic_matrix
 from widgets.render_pane import RenderPane
 
 SHORT = {LinkType.XGMI: "XG", LinkType.NVLINK: "NV", LinkType.PCIE: "PX", LinkType.UNKNOWN: "??"}
@@ -25,6 +27,10 @@ class TopoView:
     bandwidth: tuple[tuple[int, int, float], ...] | None = None
     """(a, b, GB/s) measured by the probe; shown instead of link type when ``show_gbps``."""
     show_gbps: bool = False
+    traffic: FabricTraffic | None = None
+    """Live fabric rates (``amdtop.health.traffic.latest_traffic``); drawn instead of the link classes when
+    ``show_traffic``."""
+    show_traffic: bool = False
 
 
 def link_style(link: Link | None) -> str:
@@ -56,6 +62,8 @@ class TopoMatrix(RenderPane):
         topo = view.topology
         if not topo.gpus:
             return Text("No GPUs in the topology.", style="dim")
+        if view.show_traffic:
+            return render_traffic_matrix(topo, view.traffic, view.groups)
         group_of: dict[int, tuple[str, bool]] = {}
         for name, gpus, flagged in view.groups:
             for g in gpus:

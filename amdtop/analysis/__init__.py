@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from amdtop.analysis.discover import discover_vllm
-from amdtop.analysis.imbalance import ImbalanceTracker, group_spreads
+from amdtop.analysis.discover import VllmDiscovery, discover_vllm
+from amdtop.analysis.imbalance import GroupJudgement, ImbalanceTracker, group_spreads
 from amdtop.analysis.numa import (
     WorkerBinding,
     numa_flags,
@@ -13,7 +13,9 @@ from amdtop.analysis.numa import (
 )
 
 __all__ = [
+    "GroupJudgement",
     "ImbalanceTracker",
+    "VllmDiscovery",
     "WorkerBinding",
     "discover_vllm",
     "group_spreads",

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from amdtop.model import WorkerState, WorkerStatus
-from amdtop.procinfo import PROC, list_pids, read_binding, read_cmdline, read_environ, read_ppid_pgid
+from amdtop.procinfo import (
+    PROC,
+    ancestors,
+    descendants,
+    list_pids,
+    read_binding,
+    read_cmdline,
+    read_environ,
+    read_ppid_pgid,
+)
+from amdtop.thresholds import REDISCOVER_EVERY_S
 
 _PREFIX = os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM")
 _VISIBLE_VARS = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -73,19 +84,24 @@ def _start_time(pid: int, proc: Path) -> float | None:
         return None
 
 
-def discover_vllm(proc_root: Path = PROC, gpu_pids: Mapping[int, tuple[int, ...]] | None = None) -> list[WorkerStatus]:
+def discover_vllm(
+    proc_root: Path = PROC,
+    gpu_pids: Mapping[int, tuple[int, ...]] | None = None,
+    among: Iterable[int] | None = None,
+) -> list[WorkerStatus]:
     """Running vLLM servers, one :class:`WorkerStatus` per engine (TP group), ``source="discovered"``.
 
     Args:
         proc_root: Root of procfs.
         gpu_pids: PID to GPU indices, from the snapshot's process lists, used when the env does not tell.
+        among: Look only at these PIDs (see :func:`vllm_family`); ``None`` walks every process of the host.
 
     Returns:
         The servers found, sorted by name (``vllm-<API server pid>``).
     """
     titles: dict[int, str] = {}
     parents: dict[int, tuple[int, int]] = {}
-    for pid in list_pids(proc_root):
+    for pid in list_pids(proc_root) if among is None else sorted(among):
         cmd = read_cmdline(pid, proc_root)
         if not cmd:
             continue
@@ -146,3 +162,59 @@ def discover_vllm(proc_root: Path = PROC, gpu_pids: Mapping[int, tuple[int, ...]
             )
         )
     return sorted(out, key=lambda w: w.name)
+
+
+def vllm_family(seeds: Iterable[int], proc_root: Path = PROC) -> set[int]:
+    """The process trees of the vLLM servers that ``seeds`` (GPU processes, known server pids) belong to.
+
+    A ``VLLM::`` seed (EngineCore, a TP worker) is walked up through its ``VLLM::`` parents to the first other one,
+    the API server; any other seed stands for itself. The trees under those tops are taken: the cost follows the
+    watched servers, not the host's process count (a seed's launcher, a shell with thousands of children, is never
+    walked).
+    """
+    tops: set[int] = set()
+    for seed in seeds:
+        top = seed
+        if _title(read_cmdline(seed, proc_root)).startswith(f"{_PREFIX}::"):
+            for parent in ancestors(seed, proc_root):
+                top = parent
+                if not _title(read_cmdline(parent, proc_root)).startswith(f"{_PREFIX}::"):
+                    break
+        tops.add(top)
+    return descendants(tops, proc_root)
+
+
+class VllmDiscovery:
+    """vLLM servers amdtop did not launch, found at a cost that follows what is watched.
+
+    Each call looks at the trees of the GPU processes the backend lists and of the servers found before; a full walk
+    of procfs (for servers that hold no GPU the backend lists: vLLM on the CPU, a process list the backend cannot
+    read) runs every ``full_every_s`` seconds only.
+    """
+
+    def __init__(
+        self,
+        proc_root: Path = PROC,
+        *,
+        full_every_s: float = REDISCOVER_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Nothing is read until the first :meth:`find`."""
+        self.proc_root = proc_root
+        self.full_every_s = full_every_s
+        self.clock = clock
+        self._full_at: float | None = None
+        self._found: list[WorkerStatus] = []
+        self.full_walks = 0
+
+    def find(self, gpu_pids: Mapping[int, tuple[int, ...]]) -> list[WorkerStatus]:
+        """The servers running now."""
+        now = self.clock()
+        if self._full_at is None or now - self._full_at >= self.full_every_s:
+            self._full_at = now
+            self.full_walks += 1
+            self._found = discover_vllm(self.proc_root, gpu_pids)
+            return self._found
+        seeds = set(gpu_pids) | {p for w in self._found for p in w.pids}
+        self._found = discover_vllm(self.proc_root, gpu_pids, vllm_family(seeds, self.proc_root)) if seeds else []
+        return self._found

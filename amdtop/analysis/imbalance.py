@@ -8,21 +8,24 @@ computing the spread, so a single odd tick does not raise or clear the flag.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
-from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerStatus
+from amdtop.model import Flag, FlagKind, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
+from amdtop.thresholds import TP_SPREAD_THRESHOLD_PCT, TP_WINDOW_S, UTIL_IDLE_PCT
 
 METRICS = ("util_pct", "vram_used_bytes")
-
-# Below this mean utilization a group is idle: tiny absolute differences (0.2% vs 1%) are not an imbalance.
-UTIL_IDLE_PCT = 5.0
+_READ: dict[str, Callable[[GpuSample], float | int | None]] = {
+    "util_pct": lambda s: s.util_pct,
+    "vram_used_bytes": lambda s: s.vram_used_bytes,
+}
 
 
 def _value(snap: NodeSnapshot, gpu: int, metric: str) -> float | None:
     sample = snap.sample(gpu)
     if sample is None or sample.lost:
         return None
-    value = getattr(sample, metric)
+    value = _READ[metric](sample)
     return None if value is None else float(value)
 
 
@@ -63,10 +66,39 @@ def group_spreads(
     return spread_pct(list(means.values())), means
 
 
-class ImbalanceTracker:
-    """Flags TP groups whose GPUs differ by more than ``threshold_pct`` over the last ``window_s`` seconds."""
+@dataclass(frozen=True, slots=True)
+class GroupJudgement:
+    """A TP group's spreads over the window: what the flag, the TP pane and the exporter all show."""
 
-    def __init__(self, window_s: float = 5.0, threshold_pct: float = 15.0) -> None:
+    worker: str
+    """Worker whose group this is."""
+    gpus: tuple[int, ...]
+    """GPUs in rank order."""
+    spreads: tuple[tuple[str, float | None], ...]
+    """(metric, spread percent or ``None``) for each metric of :data:`METRICS`."""
+    means: tuple[tuple[str, tuple[tuple[int, float], ...]], ...]
+    """(metric, ((GPU, window mean), ...))."""
+    samples: int
+    """Snapshots in the window."""
+    window_s: float
+    """Window length."""
+    lost: tuple[int, ...] = ()
+    """GPUs of the group lost in the newest snapshot."""
+
+    def spread(self, metric: str) -> float | None:
+        """Spread of ``metric``."""
+        return dict(self.spreads).get(metric)
+
+    def mean_of(self, metric: str) -> dict[int, float]:
+        """Per-GPU window means of ``metric``."""
+        return dict(dict(self.means).get(metric, ()))
+
+
+class ImbalanceTracker:
+    """Judges TP groups over the last ``window_s`` seconds and flags those whose GPUs differ by more than
+    ``threshold_pct``."""
+
+    def __init__(self, window_s: float = TP_WINDOW_S, threshold_pct: float = TP_SPREAD_THRESHOLD_PCT) -> None:
         """Keep snapshots of the last ``window_s`` seconds; flag spreads above ``threshold_pct``."""
         if window_s < 0:
             raise ValueError("window_s must be >= 0")
@@ -74,37 +106,65 @@ class ImbalanceTracker:
         self.threshold_pct = threshold_pct
         self._snaps: deque[NodeSnapshot] = deque()
 
-    def update(self, snapshot: NodeSnapshot, workers: Sequence[WorkerStatus]) -> list[Flag]:
-        """Add ``snapshot`` to the window and return the imbalance flags of ``workers``' TP groups now."""
+    def add(self, snapshot: NodeSnapshot) -> None:
+        """Add ``snapshot`` to the window and drop what fell out of it."""
         self._snaps.append(snapshot)
         # Keep the newest snapshot even when the window is 0 (judge on one sample).
         while len(self._snaps) > 1 and snapshot.timestamp - self._snaps[0].timestamp > self.window_s:
             self._snaps.popleft()
+
+    def update(self, snapshot: NodeSnapshot, workers: Sequence[WorkerStatus]) -> list[Flag]:
+        """Add ``snapshot`` to the window and return the imbalance flags of ``workers``' TP groups now."""
+        self.add(snapshot)
         return self.flags(workers)
+
+    def judge(self, worker: WorkerStatus) -> GroupJudgement:
+        """Spreads and means of ``worker``'s group over the snapshots held now."""
+        spreads: list[tuple[str, float | None]] = []
+        means: list[tuple[str, tuple[tuple[int, float], ...]]] = []
+        for metric in METRICS:
+            spread, by_gpu = group_spreads(self._snaps, worker.gpus, metric)
+            spreads.append((metric, spread))
+            means.append((metric, tuple(sorted(by_gpu.items()))))
+        newest = self._snaps[-1] if self._snaps else None
+        lost = tuple(
+            g for g in worker.gpus if newest is not None and ((s := newest.sample(g)) is None or s.lost)
+        )
+        return GroupJudgement(
+            worker.name, tuple(worker.gpus), tuple(spreads), tuple(means), len(self._snaps), self.window_s, lost
+        )
+
+    def judgements(self, workers: Sequence[WorkerStatus]) -> list[GroupJudgement]:
+        """One judgement per TP group: workers with GPUs that are not stopped."""
+        return [self.judge(w) for w in workers if w.gpus and w.state is not WorkerState.STOPPED]
+
+    def flags_of(self, judgement: GroupJudgement) -> list[Flag]:
+        """The ``tp_imbalance`` flags of one judged group (groups of one GPU are never imbalanced)."""
+        out: list[Flag] = []
+        if len(judgement.gpus) < 2:
+            return out
+        for metric in METRICS:
+            spread = judgement.spread(metric)
+            if spread is None or spread <= self.threshold_pct:
+                continue
+            means = judgement.mean_of(metric)
+            lo = min(means, key=lambda g: means[g])
+            hi = max(means, key=lambda g: means[g])
+            label = "util" if metric == "util_pct" else "VRAM"
+            out.append(
+                Flag(
+                    FlagKind.TP_IMBALANCE,
+                    f"{judgement.worker}: {label} spread {spread:.0f}% over {self.window_s:g}s "
+                    f"(GPU {hi} highest, GPU {lo} lowest)",
+                    worker=judgement.worker,
+                    gpus=judgement.gpus,
+                    metric=metric,
+                    spread_pct=spread,
+                    extra=(("window_s", self.window_s), ("samples", judgement.samples)),
+                )
+            )
+        return out
 
     def flags(self, workers: Sequence[WorkerStatus]) -> list[Flag]:
         """Imbalance flags for ``workers`` over the snapshots held now."""
-        out: list[Flag] = []
-        for worker in workers:
-            if len(worker.gpus) < 2:
-                continue
-            for metric in METRICS:
-                spread, means = group_spreads(self._snaps, worker.gpus, metric)
-                if spread is None or spread <= self.threshold_pct:
-                    continue
-                lo = min(means, key=lambda g: means[g])
-                hi = max(means, key=lambda g: means[g])
-                label = "util" if metric == "util_pct" else "VRAM"
-                out.append(
-                    Flag(
-                        FlagKind.TP_IMBALANCE,
-                        f"{worker.name}: {label} spread {spread:.0f}% over {self.window_s:g}s "
-                        f"(GPU {hi} highest, GPU {lo} lowest)",
-                        worker=worker.name,
-                        gpus=tuple(worker.gpus),
-                        metric=metric,
-                        spread_pct=spread,
-                        extra=(("window_s", self.window_s), ("samples", len(self._snaps))),
-                    )
-                )
-        return out
+        return [f for j in self.judgements(workers) for f in self.flags_of(j)]

@@ -7,7 +7,7 @@ because children can be re-pinned (vLLM ``--numa-bind``) after the launcher's ``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,19 +106,30 @@ def _check(
     return f"{who} " + " and ".join(parts) + f" (GPUs {','.join(map(str, gpus))} on node {node_list})"
 
 
-def numa_flags(topology: Topology, workers: Sequence[WorkerStatus], proc_root: Path = PROC) -> list[Flag]:
+def numa_flags(
+    topology: Topology,
+    workers: Sequence[WorkerStatus],
+    proc_root: Path = PROC,
+    *,
+    bindings: Mapping[str, WorkerBinding] | None = None,
+    balancing: bool | None = None,
+) -> list[Flag]:
     """``numa_mismatch`` flags for ``workers`` and a ``numa_balancing`` warning when the kernel balances pages.
 
     Args:
         topology: The node's topology (GPU NUMA nodes and node CPUs).
-        workers: Workers to check; their processes are read from ``proc_root``.
+        workers: Workers to check; their processes are read from ``proc_root`` unless ``bindings`` has them.
         proc_root: Root of procfs.
+        bindings: Bindings already read this tick, by worker name (the pipeline reads them once per tick).
+        balancing: The kernel's NUMA balancing state when the caller read it; ``None`` reads it from ``proc_root``.
 
     Returns:
         One flag per misplaced worker (or TP rank), plus the balancing warning.
     """
     flags: list[Flag] = []
-    if numa_balancing_enabled(proc_root):
+    if balancing is None:
+        balancing = numa_balancing_enabled(proc_root)
+    if balancing:
         flags.append(
             Flag(
                 FlagKind.NUMA_BALANCING,
@@ -129,7 +140,8 @@ def numa_flags(topology: Topology, workers: Sequence[WorkerStatus], proc_root: P
     for worker in workers:
         if not worker.gpus:
             continue
-        binding = worker_binding(worker, proc_root)
+        known = None if bindings is None else bindings.get(worker.name)
+        binding = known if known is not None else worker_binding(worker, proc_root)
         reasons = []
         rank_of = {pid: rank for rank, pid in worker.rank_pids}
         per_rank_checked = False

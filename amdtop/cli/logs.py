@@ -9,9 +9,9 @@ from typing import Any
 from amdtop.cli.common import open_from_args, print_json
 from amdtop.errors import InputError
 from amdtop.model import Flag, Topology
-from amdtop.rccl.diagnose import comm_summary, diagnose
+from amdtop.rccl.diagnose import comm_label, comm_summary, diagnose
 from amdtop.rccl.parser import parse_files
-from amdtop.rccl.report import LogReport, report_json
+from amdtop.rccl.report import LogReport, WarningGroup, report_json
 from amdtop.report import flag_json
 
 
@@ -60,12 +60,30 @@ def run_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def warning_group_line(w: WarningGroup) -> str:
+    """``x9 (8 ranks, 8 processes on n1) Missing "iommu=pt" …``: one grouped warning."""
+    who = []
+    if w.ranks:
+        who.append(f"{len(w.ranks)} rank{'s' if len(w.ranks) != 1 else ''}")
+    if w.processes:
+        who.append(f"{w.processes} process{'es' if w.processes != 1 else ''}")
+    where = f" on {','.join(w.hosts)}" if w.hosts else ""
+    head = f"x{w.count}" + (f" ({', '.join(who)}{where})" if who else "")
+    return f"{head} {w.text[:160]}"
+
+
 def render_report(report: LogReport, flags: list[Flag], topology: Topology | None = None, limit: int = 10) -> str:
     """Human summary: library, communicators with their transports, env, warnings, errors, flags."""
     lib = f"{report.library or 'unknown library'} {report.version or ''}".strip()
     out = [f"{lib} · {report.files} files · {report.lines} lines ({report.unknown_lines} unknown)"]
     for c in report.comms:
-        out.append(f"comm {c.id}: {comm_summary(c, topology)}")
+        out.append(f"{comm_label(c)}: {comm_summary(c, topology)}")
+        by: dict[str, list[str]] = {}
+        for e in c.edges:
+            label = f"{e.transport} (inter-node)" if e.inter_node else e.transport
+            by.setdefault(label, []).append(f"{e.src}->{e.dst}")
+        if by:
+            out.append("  pairs: " + "; ".join(f"{t} {' '.join(p)}" for t, p in by.items()))
         for r in c.ranks:
             out.append(
                 f"  rank {r.rank:<3} dev {'?' if r.dev is None else r.dev:<3} bus {r.bus_id or '?':<8} {r.host or '?'} pid {r.pid or '?'}"
@@ -76,9 +94,18 @@ def render_report(report: LogReport, flags: list[Flag], topology: Topology | Non
         out.append(
             "env: " + " ".join(f"{e.name}={e.value}{'' if e.known else ' (UNKNOWN, ignored)'}" for e in report.env)
         )
-    for title, items in (("warnings", report.warnings), ("errors", report.errors)):
+    if report.warning_groups:
+        groups = report.warning_groups
+        out.append(f"warnings ({len(report.warnings)} lines, {len(groups)} distinct):")
+        out += [f"  {warning_group_line(w)}" for w in groups[:limit]]
+        if len(groups) > limit:
+            out.append(f"  … {len(groups) - limit} more")
+    for title, items, why in (
+        ("errors", report.errors, ""),
+        ("notes", report.notes, ", return-code traces after which nothing failed"),
+    ):
         if items:
-            out.append(f"{title} ({len(items)}):")
+            out.append(f"{title} ({len(items)}{why}):")
             out += [f"  {m.file}:{m.line}: {m.text[:160]}" for m in items[:limit]]
             if len(items) > limit:
                 out.append(f"  … {len(items) - limit} more")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from amdtop import __version__
@@ -44,15 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+Dashboard = Callable[[argparse.Namespace], int]
+"""Runs the TUI: the console entry point (``tui.entry``) passes it in, since the core never imports the UI."""
+
+
+def main(argv: Sequence[str] | None = None, *, dashboard: Dashboard | None = None) -> int:
     """Run amdtop; returns the exit status of the contract (0 ok, 1 runtime failure, 2 bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command is None:
-            # The TUI lives outside the UI-free core; import it only when it is asked for.
-            tui = importlib.import_module("tui.launch")
-            return int(tui.run(args))
+            if dashboard is None:
+                sys.stderr.write("amdtop: error: no command given; the dashboard opens with the `amdtop` command\n")
+                return 2
+            return int(dashboard(args))
         return int(args.func(args))
     except AmdtopError as exc:
         sys.stderr.write(f"amdtop: error: {exc}\n")

@@ -5,16 +5,39 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import state_dir
 from amdtop.cli.ramp_verdict import cli_observer, gpu_list, render_verdict, sharing_warning
-from amdtop.errors import InputError
+from amdtop.errors import AmdtopError, os_reason
 from amdtop.ramp import Ramp, RampConfig, RampResult
 from amdtop.ramp.goodput import parse_goodput
+from amdtop.ramp.limits import check_writable_dir, check_writable_file, fallback_dir
+
+
+def _number(kind: type, lo: float, hi: float, *, lo_open: bool = False, example: str = "") -> Callable[[str], Any]:
+    """An argparse type: a finite ``kind`` in ``[lo, hi]`` (``(lo, hi]`` when ``lo_open``), one-line errors."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}; e.g. {example}"
+            ) from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; e.g. {example}")
+        if value < lo or value > hi or (lo_open and value == lo):
+            span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+            raise argparse.ArgumentTypeError(f"{text} is outside {span}; e.g. {example}")
+        return value
+
+    return parse
 
 
 def _conc_list(text: str) -> tuple[int, ...]:
@@ -35,20 +58,29 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--concurrency", type=_conc_list, default=None, help="steps, e.g. 1,2,4,8 (default 1,2,4,... to --max-num-seqs)"
     )
-    p.add_argument("--max-num-seqs", type=int, default=256, help="top of the default concurrency list (default 256)")
-    p.add_argument("--step-seconds", type=float, default=10.0, help="measurement window per step (default 10)")
-    p.add_argument("--warmup-seconds", type=float, default=None, help="warm-up per step (default step/4, at most 5)")
-    p.add_argument("--input-len", type=int, default=128, help="prompt tokens (default 128)")
-    p.add_argument("--output-len", type=int, default=128, help="output tokens, fixed with ignore_eos (default 128)")
+    hour, tokens = 3600.0, 1_000_000
+    p.add_argument("--max-num-seqs", type=_number(int, 1, 1 << 20, example="256"), default=256,
+                   help="top of the default concurrency list (default 256)")
+    p.add_argument("--step-seconds", type=_number(float, 0, hour, lo_open=True, example="10"), default=10.0,
+                   help="measurement window per step (default 10)")
+    p.add_argument("--warmup-seconds", type=_number(float, 0, hour, example="2"), default=None,
+                   help="warm-up per step (default step/4, at most 5)")
+    p.add_argument("--input-len", type=_number(int, 1, tokens, example="128"), default=128,
+                   help="prompt tokens (default 128)")
+    p.add_argument("--output-len", type=_number(int, 1, tokens, example="128"), default=128,
+                   help="output tokens, fixed with ignore_eos (default 128)")
     p.add_argument("--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions")
-    p.add_argument(
-        "--knee-fraction", type=float, default=0.9, help="knee: smallest step within this fraction of the best"
-    )
-    p.add_argument("--slo-ttft-ms", type=float, default=None, help="p99 TTFT SLO (ms)")
-    p.add_argument("--slo-tpot-ms", type=float, default=None, help="p99 TPOT SLO (ms)")
+    p.add_argument("--knee-fraction", type=_number(float, 0, 1, lo_open=True, example="0.9"), default=0.9,
+                   help="knee: smallest step within this fraction of the best")
+    p.add_argument("--slo-ttft-ms", type=_number(float, 0, 1e7, lo_open=True, example="500"), default=None,
+                   help="p99 TTFT SLO (ms)")
+    p.add_argument("--slo-tpot-ms", type=_number(float, 0, 1e7, lo_open=True, example="50"), default=None,
+                   help="p99 TPOT SLO (ms)")
     p.add_argument("--no-refine", action="store_true", help="skip the refinement steps around the knee")
-    p.add_argument("--max-error-rate", type=float, default=0.5, help="abort above this failed fraction (default 0.5)")
-    p.add_argument("--request-timeout", type=float, default=60.0, help="longest silence inside a response (s)")
+    p.add_argument("--max-error-rate", type=_number(float, 0, 1, example="0.5"), default=0.5,
+                   help="abort above this failed fraction (default 0.5)")
+    p.add_argument("--request-timeout", type=_number(float, 0, hour, lo_open=True, example="60"), default=60.0,
+                   help="longest silence inside a response (s)")  # fmt: skip
     p.add_argument(
         "--goodput", nargs="+", metavar="KEY:MS", default=None,
         help="SLOs for goodput per step as vllm bench serve: ttft:MS tpot:MS e2el:MS (a request counts when it meets all)",
@@ -66,6 +98,9 @@ def _progress(result: RampResult, printed: list[int]) -> None:
     printed.append(1)
     s = result.steps[-1]
     ttft = s.get("mean_ttft_ms")
+    if s.get("note"):
+        sys.stderr.write(f"concurrency {s['concurrency']:>4}: {s['note']} (failed {s['failed']})\n")
+        return
     sys.stderr.write(
         f"concurrency {s['concurrency']:>4}: {s['output_throughput']:9.1f} out tok/s  {s['request_throughput']:7.2f} req/s  "
         f"TTFT {'-' if ttft is None else f'{ttft:.1f}'} ms  ok {s['completed']} failed {s['failed']}  "
@@ -89,10 +124,28 @@ def render_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_json(path: Path, text: str) -> str | None:
+    """Write the --json file; on failure keep the document in the fallback folder and return the error line."""
+    try:
+        path.write_text(text, encoding="utf-8")
+        return None
+    except OSError as exc:
+        spare = fallback_dir() / path.name
+        try:
+            spare.parent.mkdir(parents=True, exist_ok=True)
+            spare.write_text(text, encoding="utf-8")
+            kept = f"written to {spare} instead"
+        except OSError:
+            kept = "not written anywhere else either"
+        return f"--json: cannot write {path} ({os_reason(exc)}); the result was {kept}"
+
+
 def run_ramp(args: argparse.Namespace) -> int:
     """Run the ramp and print or write the result."""
-    if args.json not in (None, "-") and not Path(args.json).parent.exists():
-        raise InputError(f"--json: folder {Path(args.json).parent} does not exist; create it or pick another path")
+    # Every place a result goes is checked first: a run must never end in losing what it measured.
+    if args.json not in (None, "-"):
+        check_writable_file("--json", Path(args.json))
+    check_writable_dir("--state-dir", state_dir(args) / "ramp")
     slos = parse_goodput(args.goodput) if args.goodput else ()
     cfg = RampConfig(
         url=args.url, model=args.model, concurrencies=args.concurrency, max_num_seqs=args.max_num_seqs,
@@ -112,20 +165,33 @@ def run_ramp(args: argparse.Namespace) -> int:
         if close is not None:
             close()
     doc = result.to_json()
+    failures: list[str] = []
     if args.json == "-":
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        problem = _write_json(Path(args.json), json.dumps(doc, indent=2) + "\n")
+        failures += [problem] if problem else []
     if args.json != "-":
         sys.stdout.write(render_table(doc))
     knee = doc["knee"]
-    if ramp.paths:
+    if ramp.save_error:
+        where = f"saved to {ramp.paths[0]} instead" if ramp.paths else "not saved"
+        failures.append(f"--state-dir: {ramp.save_error}; results {where}")
+    elif ramp.paths:
         sys.stderr.write(f"results: {ramp.paths[0]} {ramp.paths[1]}\n")
     if knee:
         sys.stderr.write(f"knee: concurrency {knee['concurrency']} ({knee['reason']})\n")
         sys.stderr.write(render_verdict(doc))
     if result.aborted:
-        sys.stderr.write(f"amdtop: error: ramp: stopped early: {result.aborted}; partial results saved\n")
-        return 1
+        failures.append(f"ramp: stopped early: {result.aborted}; partial results saved")
+    if not any(s.get("completed") for s in doc["steps"]):
+        failures.append(
+            "ramp: no request completed in any step, nothing was measured; lengthen --step-seconds "
+            "(a first token may take longer than the window) or check the server"
+        )
+    if failures:
+        for line in failures[:-1]:
+            sys.stderr.write(f"amdtop: error: {line}\n")
+        raise AmdtopError(failures[-1])
     return 0

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from typing import Any
 
-from amdtop.analysis import ImbalanceTracker, discover_vllm, numa_flags, tp_placement_flags
 from amdtop.cli.common import open_from_args, print_json
-from amdtop.cli.export import readonly_supervisor
-from amdtop.model import Flag, NodeSnapshot, WorkerStatus
-from amdtop.report import snapshot_json
-from amdtop.telemetry.base import TelemetryBackend
+from amdtop.cli.node import open_pipeline
+from amdtop.model import NodeSnapshot
+from amdtop.pipeline import NodeFrame
+from amdtop.report import frame_json, snapshot_json
 from amdtop.topo_text import render_topology
 
 
@@ -45,71 +43,26 @@ def _window(text: str) -> float:
     return value
 
 
-def _worker_json(w: WorkerStatus) -> dict[str, Any]:
-    return {
-        "name": w.name,
-        "state": w.state.value,
-        "pid": w.pid,
-        "pgid": w.pgid,
-        "gpus": list(w.gpus),
-        "numa_node": w.numa_node,
-        "port": w.port,
-        "url": w.url,
-        "cpu_affinity": list(w.cpu_affinity),
-        "mems_allowed": list(w.mems_allowed),
-        "log": w.log,
-        "restarts": w.restarts,
-        "source": w.source,
-        "rank_pids": [{"rank": r, "pid": p} for r, p in w.rank_pids],
-    }
-
-
-def _sample_with_flags(args: argparse.Namespace) -> tuple[NodeSnapshot, list[WorkerStatus], list[Flag]]:
-    """Sample once (or over ``--window``), discover running vLLM servers, and compute the analysis flags."""
-    window = float(getattr(args, "window", 0.0) or 0.0)
-    interval = float(getattr(args, "interval", 1.0) or 1.0)
-    proc_root = Path("/proc")
+def sample_frame(args: argparse.Namespace) -> NodeFrame:
+    """One frame of the node pipeline; with ``--window``, the last of the ticks taken every ``--interval`` over it."""
+    window = float(args.window)
+    interval = float(args.interval)
     backend = open_from_args(args)
     try:
-        tracker = ImbalanceTracker(window_s=window)
-        end = time.monotonic() + window
-        snap = backend.sample()
-        workers = _workers(args, backend, snap, proc_root)
-        flags = tracker.update(snap, workers)
-        while time.monotonic() < end:
-            time.sleep(min(interval, max(0.0, end - time.monotonic())))
-            snap = backend.sample()
-            flags = tracker.update(snap, workers)
+        pipeline, sup = open_pipeline(args, backend, window_s=window)
+        try:
+            end = time.monotonic() + window
+            frame = pipeline.tick()
+            while time.monotonic() < end:
+                time.sleep(min(interval, max(0.0, end - time.monotonic())))
+                frame = pipeline.tick()
+        finally:
+            pipeline.close()
+            if sup is not None:
+                sup.close()
     finally:
         backend.close()
-    flags += numa_flags(snap.topology, workers, proc_root)
-    flags += tp_placement_flags(snap.topology, workers)
-    return snap, workers, flags
-
-
-def _workers(
-    args: argparse.Namespace, backend: TelemetryBackend, snap: NodeSnapshot, proc_root: Path
-) -> list[WorkerStatus]:
-    """amdtop's own workers (when profiles exist) plus vLLM servers found running that amdtop did not launch."""
-    sup = readonly_supervisor(args, backend)
-    own: list[WorkerStatus] = []
-    if sup is not None:
-        try:
-            own = [w for w in sup.status() if w.pid]
-        finally:
-            sup.close()
-    # The simulated node has no real processes: discovering host vLLM servers would mix real and fake workers.
-    found = [] if backend.name == "sim" else discover_vllm(proc_root, _gpu_pids(snap))
-    known = {pid for w in own for pid in (*w.pids, w.pid) if pid}
-    return own + [w for w in found if not known.intersection(w.pids)]
-
-
-def _gpu_pids(snap: NodeSnapshot) -> dict[int, tuple[int, ...]]:
-    out: dict[int, tuple[int, ...]] = {}
-    for sample in snap.gpus:
-        for proc in sample.processes:
-            out[proc.pid] = (*out.get(proc.pid, ()), sample.index)
-    return out
+    return frame
 
 
 def _take(args: argparse.Namespace) -> NodeSnapshot:
@@ -147,13 +100,13 @@ def render_snapshot(snap: NodeSnapshot) -> str:
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    """Print one sample of the node (with analysis flags and discovered vLLM servers)."""
-    snap, workers, flags = _sample_with_flags(args)
+    """Print one frame of the node (with every flag and the discovered vLLM servers)."""
+    frame = sample_frame(args)
     if args.json:
-        print_json(snapshot_json(snap, [_worker_json(w) for w in workers], flags))
+        print_json(frame_json(frame))
     else:
-        text = render_snapshot(snap)
-        extra = [f for f in flags if f not in snap.flags]
+        text = render_snapshot(frame.snapshot)
+        extra = [f for f in frame.flags if f not in frame.snapshot.flags]
         text += "".join(f"! {f.kind.value}: {f.message}\n" for f in extra)
         print(text, end="")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,30 @@ from amdtop.supervisor import StopReport, Supervisor
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.numa import read_numa_nodes
 from amdtop.telemetry.sim import SimBackend
+
+MAX_SECONDS = 7 * 24 * 3600.0
+"""Longest --grace/--timeout taken: a week; more is a typo that would leave a stop hanging."""
+
+
+def seconds(lo_open: bool) -> Any:
+    """An argparse type for a finite number of seconds: ``> 0`` when ``lo_open``, else ``>= 0``; at most a week."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; e.g. 30") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds; e.g. 30")
+        if value < 0 or (lo_open and value == 0):
+            raise argparse.ArgumentTypeError(
+                f"{text} must be {'greater than' if lo_open else 'at least'} 0 seconds; e.g. 30"
+            )
+        if value > MAX_SECONDS:
+            raise argparse.ArgumentTypeError(f"{text} is more than a week ({MAX_SECONDS:g} s); give fewer seconds")
+        return value
+
+    return parse
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -36,15 +61,20 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
             p.add_argument("changes", metavar="KEY=VALUE", nargs="+", help="e.g. max-num-seqs=64 env.NCCL_DEBUG=INFO")
             p.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
         if action != "launch":
-            p.add_argument("--grace", type=float, default=None, help="seconds between SIGTERM and SIGKILL (default 30)")
+            p.add_argument(
+                "--grace", type=seconds(False), default=None, help="seconds between SIGTERM and SIGKILL (default 30)"
+            )
         if action != "stop":
             p.add_argument("--wait", action="store_true", help="wait until /health answers 200")
-            p.add_argument("--timeout", type=float, default=300.0, help="seconds --wait waits (default 300)")
+            p.add_argument("--timeout", type=seconds(True), default=300.0, help="seconds --wait waits (default 300)")
         p.set_defaults(func=func)
 
 
 def open_supervisor(args: argparse.Namespace) -> Supervisor:
-    """A supervisor for the profile file, state dir and backend the arguments name."""
+    """A supervisor for the profile file, state dir and backend the arguments name.
+
+    Lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a running worker (they work from its
+    launch record); ``launch`` and ``retune`` still refuse with the file's error."""
     try:
         backend: TelemetryBackend | None = open_from_args(args)
     except NoGpuFound:
@@ -70,6 +100,7 @@ def open_supervisor(args: argparse.Namespace) -> Supervisor:
         demo=bool(args.demo),
         sim=backend if isinstance(backend, SimBackend) else None,
         readonly=bool(getattr(args, "readonly", False)),
+        lenient=True,
     )
 
 
@@ -103,6 +134,7 @@ def status_json(st: WorkerStatus, now: float | None = None) -> dict[str, Any]:
             "gen_tokens_per_s": eng.gen_tokens_per_s,
         },
         "last_log_lines": list(st.last_log_lines),
+        "note": st.note,
     }
 
 
@@ -128,6 +160,8 @@ def render_status(rows: list[WorkerStatus]) -> str:
             f"{_num(e.running if e else None):>5}{_num(e.waiting if e else None):>5}{_num(kv, '{:.1f}'):>6}"
             f"{_num(e.gen_tokens_per_s if e else None, '{:.1f}'):>8}"
         )
+        if st.note:
+            out.append(f"    ! {st.note}")
         for line in st.last_log_lines[-3:]:
             out.append(f"    | {line}")
     return "\n".join(out) + "\n"
@@ -144,6 +178,9 @@ def run_status(args: argparse.Namespace) -> int:
         print_json([status_json(r) for r in rows])
     else:
         sys.stdout.write(render_status(rows))
+    if sup.config_error is not None:
+        # The rows above come from the launch records; the file still needs fixing.
+        raise sup.config_error
     return 0
 
 

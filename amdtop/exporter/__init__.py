@@ -2,18 +2,13 @@
 
 from amdtop.exporter.families import FAMILIES, FamilySpec, build_families
 from amdtop.exporter.server import DEFAULT_LISTEN, CachedProvider, Exporter, parse_listen
-from amdtop.exporter.state import ExportState, LinkBandwidth, RampKnee, RcclCounts
 
 __all__ = [
     "DEFAULT_LISTEN",
     "FAMILIES",
     "CachedProvider",
-    "ExportState",
     "Exporter",
     "FamilySpec",
-    "LinkBandwidth",
-    "RampKnee",
-    "RcclCounts",
     "build_families",
     "parse_listen",
 ]

@@ -1,4 +1,4 @@
-"""The metric families: names, types, labels and units, and how one :class:`ExportState` fills them.
+"""The metric families: names, types, labels and units, and how one :class:`~amdtop.pipeline.NodeFrame` fills them.
 
 Per-GPU families use the names and units of AMD's device-metrics-exporter (``gpu_gfx_activity`` in percent,
 ``gpu_used_vram`` in MB, ``gpu_package_power`` in W...) so existing dashboards and alerts work unchanged; what only
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from amdtop.exporter.state import ExportState
-from amdtop.model import FlagKind, GpuInfo, GpuSample, WorkerState, WorkerStatus
+from amdtop.model import FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
+from amdtop.pipeline.frame import NodeFrame, TpGroup
 
 MB = 1024 * 1024  # the AMD exporter's "MB" is amdsmi's MiB
 GPU_LABELS = ("gpu_id", "hostname", "card_model", "serial_number")
@@ -69,6 +69,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_numa_mismatch", WORKER_LABELS, "1", "1 while the worker runs off its GPUs' NUMA node"),
         _g("amdtop_transport_fallback", WORKER_LABELS, "1", "1 while RCCL/NCCL fell back to a slower transport"),
         _g("amdtop_flags", ("hostname", "kind"), "1", "Active flags by kind"),
+        _g("amdtop_flag_active", ("hostname", "kind", "worker", "gpus"), "1", "1 per active flag (see the TUI or snapshot --json for its message)"),
         _g("amdtop_rccl_errors", WORKER_LABELS, "1", "Error lines in the worker's RCCL/NCCL log"),
         _g("amdtop_rccl_warnings", WORKER_LABELS, "1", "Warning lines in the worker's RCCL/NCCL log"),
         _g("amdtop_worker_state", (*WORKER_LABELS, "state"), "1", "1 for the worker's current state"),
@@ -78,6 +79,25 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_ramp_knee_concurrency", WORKER_LABELS, "1", "Concurrency at the last ramp's knee"),
         _g("amdtop_ramp_recommended_max_num_seqs", WORKER_LABELS, "1", "max-num-seqs the last ramp recommended"),
         _g("amdtop_ramp_timestamp_seconds", WORKER_LABELS, "s", "When the last ramp finished"),
+        _g("gpu_xgmi_link_rx", (*GPU_LABELS, "link", "peer_bdf"), "KB", "Accumulated fabric link data read"),
+        _g("gpu_xgmi_link_tx", (*GPU_LABELS, "link", "peer_bdf"), "KB", "Accumulated fabric link data written"),
+        _g(
+            "amdtop_fabric_traffic_bytes_per_second",
+            (*PAIR_LABELS, "direction"),
+            "bytes/s",
+            "Live XGMI/NVLink traffic GPU gpu_a counted to gpu_b over the last poll interval",
+        ),
+        _g("gpu_violation_current_accumulated_counter", GPU_LABELS, "1", "Throttle residency accumulation counter"),
+        _g("gpu_violation_processor_hot_residency_accumulated", GPU_LABELS, "1", "PROCHOT residency, accumulated"),
+        _g("gpu_violation_ppt_residency_accumulated", GPU_LABELS, "1", "Package power (PPT) residency, accumulated"),
+        _g("gpu_violation_socket_thermal_residency_accumulated", GPU_LABELS, "1", "Socket thermal residency"),
+        _g("gpu_violation_vr_thermal_residency_accumulated", GPU_LABELS, "1", "Voltage-rail thermal residency"),
+        _g("gpu_violation_hbm_thermal_residency_accumulated", GPU_LABELS, "1", "HBM thermal residency, accumulated"),
+        _g("amdtop_gpu_throttle_active", (*GPU_LABELS, "reason"), "1", "1 while the reason limits clocks"),
+        _g("amdtop_gpu_throttle_ratio", (*GPU_LABELS, "reason"), "ratio", "Share of the last window spent throttled"),
+        _g("gpu_ecc_correct_total", GPU_LABELS, "1", "Correctable ECC errors, all blocks"),
+        _g("gpu_ecc_uncorrect_total", GPU_LABELS, "1", "Uncorrectable ECC errors, all blocks"),
+        _g("amdtop_gpu_ecc_errors", (*GPU_LABELS, "block", "type"), "1", "ECC/RAS errors per block and type"),
         _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
         FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls made for scrapes"),
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
@@ -155,15 +175,40 @@ def _gpu(b: _Builder, info: GpuInfo, s: GpuSample | None, host: str) -> None:
     b.add("gpu_clock", (*base, "GPU_CLOCK_TYPE_MEMORY"), s.mclk_mhz)
 
 
-def _spread(values: list[float | None]) -> float | None:
-    if len(values) < 2 or any(v is None for v in values):
-        return None
-    known = [v for v in values if v is not None]
-    top = max(known)
-    return 0.0 if top <= 0 else 100.0 * (top - min(known)) / top
+# amdtop reason -> device-metrics-exporter residency family (AMD sources only: NVML counts seconds, not ticks).
+_RESIDENCY = {
+    "prochot": "gpu_violation_processor_hot_residency_accumulated",
+    "power_cap": "gpu_violation_ppt_residency_accumulated",
+    "socket_thermal": "gpu_violation_socket_thermal_residency_accumulated",
+    "vr_thermal": "gpu_violation_vr_thermal_residency_accumulated",
+    "hbm_thermal": "gpu_violation_hbm_thermal_residency_accumulated",
+}
 
 
-def _worker(b: _Builder, w: WorkerStatus, state: ExportState, host: str) -> None:
+def _health(b: _Builder, base: tuple[str, ...], s: GpuSample, snap: NodeSnapshot) -> None:
+    for c in s.xgmi_links or ():
+        labels = (*base, str(c.link), c.peer_bdf or "")
+        b.add("gpu_xgmi_link_rx", labels, c.read_kb)
+        b.add("gpu_xgmi_link_tx", labels, c.write_kb)
+    for reason in s.throttle_active or ():
+        b.add("amdtop_gpu_throttle_active", (*base, reason), 1)
+    if snap.backend != "nvml" and s.throttle_acc is not None:
+        b.add("gpu_violation_current_accumulated_counter", base, s.throttle_clock)
+        for reason, value in s.throttle_acc:
+            if reason in _RESIDENCY:
+                b.add(_RESIDENCY[reason], base, value)
+    if s.ecc is not None:
+        ce = [e.correctable for e in s.ecc if e.correctable is not None]
+        ue = [e.uncorrectable for e in s.ecc if e.uncorrectable is not None]
+        b.add("gpu_ecc_correct_total", base, sum(ce) if ce else None)
+        b.add("gpu_ecc_uncorrect_total", base, sum(ue) if ue else None)
+        for e in s.ecc:
+            b.add("amdtop_gpu_ecc_errors", (*base, e.block, "correctable"), e.correctable)
+            b.add("amdtop_gpu_ecc_errors", (*base, e.block, "uncorrectable"), e.uncorrectable)
+            b.add("amdtop_gpu_ecc_errors", (*base, e.block, "deferred"), e.deferred)
+
+
+def _worker(b: _Builder, w: WorkerStatus, group: TpGroup | None, host: str) -> None:
     key = (host, w.name)
     for st in WorkerState:
         b.add("amdtop_worker_state", (*key, st.value), 1 if w.state is st else 0)
@@ -172,20 +217,32 @@ def _worker(b: _Builder, w: WorkerStatus, state: ExportState, host: str) -> None
     numa = "" if w.numa_node is None else str(w.numa_node)
     port = "" if w.port is None else str(w.port)
     b.add("amdtop_worker_info", (*key, w.source, ",".join(map(str, w.gpus)), numa, port), 1)
-    samples = [state.snapshot.sample(i) for i in w.gpus]
-    util = [None if s is None else s.util_pct for s in samples]
-    vram = [None if s is None or s.vram_used_bytes is None else float(s.vram_used_bytes) for s in samples]
-    b.add("amdtop_tp_spread_percent", (*key, "util_pct"), _spread(util))
-    b.add("amdtop_tp_spread_percent", (*key, "vram_used_bytes"), _spread(vram))
+    if group is not None and len(group.gpus) > 1:
+        # The windowed spread the tp_imbalance flag was judged on: the same number the TUI shows.
+        b.add("amdtop_tp_spread_percent", (*key, "util_pct"), group.util_spread_pct)
+        b.add("amdtop_tp_spread_percent", (*key, "vram_used_bytes"), group.vram_spread_pct)
 
 
-def build_families(state: ExportState, stats: PollStats | None = None) -> list[Metric]:
-    """Turn one state into metric families (only those with samples)."""
+def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Metric]:
+    """Turn one frame into metric families (only those with samples)."""
     b = _Builder()
     snap = state.snapshot
     host = snap.hostname
+    bases = {}
     for info in snap.topology.gpus:
-        _gpu(b, info, snap.sample(info.index), host)
+        sample = snap.sample(info.index)
+        _gpu(b, info, sample, host)
+        bases[info.index] = (str(info.index), host, info.name, info.uuid or "")
+        if sample is not None and not sample.lost:
+            _health(b, bases[info.index], sample, snap)
+    for share in state.throttle:
+        if share.gpu in bases:
+            for reason, value in share.shares:
+                b.add("amdtop_gpu_throttle_ratio", (*bases[share.gpu], reason), value)
+    for p in state.fabric.pairs if state.fabric is not None else ():
+        pair = (host, str(p.src), str(p.peer))
+        b.add("amdtop_fabric_traffic_bytes_per_second", (*pair, "read"), p.read_bps)
+        b.add("amdtop_fabric_traffic_bytes_per_second", (*pair, "write"), p.write_bps)
     for link in snap.topology.links:
         pair = (host, str(link.a), str(link.b))
         hops = "" if link.hops is None else str(link.hops)
@@ -197,8 +254,8 @@ def build_families(state: ExportState, stats: PollStats | None = None) -> list[M
         lo, hi = sorted((bw.a, bw.b))
         b.add("amdtop_link_measured_bandwidth_bytes_per_second", (host, str(lo), str(hi)), bw.gbps * 1e9)
     for w in state.workers:
-        _worker(b, w, state, host)
-    flags = state.all_flags()
+        _worker(b, w, state.group(w.name), host)
+    flags = state.flags
     by_kind: dict[str, int] = {}
     for flag in flags:
         by_kind[flag.kind.value] = by_kind.get(flag.kind.value, 0) + 1
@@ -208,7 +265,10 @@ def build_families(state: ExportState, stats: PollStats | None = None) -> list[M
         flagged = {f.worker or "" for f in flags if f.kind is kind}
         for worker in sorted(flagged | {w.name for w in state.workers}):
             b.add(name, (host, worker), 1 if worker in flagged else 0)
-    for r in state.rccl:
+    active = {(host, f.kind.value, f.worker or "", ",".join(map(str, f.gpus))) for f in flags}
+    for labels in sorted(active):
+        b.add("amdtop_flag_active", labels, 1)
+    for r in state.log_counts:
         b.add("amdtop_rccl_errors", (host, r.worker), r.errors)
         b.add("amdtop_rccl_warnings", (host, r.worker), r.warnings)
     for k in state.ramp_knees:

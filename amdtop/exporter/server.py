@@ -1,4 +1,4 @@
-"""The exporter: a Prometheus ``/metrics`` endpoint over an :class:`ExportState` provider.
+"""The exporter: a Prometheus ``/metrics`` endpoint over a provider of :class:`~amdtop.pipeline.NodeFrame`.
 
 Collection happens on scrape, but at most once per ``min_interval``: a burst of scrapes (several Prometheus
 servers, a curl loop) is served from the cached state instead of multiplying device calls.
@@ -19,9 +19,9 @@ from prometheus_client.core import Metric
 
 from amdtop.errors import AmdtopError, InputError
 from amdtop.exporter.families import PollStats, build_families
-from amdtop.exporter.state import ExportState
+from amdtop.pipeline.frame import NodeFrame
 
-Provider = Callable[[], ExportState]
+Provider = Callable[[], NodeFrame]
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
 
@@ -64,12 +64,12 @@ class CachedProvider:
         self._min_interval = min_interval
         self._clock = clock
         self._lock = threading.Lock()
-        self._state: ExportState | None = None
+        self._state: NodeFrame | None = None
         self._taken_at = 0.0
         self._polls = 0
         self._duration = 0.0
 
-    def get(self) -> tuple[ExportState, PollStats]:
+    def get(self) -> tuple[NodeFrame, PollStats]:
         """The cached state, refreshed when older than the minimum interval."""
         # One lock for the whole poll: concurrent scrapes wait for the running poll instead of starting their own.
         with self._lock:

@@ -77,8 +77,11 @@ def to_csv(doc: dict[str, Any]) -> str:
 
 def _atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def save(result: RampResult, state_dir: Path) -> tuple[Path, Path]:

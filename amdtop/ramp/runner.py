@@ -12,11 +12,12 @@ from typing import Any
 
 import httpx
 
-from amdtop.errors import InputError
+from amdtop.errors import InputError, os_reason
 from amdtop.ramp.cause import explain
 from amdtop.ramp.client import LoadSpec, run_step
 from amdtop.ramp.goodput import goodput_keys
 from amdtop.ramp.knee import default_concurrencies, find_knee, refinement_points
+from amdtop.ramp.limits import check_concurrency, fallback_dir
 from amdtop.ramp.observe import NodeObserver, WorkerPids, default_worker_pids, recorded_step
 from amdtop.ramp.prompts import build_prompts, discover
 from amdtop.ramp.results import RampResult, save
@@ -62,6 +63,12 @@ class RampConfig:
             raise InputError("--input-len/--output-len: must be at least 1")
         if not 0 < self.knee_fraction <= 1:
             raise InputError("knee fraction: must be in (0, 1]")
+        if self.max_num_seqs < 1:
+            raise InputError("--max-num-seqs: must be at least 1")
+        if self.concurrencies:
+            check_concurrency("--concurrency", max(self.concurrencies))
+        else:
+            check_concurrency("--max-num-seqs", self.max_num_seqs)
 
 
 StepCallback = Callable[[RampResult], None]
@@ -93,6 +100,8 @@ class Ramp:
         self.worker_pids = worker_pids or default_worker_pids(cfg.url.rstrip("/"))
         self.result = RampResult(url=cfg.url.rstrip("/"), model=cfg.model or "", settings=asdict(cfg), worker=worker)
         self.paths: tuple[Path, Path] | None = None
+        self.save_error: str | None = None
+        """Why the results could not be saved in the state dir (they went to :func:`fallback_dir` instead)."""
         self.status = "starting"
 
     def abort(self) -> None:
@@ -104,7 +113,15 @@ class Ramp:
 
     def _publish(self) -> None:
         if self.state_dir is not None:
-            self.paths = save(self.result, self.state_dir)
+            # A full disk mid-run must not cost the steps already measured: save them somewhere else and say so.
+            try:
+                self.paths = save(self.result, self.state_dir)
+            except OSError as exc:
+                self.save_error = f"cannot write {self.state_dir / 'ramp'} ({os_reason(exc)})"
+                try:
+                    self.paths = save(self.result, fallback_dir())
+                except OSError:
+                    self.paths = None
         if self.on_update is not None:
             self.on_update(self.result)
 
@@ -150,6 +167,7 @@ class Ramp:
             self.result.aborted = "stopped by user" if self._stop.is_set() else "worker died"
             return False
         self.status = f"step concurrency {conc}"
+
         def load() -> Any:
             return run_step(
                 spec, conc, warmup_s=warm, duration_s=cfg.step_seconds, stop=self._stopped,
@@ -168,6 +186,9 @@ class Ramp:
         doc["refined"] = refined
         doc.update(goodput_keys(step.results, step.duration, cfg.goodput))
         doc.update(observed)
+        if not doc.get("completed"):
+            # Zeros here mean "nothing measured", not "zero throughput" (a first token slower than the window).
+            doc["note"] = "no request completed in the measurement window"
         self.result.steps.append(doc)
         done.append(conc)
         if reason is None and step.results and step.error_rate > cfg.max_error_rate:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amdtop.model import Flag, FlagKind, Topology
 from amdtop.rccl.grammar import bus_id_of_bdf, norm_bus_id
-from amdtop.rccl.report import Comm, LogReport
+from amdtop.rccl.report import Comm, LogReport, Message
 
 FALLBACK_PREFIXES = ("SHM", "NET")
 
@@ -48,7 +48,7 @@ def _fallbacks(comm: Comm, topology: Topology, worker: str | None) -> list[Flag]
         link_type = topology.link(pairs[0][2], pairs[0][3])
         kind = link_type.type.value if link_type else "direct"
         msg = (
-            f"comm {comm.id}: {shown}{more} go through {transport} although the GPUs share a direct {kind} link; "
+            f"{comm_label(comm)}: {shown}{more} go through {transport} although the GPUs share a direct {kind} link; "
             "P2P is disabled (NCCL_P2P_DISABLE/NCCL_P2P_LEVEL) or failed"
         )
         gpu_set = sorted({g for p in pairs for g in p[2:]})
@@ -57,8 +57,32 @@ def _fallbacks(comm: Comm, topology: Topology, worker: str | None) -> list[Flag]
     return flags
 
 
+def comm_label(comm: Comm) -> str:
+    """``comm 0x…`` for a printed commId, else the synthetic name as is (``comm-1``)."""
+    return comm.id if comm.id.startswith("comm-") else f"comm {comm.id}"
+
+
+def _error_gpus(report: LogReport, topology: Topology | None, m: Message) -> tuple[int, ...]:
+    # the GPU of the process that printed it; else every GPU of the worker's communicators (its TP group)
+    by_bus = gpu_by_bus_id(topology)
+    if not by_bus:
+        return ()
+    everyone: set[int] = set()
+    for comm in report.comms:
+        for r in comm.ranks:
+            gpu = by_bus.get(norm_bus_id(r.bus_id)) if r.bus_id else None
+            if gpu is None:
+                continue
+            if m.pid is not None and (r.host, r.pid) == (m.host, m.pid):
+                return (gpu,)
+            everyone.add(gpu)
+    return tuple(sorted(everyone))
+
+
 def diagnose(report: LogReport, topology: Topology | None, worker: str | None = None) -> list[Flag]:
     """Flags for one report: errors and timeouts first (they need action now), then transport fallbacks.
+
+    Return-code traces judged harmless (``report.notes``) raise no flag.
 
     Args:
         report: parsed logs.
@@ -71,7 +95,8 @@ def diagnose(report: LogReport, topology: Topology | None, worker: str | None = 
         where = f"{m.file}:{m.line}"
         rank = f" rank {m.rank}" if m.rank is not None else ""
         extra = (("file", m.file), ("line", m.line), ("error_kind", m.kind), *m.extra)
-        flags.append(Flag(kind, f"{m.kind}{rank} at {where}: {m.text[:200]}", worker, extra=extra))
+        gpus = _error_gpus(report, topology, m)
+        flags.append(Flag(kind, f"{m.kind}{rank} at {where}: {m.text[:200]}", worker, gpus, extra=extra))
     if topology is not None:
         for comm in report.comms:
             flags.extend(_fallbacks(comm, topology, worker))

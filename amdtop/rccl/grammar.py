@@ -25,7 +25,8 @@ CHANNEL = re.compile(  # used with match(line, pos): no ^ (it would only match a
     r"Channel (\d+)(?:/(\d+))? : (\d+)\[([0-9a-fA-F]+)\] -> (\d+)\[([0-9a-fA-F]+)\]"
     r"(?: \[(send|receive)\])? via (P2P/direct pointer\S*|\S+)(?: comm (0x[0-9a-fA-F]+) nRanks (\d+))?"
 )
-COMM_SUFFIX = re.compile(r" comm (0x[0-9a-fA-F]+) nRanks (\d+)")
+COMM_SUFFIX = re.compile(r" comm (0x[0-9a-fA-F]+) nRanks (\d+)(?: busId ([0-9a-fA-F]+))?")
+TREE_RANK = re.compile(r"->(\d+)->")
 TIMINGS = re.compile(r"rank (\d+) nranks (\d+) total ([\d.]+)")
 COLL_CHANNELS = re.compile(r"^(\d+) coll channels")
 ENV_SET = re.compile(r"^([A-Z][A-Z0-9_]*) set by environment to (.*)$")

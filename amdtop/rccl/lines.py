@@ -45,10 +45,6 @@ class LogBatch:
     dropped: int = 0
     """Lines read but not handed over since the last poll because the consumer lagged."""
 
-    @property
-    def dropped_count(self) -> int:
-        """Alias of :attr:`dropped` (interface name)."""
-        return self.dropped
 
 
 def classify(text: str) -> str:

@@ -7,32 +7,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdtop.model import Flag, Topology
-from amdtop.rccl.diagnose import comm_summary, diagnose
+from amdtop.rccl.diagnose import comm_label, comm_summary, diagnose
 from amdtop.rccl.lines import LogLine
 from amdtop.rccl.parser import LogParser
 from amdtop.rccl.report import LogReport
 from amdtop.rccl.tail import LogFollower, PathSpec
+from amdtop.rccl.views import WorkerLogs, worker_logs
 
 
 @dataclass(frozen=True, slots=True)
 class LogUpdate:
-    """What one :meth:`LogMonitor.poll` yields."""
+    """What one :meth:`LogMonitor.poll` yields: the new tail lines and the whole current state of every worker's logs."""
 
     lines: tuple[LogLine, ...]
-    """New lines for the tail."""
+    """New lines for the tail, oldest first."""
     dropped: int
     """Lines skipped because the consumer lagged."""
-    summary: str
-    """One line per communicator per worker (``llama-a: comm 0x…: 4 ranks, all pairs P2P/IPC``)."""
+    workers: tuple[WorkerLogs, ...]
+    """Per worker: communicators (ranks, GPUs, every pair's transport), grouped warnings, counts, flags."""
     flags: tuple[Flag, ...]
-    """Every current flag (errors, timeouts, transport fallbacks)."""
+    """Every current log-derived flag (errors, timeouts, transport fallbacks), each with its worker and GPUs."""
     new_flags: tuple[Flag, ...]
     """Flags that appeared in this poll: show them at once."""
+    summary: str = ""
+    """One line per communicator per worker (``llama-a: RCCL 2.20.5 comm-1: 4 ranks, all pairs P2P/IPC``)."""
 
-    @property
-    def dropped_count(self) -> int:
-        """Alias of :attr:`dropped`, so a monitor can stand in for a bare :class:`LogFollower`."""
-        return self.dropped
+
+    def counts(self) -> tuple[tuple[str, int, int], ...]:
+        """``(worker, errors, warnings)`` per worker: what the exporter's ``amdtop_rccl_errors/_warnings`` report."""
+        return tuple((w.worker, w.errors, w.warnings) for w in self.workers)
+
+    def worker(self, name: str) -> WorkerLogs | None:
+        """One worker's view, ``None`` before its first line."""
+        return next((w for w in self.workers if w.worker == name), None)
+
+
+LAUNCH_MARK = "=== amdtop launch "
+"""The line the supervisor writes into a worker's log before each launch (amdtop/supervisor/core.py)."""
 
 
 class LogMonitor:
@@ -54,6 +65,7 @@ class LogMonitor:
         self._parsers: dict[str, LogParser] = {}
         self._counts: dict[str, int] = {}
         self._flags: tuple[Flag, ...] = ()
+        self._views: dict[str, WorkerLogs] = {}
 
     def poll(self) -> LogUpdate:
         """Read, parse, diagnose."""
@@ -65,7 +77,8 @@ class LogMonitor:
             touched.add(worker)
         for line in batch.lines:
             parser = self._parsers.get(line.worker)
-            if parser is None:
+            if parser is None or line.text.startswith(LAUNCH_MARK):
+                # a new launch of the worker: its communicators replace the last run's (new pids, new pointers)
                 parser = self._parsers[line.worker] = LogParser()
             n = self._counts.get(line.file, 0) + 1
             self._counts[line.file] = n
@@ -74,13 +87,17 @@ class LogMonitor:
             touched.add(line.worker)
         new: tuple[Flag, ...] = ()
         if touched:
-            flags: list[Flag] = []
-            for worker, parser in self._parsers.items():
-                flags.extend(diagnose(parser.report(), self.topology, worker))
+            for worker in touched:
+                # a report is rebuilt only for workers with new lines: the join runs per poll, not per line
+                report = self._parsers[worker].report()
+                found = tuple(diagnose(report, self.topology, worker))
+                self._views[worker] = worker_logs(worker, report, self.topology, found)
+            flags = tuple(f for w in self._parsers if w in self._views for f in self._views[w].flags)
             old = set(self._flags)
             new = tuple(f for f in flags if f not in old)
-            self._flags = tuple(flags)
-        return LogUpdate(batch.lines, batch.dropped, self.summary(), self._flags, new)
+            self._flags = flags
+        views = tuple(self._views[w] for w in self._parsers if w in self._views)
+        return LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
 
     def _prime(self, worker: str, path: Path, nbytes: int) -> None:
         parser = self._parsers.get(worker)
@@ -95,7 +112,14 @@ class LogMonitor:
         if nbytes > self.prime_bytes:
             lines.pop()  # cut mid-line
         name = str(path)
-        parser.feed_lines(lines, name, self._counts.get(name, 0) + 1)
+        start = self._counts.get(name, 0) + 1
+        last = max((i for i, text in enumerate(lines) if text.startswith(LAUNCH_MARK)), default=None)
+        if last is not None:
+            # only the newest launch in the head describes the running worker
+            parser = self._parsers[worker] = LogParser()
+            parser.feed_lines(lines[last:], name, start + last)
+        else:
+            parser.feed_lines(lines, name, start)
         # line numbers of the tail continue after the primed head (approximate when the head was capped)
         self._counts[name] = self._counts.get(name, 0) + len(lines)
 
@@ -103,6 +127,18 @@ class LogMonitor:
         """The parsed report of one worker so far (``None`` before its first line)."""
         parser = self._parsers.get(worker)
         return parser.report() if parser else None
+
+    @staticmethod
+    def _summary(views: tuple[WorkerLogs, ...]) -> str:
+        out = []
+        for w in views:
+            lib = f"{w.library or ''} {w.version or ''}".strip()
+            for c in w.comms:
+                label = c.id if c.id.startswith("comm-") else f"comm {c.id}"
+                out.append(f"{w.worker}: {lib} {label}: {c.summary}".replace(":  ", ": "))
+            if w.errors:
+                out.append(f"{w.worker}: {w.errors} error(s)")
+        return "\n".join(out)
 
     def summary(self, worker: str | None = None) -> str:
         """Per-communicator lines for one worker or all; empty before any communicator was seen."""
@@ -113,8 +149,8 @@ class LogMonitor:
             rep = parser.report()
             lib = f"{rep.library or ''} {rep.version or ''}".strip()
             for comm in rep.comms:
-                line = f"{name}: {lib} comm {comm.id}: {comm_summary(comm, self.topology)}"
-                out.append(line.replace(":  comm", ": comm"))
+                line = f"{name}: {lib} {comm_label(comm)}: {comm_summary(comm, self.topology)}"
+                out.append(line.replace(":  ", ": "))
             if rep.errors:
                 out.append(f"{name}: {len(rep.errors)} error(s), last: {rep.errors[-1].text[:120]}")
         return "\n".join(out)

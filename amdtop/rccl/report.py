@@ -24,6 +24,8 @@ class RankInfo:
     """True once the rank printed ``Init COMPLETE``."""
     init_s: float | None = None
     """Total init time in seconds where the library printed ``Init timings``."""
+    ptr: str | None = None
+    """The rank's ``comm 0x…`` pointer: an address inside its own process, not an id of the communicator."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ class Edge:
     """Transport as printed (``P2P/IPC``, ``SHM/direct/direct``, ``NET/IB/0/GDRDMA``...)."""
     channels: int
     """Distinct channels using this connection."""
+    inter_node: bool | None = None
+    """True when the two ranks sit on different hosts (NET there is expected, not a fallback); ``None``: unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +49,7 @@ class Comm:
     """A communicator, merged over every rank's lines."""
 
     id: str
-    """``commId`` where printed, else the comm pointer, else a synthetic ``comm-<n>``."""
+    """``commId`` where printed, else a synthetic ``comm-<n>`` (the ranks were joined by what their lines share)."""
     nranks: int
     """Number of ranks."""
     ranks: tuple[RankInfo, ...]
@@ -62,17 +66,31 @@ class Comm:
     """Collective channels (``N coll channels``)."""
     ended: str | None = None
     """``destroyed`` or ``aborted`` once a rank printed the teardown line."""
+    hosts: tuple[str, ...] = ()
+    """Hosts its ranks print from, sorted."""
+    processes: int = 0
+    """Processes (host, pid) whose lines were joined into this communicator."""
+    joined_by: str = "commId"
+    """``commId`` (printed) or ``structure`` (nRanks, ranks, bus ids and init order of per-process pointers)."""
+
+    @property
+    def init_complete(self) -> int:
+        """Ranks that printed ``Init COMPLETE``."""
+        return sum(1 for r in self.ranks if r.init_complete)
 
     @property
     def summary(self) -> str:
         """One line: ``4 ranks, all pairs P2P/IPC`` or the mix of transports."""
         head = f"{self.nranks} rank{'s' if self.nranks != 1 else ''}"
-        hosts = {r.host for r in self.ranks if r.host}
+        hosts = set(self.hosts) or {r.host for r in self.ranks if r.host}
         if len(hosts) > 1 or (self.nnodes or 1) > 1:
             head += f" on {max(len(hosts), self.nnodes or 0)} nodes"
+            if len(hosts) > 1:
+                head += f" ({', '.join(sorted(hosts))})"
         pairs: dict[str, set[tuple[int, int]]] = {}
         for e in self.edges:
-            pairs.setdefault(e.transport, set()).add((min(e.src, e.dst), max(e.src, e.dst)))
+            label = f"{e.transport} inter-node" if e.inter_node else e.transport
+            pairs.setdefault(label, set()).add((min(e.src, e.dst), max(e.src, e.dst)))
         if not pairs:
             text = f"{head}, no peers" if self.nranks == 1 else f"{head}, no transport lines seen"
         elif len(pairs) == 1:
@@ -83,7 +101,7 @@ class Comm:
                 for t, p in sorted(pairs.items(), key=lambda kv: -len(kv[1]))
             )
             text = f"{head}, {mix}"
-        done = sum(1 for r in self.ranks if r.init_complete)
+        done = self.init_complete
         if self.ranks and done < self.nranks:
             text += f" (init complete on {done}/{self.nranks})"
         if self.ended:
@@ -107,6 +125,34 @@ class Message:
     """Rank or device concerned where the line says."""
     extra: tuple[tuple[str, Any], ...] = ()
     """More facts (``seq``, ``op``, ``timeout_ms``, ``ran_ms``, ``result``...)."""
+    host: str | None = None
+    """Host of the printing process, where the line says."""
+    pid: int | None = None
+    """Pid of the printing process, where the line says."""
+
+
+@dataclass(frozen=True, slots=True)
+class WarningGroup:
+    """Identical warnings printed by several ranks and processes (RCCL repeats its startup WARNs per process)."""
+
+    text: str
+    """The warning text."""
+    kind: str
+    """``warn`` or ``unknown_env``."""
+    count: int
+    """Lines carrying it."""
+    ranks: tuple[int, ...]
+    """Ranks (or devices) that printed it, sorted."""
+    processes: int
+    """Distinct processes (host, pid) that printed it."""
+    hosts: tuple[str, ...]
+    """Hosts that printed it."""
+    file: str
+    """File of the first occurrence."""
+    line: int
+    """Line of the first occurrence."""
+    source: str | None = None
+    """RCCL/NCCL source location (``src/init.cc:179``) where printed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,15 +193,23 @@ class LogReport:
     """Variables echoed as ``set by environment``."""
     versions: tuple[tuple[str, str], ...] = field(default=())
     """Other versions printed in banners (``HIP``, ``ROCm``, ``vllm-nccl``)."""
+    notes: tuple[Message, ...] = ()
+    """Return-code traces that led to nothing (a probe that failed and fell back): informational, not errors."""
+    warning_groups: tuple[WarningGroup, ...] = ()
+    """:attr:`warnings` grouped by identical text, most printed first."""
 
 
 def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The ``logs parse --json`` document (contract keys plus summaries, env and flags)."""
+    """The ``logs parse --json`` document (contract keys plus summaries, env, notes, warning groups and flags)."""
 
     def msg(m: Message) -> dict[str, Any]:
         doc: dict[str, Any] = {"file": m.file, "line": m.line, "text": m.text, "kind": m.kind}
         if m.rank is not None:
             doc["rank"] = m.rank
+        if m.host is not None:
+            doc["host"] = m.host
+        if m.pid is not None:
+            doc["pid"] = m.pid
         doc.update(dict(m.extra))
         return doc
 
@@ -165,38 +219,61 @@ def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) ->
         "files": report.files,
         "lines": report.lines,
         "unknown_lines": report.unknown_lines,
-        "comms": [
-            {
-                "id": c.id,
-                "nranks": c.nranks,
-                "nnodes": c.nnodes,
-                "summary": c.summary,
-                "ranks": [
-                    {
-                        "rank": r.rank,
-                        "dev": r.dev,
-                        "bus_id": r.bus_id,
-                        "host": r.host,
-                        "pid": r.pid,
-                        "init_complete": r.init_complete,
-                        "init_s": r.init_s,
-                    }
-                    for r in c.ranks
-                ],
-                "edges": [
-                    {"from": e.src, "to": e.dst, "transport": e.transport, "channels": e.channels} for e in c.edges
-                ],
-                "rings_connected": c.rings_connected,
-                "trees_connected": c.trees_connected,
-                "coll_channels": c.coll_channels,
-                "ended": c.ended,
-            }
-            for c in report.comms
-        ],
+        "comms": [comm_json(c) for c in report.comms],
         "transports": dict(report.transports),
         "warnings": [msg(m) for m in report.warnings],
+        "warning_groups": [
+            {
+                "text": g.text,
+                "kind": g.kind,
+                "count": g.count,
+                "ranks": list(g.ranks),
+                "processes": g.processes,
+                "hosts": list(g.hosts),
+                "file": g.file,
+                "line": g.line,
+                "source": g.source,
+            }
+            for g in report.warning_groups
+        ],
         "errors": [msg(m) for m in report.errors],
+        "notes": [msg(m) for m in report.notes],
         "env": [{"name": e.name, "value": e.value, "known": e.known} for e in report.env],
         "versions": dict(report.versions),
         "flags": flags or [],
+    }
+
+
+def comm_json(c: Comm) -> dict[str, Any]:
+    """One communicator of the ``logs parse --json`` document."""
+    return {
+        "id": c.id,
+        "nranks": c.nranks,
+        "nnodes": c.nnodes,
+        "hosts": list(c.hosts),
+        "processes": c.processes,
+        "joined_by": c.joined_by,
+        "summary": c.summary,
+        "init_complete": c.init_complete,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "dev": r.dev,
+                "bus_id": r.bus_id,
+                "host": r.host,
+                "pid": r.pid,
+                "ptr": r.ptr,
+                "init_complete": r.init_complete,
+                "init_s": r.init_s,
+            }
+            for r in c.ranks
+        ],
+        "edges": [
+            {"from": e.src, "to": e.dst, "transport": e.transport, "channels": e.channels, "inter_node": e.inter_node}
+            for e in c.edges
+        ],
+        "rings_connected": c.rings_connected,
+        "trees_connected": c.trees_connected,
+        "coll_channels": c.coll_channels,
+        "ended": c.ended,
     }

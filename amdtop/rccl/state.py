@@ -1,60 +1,66 @@
-"""Mutable per-communicator state the parser fills, and its freezing into report values."""
+"""Mutable state the parser fills: one :class:`ProcComm` per communicator *per process*, and the error traces.
+
+``comm 0x…`` is a pointer inside one process (amd.md §6): an 8-rank vLLM TP job prints eight of them, one per worker
+process. The parser keeps them apart here; :mod:`amdtop.rccl.join` joins them into communicators afterwards.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from amdtop.rccl.report import Comm, Edge, RankInfo
+from amdtop.rccl.report import Message
+
+ProcKey = tuple[str | None, int | None]
+"""``(host, pid)`` of a process."""
+ThreadKey = tuple[str | None, int | None, int | None]
+"""``(host, pid, tid)`` of a thread (``tid`` None: the process's newest)."""
 
 
-@dataclass(slots=True)
-class RankState:
-    """One rank as lines about it arrive."""
+@dataclass(slots=True, eq=False)
+class ProcComm:
+    """One process's view of one communicator: its own rank(s), what it printed about its peers and connections."""
 
-    rank: int
+    host: str | None
+    pid: int | None
+    ptr: str | None
+    seq: int
+    """Global line sequence number of its first line (init order in time)."""
+    nranks: int = 0
+    rank: int | None = None
     dev: int | None = None
     bus_id: str | None = None
-    host: str | None = None
-    pid: int | None = None
-    complete: bool = False
+    comm_id: str | None = None
+    started_seq: int | None = None
+    complete_seq: int | None = None
     init_s: float | None = None
+    ended: str | None = None
+    nnodes: int | None = None
+    coll_channels: int | None = None
+    rings: bool = False
+    trees: bool = False
+    printers: set[int] = field(default_factory=set)
+    """Ranks that printed its channel/tree lines (its own ranks when no Init line says)."""
+    peers: dict[int, str] = field(default_factory=dict)
+    """Rank -> bus id, from channel lines whose brackets are bus ids (RCCL's ``comm … nRanks`` suffix)."""
+    edges: dict[tuple[str, str, str], set[tuple[str, str | None, str | None]]] = field(default_factory=dict)
+    """(src, dst, transport) -> (channel, connIndex, direction) seen, as raw strings (ints are made at report time)."""
+
+    @property
+    def proc(self) -> ProcKey:
+        return (self.host, self.pid)
+
+    def own_ranks(self) -> set[int]:
+        """Ranks this process holds in the communicator."""
+        return {self.rank} if self.rank is not None else set(self.printers)
 
 
 @dataclass(slots=True)
-class CommState:
-    """One communicator as lines about it arrive (merged over every rank's file)."""
+class Trace:
+    """A return-code trace (``NCCL INFO <file>:<line> -> <code>`` hops of one thread) awaiting its verdict."""
 
-    key: str
-    nranks: int
-    ranks: dict[int, RankState] = field(default_factory=dict)
-    # (src, dst, transport) -> channel ids seen
-    edges: dict[tuple[str, str, str], set[tuple[str, str | None, str | None]]] = field(default_factory=dict)
-    nnodes: int | None = None
-    rings: set[int] = field(default_factory=set)
-    trees: set[int] = field(default_factory=set)
-    coll_channels: int | None = None
-    ended: str | None = None
-
-    def rank(self, r: int) -> RankState:
-        got = self.ranks.get(r)
-        if got is None:
-            got = self.ranks[r] = RankState(r)
-        return got
-
-
-def freeze(c: CommState) -> Comm:
-    """The frozen :class:`Comm` of ``c``."""
-    ranks = tuple(
-        RankInfo(r.rank, r.dev, r.bus_id, r.host, r.pid, r.complete, r.init_s) for _, r in sorted(c.ranks.items())
-    )
-    edges = tuple(
-        sorted(
-            (
-                Edge(int(s), int(d), t, len({(int(ch), int(conn or 0)) for ch, conn, _dir in seen}))
-                for (s, d, t), seen in c.edges.items()
-            ),
-            key=lambda e: (e.src, e.dst, e.transport),
-        )
-    )
-    nranks = c.nranks or (max(c.ranks) + 1 if c.ranks else 0)
-    return Comm(c.key, nranks, ranks, edges, c.nnodes, len(c.rings), len(c.trees), c.coll_channels, c.ended)
+    message: Message
+    thread: ThreadKey
+    first_seq: int
+    last_seq: int
+    comm: ProcComm | None
+    """The communicator the thread or process was initialising when the trace started."""

@@ -8,10 +8,11 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from amdtop.simserver.engine import SimConfig
 from amdtop.simserver.server import SimServer
+from amdtop.telemetry.sim import MI300X_BDFS
 
 # vllm serve flags that take no value: an unknown flag followed by a bare word otherwise swallows that word.
 _BOOL_FLAGS = {
@@ -111,8 +112,21 @@ def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
         log_file=a.log_file,
         background_load=max(0, a.background_load),
         nccl_debug=os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"),
+        gpu_bdfs=visible_bdfs(os.environ),
+        p2p_disabled=os.environ.get("NCCL_P2P_DISABLE", "").strip().lower() in ("1", "true", "yes"),
     )
     return cfg, dropped
+
+
+def visible_bdfs(env: Mapping[str, str]) -> tuple[str, ...]:
+    """PCI addresses of the simulated MI300X GPUs named by HIP_VISIBLE_DEVICES (else CUDA_VISIBLE_DEVICES)."""
+    raw = env.get("HIP_VISIBLE_DEVICES") or env.get("CUDA_VISIBLE_DEVICES") or ""
+    out = []
+    for part in raw.split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) < len(MI300X_BDFS):
+            out.append(MI300X_BDFS[int(part)])
+    return tuple(out)
 
 
 async def _run(cfg: SimConfig, dropped: list[str]) -> None:

@@ -71,6 +71,10 @@ class SimConfig:
     """Streams after the first N get an error chunk inside the 200 stream."""
     log_file: str | None = None
     nccl_debug: bool = False
+    gpu_bdfs: tuple[str, ...] = ()
+    """PCI addresses of the simulated GPUs the worker runs on (from HIP_/CUDA_VISIBLE_DEVICES), for its RCCL lines."""
+    p2p_disabled: bool = False
+    """``NCCL_P2P_DISABLE=1``: the RCCL lines show ``SHM/direct`` between the ranks, as RCCL does."""
     background_load: int = 0
     """Synthetic sequences kept running (demo mode); 0 = none."""
 

@@ -6,7 +6,11 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from typing import TextIO
+
+from amdtop.simserver.rccl_lines import tp_init_lines, tp_ranks
+from amdtop.telemetry.sim import MI300X_BDFS
 
 
 class SimLog:
@@ -44,29 +48,16 @@ class SimLog:
             self._file = None
 
 
-def rccl_init_lines(tp: int, pid: int, comm: str = "0x55d0c0a1b2c0") -> list[str]:
-    """RCCL-like communicator init lines for ``tp`` ranks (one process per rank, as vLLM's mp workers)."""
+def rccl_init_lines(
+    tp: int, pid: int, *, bdfs: Sequence[str] = (), p2p: bool = True, host: str | None = None
+) -> list[str]:
+    """RCCL init output of a ``tp``-rank job (one process per rank, pids after ``pid``) on the GPUs at ``bdfs``.
+
+    Without ``bdfs`` the simulated MI300X node's first ``tp`` GPUs; ``p2p=False`` is ``NCCL_P2P_DISABLE=1``: RCCL
+    then connects the ranks through host shared memory (``SHM/direct``).
+    """
     if tp < 2:
         return []
-    host = socket.gethostname().split(".")[0]
-    bus = [f"{0x05 + 0x21 * r:x}000" for r in range(tp)]
-    lines = [f"{host}:{pid + 1}:{pid + 1} [0] NCCL INFO RCCL version : 2.22.3-HEAD:271856d"]
-    for r in range(tp):
-        p = pid + 1 + r
-        pre = f"{host}:{p}:{p + 40} [{r}] NCCL INFO"
-        lines.append(
-            f"{pre} ncclCommInitRank comm {comm} rank {r} nranks {tp} cudaDev {r} nvmlDev {r} busId {bus[r]} "
-            f"commId 0x551d06754c6bacf2 - Init START"
-        )
-        lines.append(f"{pre} comm {comm} rank {r} nRanks {tp} nNodes 1 localRanks {tp} localRank {r} MNNVL 0")
-        for ch in range(2):
-            nxt = (r + 1) % tp
-            lines.append(
-                f"{pre} Channel {ch:02d}/0 : {r}[{bus[r]}] -> {nxt}[{bus[nxt]}] via P2P/IPC comm {comm} nRanks {tp:02d}"
-            )
-        lines.append(f"{pre} Connected all rings comm {comm} nRanks {tp:02d} busId {bus[r]}")
-        lines.append(
-            f"{pre} ncclCommInitRank comm {comm} rank {r} nranks {tp} cudaDev {r} nvmlDev {r} busId {bus[r]} "
-            f"commId 0x551d06754c6bacf2 localSize 328 used 67129296 bytes on core {r} - Init COMPLETE"
-        )
-    return lines
+    addresses = list(bdfs)[:tp] if len(bdfs) >= tp else list(MI300X_BDFS[:tp])
+    ranks = tp_ranks(host or socket.gethostname().split(".")[0], pid + 1, addresses)
+    return tp_init_lines(ranks, None if p2p else (lambda _a, _b: "SHM/direct"))

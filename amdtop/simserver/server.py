@@ -75,7 +75,7 @@ class SimServer:
         )
         self.log.info("model.py:2152", f"Using max model len {cfg.max_model_len}")
         if cfg.nccl_debug:
-            for line in rccl_init_lines(cfg.tp, os.getpid()):
+            for line in rccl_init_lines(cfg.tp, os.getpid(), bdfs=cfg.gpu_bdfs, p2p=not cfg.p2p_disabled):
                 self.log.raw(line)
         self.log.info("kv_cache_utils.py:1", f"GPU KV cache size: {cfg.kv_cache_tokens:,} tokens", proc="EngineCore")
         self.engine.start()

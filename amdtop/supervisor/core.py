@@ -6,22 +6,34 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import tomlkit
 
 from amdtop.errors import AmdtopError, InputError
 from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.secrets import mask_argv, mask_command_line, mask_env
 from amdtop.supervisor import procs
 from amdtop.supervisor.launchspec import build_argv, build_env, preflight, systemd_usable
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.observe import observe
-from amdtop.supervisor.profiles import Profile, load_profiles, profiles_from_document, resolve_numa, validate_profiles
-from amdtop.supervisor.retune import apply_changes, render_diff
-from amdtop.supervisor.state import StateStore, WorkerRecord, mask_env, rotate_log
+from amdtop.supervisor.profiles import (
+    Profile,
+    load_profiles_lenient,
+    profiles_from_document,
+    resolve_numa,
+    validate_profiles,
+)
+from amdtop.supervisor.rebuild import Recovery, rebuild_record
+from amdtop.supervisor.retune import apply_changes, render_diff, write_profile_file
+from amdtop.supervisor.state import StateStore, WorkerRecord, io_error, make_dirs, open_log, rotate_log
 from amdtop.supervisor.stopper import StopReport, stop_run
 from amdtop.telemetry.sim import SimBackend
+from amdtop.thresholds import REDISCOVER_EVERY_S
+
+DemoLoad = Callable[[Sequence[WorkerStatus]], None]
 
 
 class Supervisor:
@@ -45,8 +57,13 @@ class Supervisor:
         log_max_bytes: int = 50 * 1024 * 1024,
         log_backups: int = 3,
         demo_port_base: int = 18080,
+        lenient: bool = False,
     ) -> None:
-        """Load and validate the profiles (InputError on any bad profile: nothing is started)."""
+        """Load and validate the profiles (InputError on any bad profile: nothing is started).
+
+        ``lenient`` keeps going past a bad file or a bad worker (the error is kept in :attr:`config_error`): status,
+        stop and restart of a worker then work from its own launch record; launch and retune still refuse.
+        """
         self.state_dir = Path(state_dir)
         self.topology = topology
         self.vendor = vendor
@@ -62,11 +79,19 @@ class Supervisor:
 
             config = ensure_demo_profiles(self.state_dir, topology, port_base=demo_port_base)
         self.config = Path(config)
-        self._doc, self._profiles = load_profiles(self.config)
-        validate_profiles(self._profiles, topology)
+        self._doc, self._profiles, self.config_error = load_profiles_lenient(self.config)
+        if self.config_error is None:
+            try:
+                validate_profiles(self._profiles, topology)
+            except InputError as exc:
+                self.config_error = exc
+        if self.config_error is not None and not lenient:
+            raise self.config_error
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._last_stop: dict[str, StopReport] = {}
         self.prober = Prober(health_timeout_s)
+        self.full_scan_every_s = REDISCOVER_EVERY_S
+        self._full_scan_at: float | None = None
 
     # -- profiles ---------------------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -81,9 +106,66 @@ class Supervisor:
         known = ", ".join(self.names()) or "none"
         raise InputError(f"worker[{name}]: no such worker in {self.config}; use one of: {known}")
 
+    def _find(self, name: str) -> Profile | None:
+        # Names become file names in the state dir: never let one carry a path out of it.
+        if not name or not all(c.isalnum() or c in "-_." for c in name) or name.strip(".") == "":
+            raise InputError(f"worker[{name}]: not a worker name (letters, digits, -_. only)")
+        return next((p for p in self._profiles if p.name == name), None)
+
+    def _require_config(self) -> None:
+        if self.config_error is not None:
+            raise self.config_error
+
+    def _own_profile(self, name: str) -> Profile:
+        """``name``'s profile for starting it again: it must parse and validate on its own (other workers' errors do
+        not count), InputError otherwise (nothing is stopped)."""
+        profile = self._find(name)
+        if profile is None:
+            if self.config_error is not None:
+                raise self.config_error
+            raise InputError(
+                f"worker[{name}]: not in {self.config}, so it cannot be started again; "
+                f"stop it with 'amdtop workers stop {name}' or add its profile back"
+            )
+        validate_profiles([profile], self.topology)
+        return profile
+
     def record(self, name: str) -> WorkerRecord | None:
-        """The state record of ``name``'s current or last run."""
-        return self.store.load(name)
+        """The state record of ``name``'s current or last run (rebuilt from its processes when the file is bad)."""
+        return self._recover(name, procs.scan()).record
+
+    def _recover(self, name: str, table: dict[int, procs.ProcStat], found: _Found | None = None) -> Recovery:
+        """``name``'s launch record: the state file when it describes the live (or last) launch, else rebuilt from
+        the processes that carry this state dir's marker, with the reason."""
+        rec, problem = self.store.load_checked(name)
+        if (
+            rec is not None
+            and rec.pid in table
+            and table[rec.pid].start_ticks == rec.start_ticks
+            and procs.still_ours(rec.pid, f"{name}:{rec.launch_id}")
+        ):
+            return Recovery(rec, None)
+        launches = (found or _Found(self.state_dir))(table)
+        live = launches.get(name)
+        if live is None or (rec is not None and live.launch_id == rec.launch_id):
+            return Recovery(rec, None if problem == "missing" else problem)
+        if rec is None:
+            why = "state file missing" if problem == "missing" else str(problem)
+        else:
+            why = f"state file names launch {rec.launch_id}, but launch {live.launch_id} is running"
+        profile = self._find(name)
+        rebuilt = rebuild_record(
+            live, table, self.store, profile=profile, numa=None if profile is None else self._numa_or_none(profile),
+            restarts=rec.restarts if rec else 0, reason=f"state rebuilt from its running processes: {why}",
+        )  # fmt: skip
+        self.store.adopt(rebuilt)
+        return Recovery(rebuilt, rebuilt.rebuilt)
+
+    def _numa_or_none(self, profile: Profile) -> int | None:
+        try:
+            return self._numa_for(profile)
+        except InputError:
+            return None
 
     def _check_writable(self, action: str) -> None:
         if self.readonly:
@@ -93,9 +175,11 @@ class Supervisor:
     def launch(self, name: str) -> WorkerStatus:
         """Start worker ``name`` in its own session, pinned, logging to its log file; returns its status at once."""
         self._check_writable("launch")
+        self._require_config()
         profile = self.profile(name)
+        self.store.check_writable()
         with self.store.lock(name):
-            old = self.store.load(name)
+            old = self._recover(name, procs.scan()).record
             live = (
                 procs.members(
                     pgid=old.pgid, start_ticks=old.start_ticks, marker=f"{name}:{old.launch_id}", known=old.known
@@ -124,16 +208,27 @@ class Supervisor:
         launch_id = uuid.uuid4().hex[:12]
         marker = f"{profile.name}:{launch_id}"
         numa = self._numa_for(profile)
-        env = build_env(profile, os.environ, vendor=self.vendor, marker=marker)
+        env = build_env(
+            profile, os.environ, vendor=self.vendor, marker=marker, state_dir=str(procs.state_dir_key(self.state_dir))
+        )
         preflight(profile, numa, env)
         unit = f"amdtop-{profile.name}-{launch_id}" if systemd_usable() else None
         argv = build_argv(profile, numa, scope_unit=unit)
         log = self.store.log_path(profile.name)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        rotate_log(log, self.log_max_bytes, self.log_backups)
-        with open(log, "ab") as fh:
-            fh.write(f"=== amdtop launch {marker} at {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(argv)}\n".encode())
-            fh.flush()
+        fix = "free space there or pick a writable --state-dir"
+        try:
+            make_dirs(log.parent)
+            rotate_log(log, self.log_max_bytes, self.log_backups)
+            fh = os.fdopen(open_log(log), "ab", buffering=0)
+        except OSError as exc:
+            raise io_error(f"worker[{profile.name}] log", log, exc, fix) from None
+        with fh:
+            try:
+                when = time.strftime("%Y-%m-%d %H:%M:%S")
+                fh.write(f"=== amdtop launch {marker} at {when}: {mask_command_line(argv)}\n".encode())
+                fh.flush()
+            except OSError as exc:
+                raise io_error(f"worker[{profile.name}] log", log, exc, fix) from None
             offset = fh.tell()
             try:
                 child = subprocess.Popen(
@@ -158,7 +253,7 @@ class Supervisor:
             pgid=child.pid,
             start_ticks=st.start_ticks if st else 0,
             started_at=time.time(),
-            argv=tuple(argv),
+            argv=tuple(mask_argv(argv)),
             env=mask_env(env),
             log=str(log),
             port=profile.port,
@@ -169,32 +264,62 @@ class Supervisor:
             known=((child.pid, st.start_ticks),) if st else (),
             log_offset=offset,
         )
-        self.store.save(rec)
+        try:
+            self.store.save(rec)
+        except AmdtopError as exc:
+            # Never leave a worker that no record describes: take the launch back before reporting.
+            stop_run(rec, 0.0, reap=lambda: self._reap(profile.name, forget=False))
+            self._reap(profile.name)
+            exc.args = (f"{exc}; the launch was rolled back (pid {child.pid} stopped)",)
+            raise
         self.prober.forget(profile.name)
         return rec
 
     # -- stop -------------------------------------------------------------------------------------------------------
     def stop(self, name: str, grace: float | None = None) -> StopReport:
-        """SIGTERM the group, wait ``grace`` (profile, then supervisor default), SIGKILL the group, sweep leftovers."""
-        self._check_writable("stop")
-        profile = self.profile(name)
-        with self.store.lock(name):
-            return self._stop(profile, grace)
+        """SIGTERM the group, wait ``grace`` (profile, then supervisor default), SIGKILL the group, sweep leftovers.
 
-    def _stop(self, profile: Profile, grace: float | None) -> StopReport:
-        name = profile.name
-        rec = self.store.load(name)
+        Works from the launch's own record: neither the profile file nor the worker's entry in it need be valid.
+        """
+        self._check_writable("stop")
+        profile = self._find(name)
+        with self.store.lock(name):
+            recovery = self._recover(name, procs.scan())
+            if recovery.record is None and profile is None:
+                raise InputError(
+                    f"worker[{name}]: no such worker in {self.config} and no record or running process of it; "
+                    f"use one of: {', '.join(self.names()) or 'none'}"
+                )
+            return self._stop(name, profile, grace, recovery)
+
+    def _stop(self, name: str, profile: Profile | None, grace: float | None, recovery: Recovery) -> StopReport:
+        rec = recovery.record
         if rec is None:
-            return StopReport(name, (), (), (), (), f"{name}: never launched, nothing to stop")
-        self.store.save(rec.with_(stopping=True))
+            why = f" ({recovery.reason}; no running process carries its marker)" if recovery.reason else ""
+            return StopReport(name, (), (), (), (), f"{name}: not running, nothing to stop{why}")
+        unsaved = self._save_quietly(rec.with_(stopping=True))
         if grace is None:
-            grace = profile.stop_grace_s if profile.stop_grace_s is not None else self.grace_s
-        report = stop_run(rec, grace, reap=lambda: self._reap(name, forget=False))
+            grace = profile.stop_grace_s if profile is not None and profile.stop_grace_s is not None else self.grace_s
+        # The log read for vLLM's ids is always this worker's own log, whatever the record says.
+        own = rec.with_(log=str(self.store.log_path(name)))
+        report = stop_run(own, grace, reap=lambda: self._reap(name, forget=False))
         self._reap(name)
-        self.store.save(rec.with_(stopping=False, stopped=True, shm=()))
+        unsaved = self._save_quietly(rec.with_(stopping=False, stopped=True, shm=())) or unsaved
         self.prober.forget(name)
+        if recovery.reason:
+            report = replace(report, message=f"{report.message} ({recovery.reason})")
+        if unsaved:
+            report = replace(report, message=f"{report.message}; {unsaved}")
         self._last_stop[name] = report
         return report
+
+    def _save_quietly(self, rec: WorkerRecord) -> str:
+        """Save ``rec``; returns the error line instead of raising (a stop goes on without its state file)."""
+        try:
+            self.store.save(rec)
+        except AmdtopError as exc:
+            return str(exc)
+        return ""
 
     def _reap(self, name: str, *, forget: bool = True) -> None:
         child = self._children.get(name)
@@ -207,20 +332,25 @@ class Supervisor:
 
     # -- restart / retune -------------------------------------------------------------------------------------------
     def restart(self, name: str, grace: float | None = None) -> WorkerStatus:
-        """Stop then launch ``name``, appending to the same log; counts a restart."""
+        """Stop then launch ``name``, appending to the same log; counts a restart.
+
+        Needs only ``name``'s own profile to be valid (other workers' errors do not count)."""
         self._check_writable("restart")
-        profile = self.profile(name)
+        profile = self._own_profile(name)
         # Bad input must not cost the running worker: check all but the port (still its own) before stopping.
         preflight(profile, self._numa_for(profile), build_env(profile, os.environ, vendor=self.vendor, marker="-"),
                   check_port=False)  # fmt: skip
+        self.store.check_writable()
         with self.store.lock(name):
-            old = self.store.load(name)
-            self._stop(profile, grace)
+            recovery = self._recover(name, procs.scan())
+            old = recovery.record
+            self._stop(name, profile, grace, recovery)
             self._start(profile, restarts=(old.restarts + 1) if old else 0)
         return self.status_one(name)
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
         """The human diff of ``changes`` to ``name``'s profile; validates them (InputError), writes nothing."""
+        self._require_config()
         self.profile(name)
         doc = tomlkit.parse(tomlkit.dumps(self._doc))
         changed = apply_changes(doc, name, changes)
@@ -228,16 +358,16 @@ class Supervisor:
         return render_diff(name, changed)
 
     def retune(self, name: str, changes: Mapping[str, str], grace: float | None = None) -> WorkerStatus:
-        """Apply ``changes``, write the profile file back (comments kept), and restart ``name`` if it runs."""
+        """Apply ``changes``, write the profile file back (comments, mode, owner and symlink kept), and restart
+        ``name`` if it runs."""
         self._check_writable("retune")
+        self._require_config()
         self.profile(name)
         doc = tomlkit.parse(tomlkit.dumps(self._doc))
         apply_changes(doc, name, changes)
         profiles = profiles_from_document(doc, str(self.config))
         validate_profiles(profiles, self.topology)
-        tmp = self.config.with_name(f".{self.config.name}.tmp")
-        tmp.write_text(tomlkit.dumps(doc))
-        os.replace(tmp, self.config)
+        write_profile_file(self.config, tomlkit.dumps(doc))
         self._doc, self._profiles = doc, profiles
         current = self.status_one(name)
         if current.state in (WorkerState.STOPPED,):
@@ -246,28 +376,74 @@ class Supervisor:
 
     # -- status -----------------------------------------------------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
-        """Status of every profile, in file order (procfs + one short HTTP call per running worker)."""
-        table = procs.scan()
-        out = [self._status(p, table) for p in self._profiles]
-        if self.demo and self.sim is not None:
-            from amdtop.supervisor.demo import feed_demand
+        """Status of every profile, in file order, then of workers this state dir still runs that are no longer in
+        the file (procfs + one short HTTP call per running worker).
 
-            feed_demand(self.sim, self._profiles, out, self.topology)
+        Between full walks of procfs (every ``full_scan_every_s``; control actions scan on their own) only the trees
+        of the recorded processes are read, so the cost follows the workers, not the host's process count; a worker
+        whose state file broke is found again at the next full walk.
+        """
+        now = time.monotonic()
+        if self._full_scan_at is None or now - self._full_scan_at >= self.full_scan_every_s:
+            self._full_scan_at = now
+            table = procs.scan()
+        else:
+            table = procs.scan_tree(self._roots())
+        found = _Found(self.state_dir)
+        out = [self._status(p.name, p, table, found) for p in self._profiles]
+        listed = set(self.names())
+        for name in sorted((set(self.store.names()) | set(found(table))) - listed):
+            st = self._status(name, None, table, found)
+            if st.pids:
+                out.append(st)
         return out
 
-    def status_one(self, name: str) -> WorkerStatus:
-        """Status of worker ``name``."""
-        return self._status(self.profile(name), procs.scan())
+    def _roots(self) -> set[int]:
+        roots: set[int] = set()
+        for name in self.store.names():
+            rec, _problem = self.store.load_checked(name)
+            if rec is not None and not rec.stopped:
+                roots.add(rec.pid)
+                roots.update(pid for pid, _ in rec.known)
+        return roots
 
-    def _status(self, profile: Profile, table: dict[int, procs.ProcStat]) -> WorkerStatus:
-        self._reap(profile.name)
+    def demo_load(self) -> DemoLoad | None:
+        """In demo mode, what sets the simulated GPUs' load from the demo workers' status (the pipeline calls it)."""
+        if not self.demo or self.sim is None:
+            return None
+        sim, topology = self.sim, self.topology
+
+        def feed(statuses: Sequence[WorkerStatus]) -> None:
+            from amdtop.supervisor.demo import feed_demand
+
+            feed_demand(sim, self._profiles, statuses, topology)
+
+        return feed
+
+    def status_one(self, name: str) -> WorkerStatus:
+        """Status of worker ``name`` (a profile, or a worker of this state dir that still runs without one)."""
+        table = procs.scan()
+        profile = self._find(name)
+        st = self._status(name, profile, table, _Found(self.state_dir))
+        if profile is None and not st.pids and self.store.load(name) is None:
+            self.profile(name)  # raises the "no such worker" line
+        return st
+
+    def _status(
+        self, name: str, profile: Profile | None, table: dict[int, procs.ProcStat], found: _Found
+    ) -> WorkerStatus:
+        self._reap(name)
+        recovery = self._recover(name, table, found)
         return observe(
+            name,
             profile,
+            recovery.record,
             self.store,
             table,
             self.prober,
             topology=self.topology,
             demo=self.demo,
+            note=recovery.reason,
             log_max_bytes=self.log_max_bytes,
             log_backups=self.log_backups,
         )
@@ -289,3 +465,17 @@ class Supervisor:
     def close(self) -> None:
         """Release the HTTP client (workers keep running)."""
         self.prober.close()
+
+
+class _Found:
+    """The launches of one state dir among running processes, read at most once per status pass (one environ read
+    per process)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._state_dir = state_dir
+        self._cache: dict[str, procs.FoundLaunch] | None = None
+
+    def __call__(self, table: dict[int, procs.ProcStat]) -> dict[str, procs.FoundLaunch]:
+        if self._cache is None:
+            self._cache = procs.find_launches(self._state_dir, table)
+        return self._cache

@@ -11,6 +11,8 @@ from amdtop.supervisor.profiles import Profile
 from amdtop.telemetry.sim import GpuDemand, SimBackend
 
 DEMO_FILE = "demo-profiles.toml"
+P2P_OFF = ("qwen-32b",)
+"""Demo workers that run with NCCL_P2P_DISABLE=1, so the demo shows what a transport fallback looks like."""
 
 # (name, served model, gpus, capacity, tokens/s per sequence, TTFT ms)
 _DEMO_WORKERS = (
@@ -33,6 +35,9 @@ def demo_profiles_text(topology: Topology, port_base: int) -> str:
             f"port = {port_base + i}\ncommand = [{cmd}]\n"
             f"[worker.args]\nmax-num-seqs = {cap * 2}\ngpu-memory-utilization = 0.9\n"
             f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\nbackground-load = {int(cap * 0.8)}\n"
+            # RCCL init output in the log, as NCCL_DEBUG=INFO gives; one group with P2P off shows a transport fallback
+            # (SHM/direct between GPUs the topology links by XGMI) in the Logs and TP groups panes.
+            f'[worker.env]\nNCCL_DEBUG = "INFO"\n' + ('NCCL_P2P_DISABLE = "1"\n' if name in P2P_OFF else "")
         )
     return "".join(parts)
 

@@ -16,6 +16,10 @@ from amdtop.vllm_numa import uses_vllm_numa_binding
 
 MARKER_ENV = "AMDTOP_WORKER"
 """Environment marker inherited by every process of a worker: ``<name>:<launch-id>``."""
+STATE_ENV = "AMDTOP_STATE_DIR"
+"""The absolute state dir of the launching amdtop: a worker is found again only by the amdtop that owns it."""
+URL_ENV = "AMDTOP_URL"
+"""The worker's base URL, so a worker rebuilt from its processes alone can still be probed."""
 
 VISIBILITY_ENV = {"AMD": "HIP_VISIBLE_DEVICES", "NVIDIA": "CUDA_VISIBLE_DEVICES"}
 _OTHER_VISIBILITY = {"AMD": "CUDA_VISIBLE_DEVICES", "NVIDIA": "HIP_VISIBLE_DEVICES"}
@@ -79,7 +83,9 @@ def build_argv(profile: Profile, numa_node: int | None, *, scope_unit: str | Non
     return argv + serve_args(profile)
 
 
-def build_env(profile: Profile, base: Mapping[str, str], *, vendor: str, marker: str) -> dict[str, str]:
+def build_env(
+    profile: Profile, base: Mapping[str, str], *, vendor: str, marker: str, state_dir: str | None = None
+) -> dict[str, str]:
     """The worker's environment: ``base`` + GPU visibility + the profile's env + the marker.
 
     Exactly one visibility variable is set for the vendor; an inherited value of the other one is dropped because vLLM
@@ -105,6 +111,9 @@ def build_env(profile: Profile, base: Mapping[str, str], *, vendor: str, marker:
             f"worker[{profile.name}].env.{other}: differs from {var}; set only one of them or make them match"
         )
     env[MARKER_ENV] = marker
+    if state_dir is not None:
+        env[STATE_ENV] = state_dir
+    env[URL_ENV] = profile.url
     return env
 
 

@@ -10,7 +10,7 @@ from amdtop.procinfo import read_binding
 from amdtop.supervisor import procs
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa
-from amdtop.supervisor.state import StateStore, rotate_log, tail_lines
+from amdtop.supervisor.state import StateStore, WorkerRecord, rotate_log, tail_lines
 
 
 def profile_numa(profile: Profile, topology: Topology) -> int | None:
@@ -22,28 +22,31 @@ def profile_numa(profile: Profile, topology: Topology) -> int | None:
 
 
 def observe(
-    profile: Profile,
+    name: str,
+    profile: Profile | None,
+    rec: WorkerRecord | None,
     store: StateStore,
     table: dict[int, procs.ProcStat],
     prober: Prober,
     *,
     topology: Topology,
     demo: bool = False,
+    note: str | None = None,
     log_max_bytes: int = 50 * 1024 * 1024,
     log_backups: int = 3,
 ) -> WorkerStatus:
-    """Status of ``profile``'s worker from its state record, the process ``table`` and a short HTTP probe."""
-    name = profile.name
-    rec = store.load(name)
+    """Status of worker ``name`` from its launch record, the process ``table`` and a short HTTP probe; ``profile``
+    (``None`` when the worker left the file) only fills in what a never-launched worker would have."""
     if rec is None:
         return WorkerStatus(
             name,
             WorkerState.STOPPED,
-            profile.gpus,
-            port=profile.port,
-            url=profile.url,
-            numa_node=profile_numa(profile, topology),
+            profile.gpus if profile else (),
+            port=profile.port if profile else None,
+            url=profile.url if profile else None,
+            numa_node=profile_numa(profile, topology) if profile else None,
             log=str(store.log_path(name)),
+            note=note,
         )
     marker = f"{name}:{rec.launch_id}"
     pids = procs.members(pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table)
@@ -81,7 +84,7 @@ def observe(
     cpus: set[int] = set()
     mems: set[int] = set()
     numa = rec.numa_node
-    if demo:
+    if demo and profile is not None:
         # Demo workers run on this host but stand for workers of the simulated node: report the binding they
         # would have there, so NUMA checks against the simulated topology stay meaningful.
         numa = profile_numa(profile, topology)
@@ -114,4 +117,5 @@ def observe(
         engine=engine,
         last_log_lines=lines,
         simulated=demo,
+        note=note or (rec.rebuilt if pids else None),
     )

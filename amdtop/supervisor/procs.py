@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from amdtop.procinfo import PROC, list_pids, read_cmdline, read_environ
-from amdtop.supervisor.launchspec import MARKER_ENV
+from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ
+from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
 
 VLLM_TITLE = "VLLM::"
 _TP_RANK = re.compile(r"VLLM::Worker(?:_\w+?)*_TP(\d+)")
 SHM_PREFIXES = ("vllm", "psm_")
+SHM_ROOT = Path("/dev/shm")
+SHM_NAME = re.compile(r"^(vllm[A-Za-z0-9_.:\-\[\]]*|psm_[0-9a-f]{8,})$")
+"""Names vLLM gives its segments: ``vllm_dist_<hex>-tp:0-[0-1]-cpushm_0``, ``vllm*`` queues, and Python
+``SharedMemory``'s ``psm_<hex>`` (vLLM's message queues)."""
 DIST_ID = re.compile(r"vllm_dist_([0-9a-f]{32})")
 
 
@@ -49,6 +55,16 @@ def scan(proc: Path = PROC) -> dict[int, ProcStat]:
     """Every live (non-zombie) process."""
     out: dict[int, ProcStat] = {}
     for pid in list_pids(proc):
+        st = read_stat(pid, proc)
+        if st is not None and st.state not in ("Z", "X"):
+            out[pid] = st
+    return out
+
+
+def scan_tree(roots: set[int], proc: Path = PROC) -> dict[int, ProcStat]:
+    """Live processes among ``roots`` and below them: the table of a status tick between full scans."""
+    out: dict[int, ProcStat] = {}
+    for pid in descendants(roots, proc):
         st = read_stat(pid, proc)
         if st is not None and st.state not in ("Z", "X"):
             out[pid] = st
@@ -109,7 +125,7 @@ def members(
     sure: set[int] = set()
     grouped: list[ProcStat] = []
     for st in table.values():
-        if (st.pid, st.start_ticks) in known_set:
+        if (st.pid, st.start_ticks) in known_set and still_ours(st.pid, marker, proc):
             sure.add(st.pid)
         elif (st.pgid == pgid or st.sid == pgid) and st.start_ticks >= start_ticks:
             grouped.append(st)
@@ -134,6 +150,67 @@ def members(
     return _descendants(found, table) & set(table)
 
 
+def still_ours(pid: int, marker: str, proc: Path = PROC) -> bool:
+    """A (pid, start) taken from a state file is trusted only while the process itself agrees: it carries the marker,
+    or (environment overwritten by setproctitle) it bears a ``VLLM::`` title. A forged or stale record that names
+    someone else's process therefore names nothing."""
+    env_marker = read_environ(pid, proc).get(MARKER_ENV)
+    if env_marker is not None:
+        return env_marker == marker
+    return title(pid, proc).startswith(VLLM_TITLE)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundLaunch:
+    """A launch of this state dir found among running processes by the marker they inherited."""
+
+    name: str
+    launch_id: str
+    pid: int
+    """The launched process (session leader), or the oldest marked process when it is gone."""
+    start_ticks: int
+    marked: tuple[int, ...]
+    """Processes carrying the marker."""
+    env: dict[str, str]
+    """Environment of ``pid`` (or of the oldest marked process)."""
+
+
+def find_launches(state_dir: Path, table: dict[int, ProcStat], proc: Path = PROC) -> dict[str, FoundLaunch]:
+    """The newest live launch per worker name whose processes carry this state dir's marker.
+
+    Every process a launch starts inherits ``AMDTOP_WORKER=<name>:<launch-id>`` and ``AMDTOP_STATE_DIR``: that is
+    enough to find the worker again when its state file is gone, torn or unwritable. Processes of another state dir
+    (another amdtop, another user's) are never taken.
+    """
+    want = str(state_dir_key(state_dir))
+    me = os.getpid()
+    by_marker: dict[str, list[tuple[ProcStat, dict[str, str]]]] = {}
+    for st in table.values():
+        if st.pid == me:
+            continue
+        env = read_environ(st.pid, proc)
+        marker = env.get(MARKER_ENV)
+        if marker and env.get(STATE_ENV) == want and ":" in marker:
+            by_marker.setdefault(marker, []).append((st, env))
+    out: dict[str, FoundLaunch] = {}
+    for marker, procs_ in by_marker.items():
+        name, _, launch_id = marker.rpartition(":")
+        sids = Counter(st.sid for st, _ in procs_)
+        pids = {st.pid for st, _ in procs_}
+        leader = next((sid for sid, _ in sids.most_common() if sid in pids), None)
+        first = min(procs_, key=lambda pe: pe[0].start_ticks)
+        st, env = next(((s, e) for s, e in procs_ if s.pid == leader), first)
+        found = FoundLaunch(name, launch_id, st.pid, st.start_ticks, tuple(sorted(pids)), env)
+        if name not in out or found.start_ticks > out[name].start_ticks:
+            out[name] = found
+    return out
+
+
+def state_dir_key(state_dir: Path) -> Path:
+    """The state dir as written into :data:`STATE_ENV` (absolute, so relative and absolute spellings agree)."""
+    return Path(os.path.abspath(state_dir))
+
+
 def rank_pids(pids: set[int], proc: Path = PROC) -> tuple[tuple[int, int], ...]:
     """(TP rank, pid) from ``VLLM::Worker_TP<r>`` titles; a lone ``VLLM::Worker`` is rank 0."""
     out: list[tuple[int, int]] = []
@@ -147,7 +224,7 @@ def rank_pids(pids: set[int], proc: Path = PROC) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(out))
 
 
-def mapped_shm(pids: set[int], proc: Path = PROC) -> set[str]:
+def mapped_shm(pids: set[int] | list[int], proc: Path = PROC) -> set[str]:
     """``/dev/shm`` files of vLLM (``vllm*``) and of Python's ``SharedMemory`` (``psm_*``, vLLM's message queues,
     ~160-250 MB each on the CPU build) mapped or held open by ``pids``."""
     out: set[str] = set()
@@ -186,3 +263,22 @@ def shm_for_ids(ids: set[str], shm_root: Path = Path("/dev/shm")) -> set[str]:
     except OSError:
         return set()
     return {str(shm_root / n) for n in names if any(f"vllm_dist_{i}" in n for i in ids)}
+
+
+def shm_in_use(proc: Path = PROC) -> set[str]:
+    """vLLM-named ``/dev/shm`` files any live process maps or holds open now (one pass over procfs)."""
+    return mapped_shm(list_pids(proc), proc)
+
+
+def removable(path: str, *, launched_at: float, root: Path = SHM_ROOT) -> bool:
+    """True when ``path`` may be deleted as a launch's leftover: directly in ``root`` (no ``..``, no symlink), named
+    like vLLM's segments, a regular file of this user, and not older than the launch."""
+    norm = os.path.normpath(path)
+    if os.path.dirname(norm) != str(root) or not SHM_NAME.match(os.path.basename(norm)):
+        return False
+    try:
+        st = os.lstat(norm)
+    except OSError:
+        return False
+    # ctime only moves forward: a file whose ctime predates the launch existed before it and is someone else's.
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_ctime >= launched_at - 1.0

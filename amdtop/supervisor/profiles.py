@@ -186,6 +186,33 @@ def load_profiles(path: Path) -> tuple[tomlkit.TOMLDocument, list[Profile]]:
     return doc, profiles_from_document(doc, str(path))
 
 
+def load_profiles_lenient(path: Path) -> tuple[tomlkit.TOMLDocument, list[Profile], InputError | None]:
+    """Like :func:`load_profiles`, but a bad file or a bad worker costs only itself: returns the document, every
+    worker that parses, and the first error (``None`` when the whole file is good). Stopping or inspecting a running
+    worker must not depend on the rest of the file."""
+    try:
+        doc, profiles = load_profiles(path)
+        return doc, profiles, None
+    except InputError as exc:
+        first = exc
+    try:
+        doc = parse_document(path.read_text(), str(path))
+    except (OSError, InputError):
+        return tomlkit.document(), [], first
+    workers = doc.unwrap().get("worker", [])
+    good: list[Profile] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(workers if isinstance(workers, list) else []):
+        try:
+            p = _parse_one(raw if isinstance(raw, Mapping) else {}, i)
+        except InputError:
+            continue
+        if p.name not in seen:
+            seen.add(p.name)
+            good.append(p)
+    return doc, good, first
+
+
 def _span(nodes: Sequence[int]) -> str:
     return format_cpulist(nodes) or "none"
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
+import os
+import stat
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import tomlkit
 from tomlkit.items import Table
 
-from amdtop.errors import InputError
-from amdtop.supervisor.state import mask_env
+from amdtop.errors import AmdtopError, InputError, os_reason
+from amdtop.secrets import mask_env
 
 ARG_KEYS: dict[str, type] = {
     "max-num-seqs": int,
@@ -20,6 +25,14 @@ ARG_KEYS: dict[str, type] = {
 }
 """Retunable ``vllm serve`` flags and their value types."""
 RETUNE_KEYS = (*ARG_KEYS, "numa_node", "env.NAME")
+INT_LIMITS: dict[str, tuple[int, int]] = {
+    "max-num-seqs": (1, 65536),
+    "max-model-len": (1, 2**31 - 1),
+    "block-size": (1, 4096),
+    "max-num-batched-tokens": (1, 2**31 - 1),
+}
+"""Sane ranges: vLLM keeps these in int32 tensors and sizes; far beyond them is a typo, not a setting (and a value
+past int64 is not even a TOML integer)."""
 
 
 def _worker_table(doc: tomlkit.TOMLDocument, name: str) -> Any:
@@ -39,21 +52,31 @@ def _parse_value(name: str, key: str, text: str) -> int | float | str:
             raise InputError(
                 f"{field}: {text!r} is not {'an integer' if kind is int else 'a number'}; e.g. {key}=64"
             ) from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{field}: {text!r} is not a finite number; e.g. {key}=0.9")
         if key == "gpu-memory-utilization":
             if not 0.0 < value <= 1.0:
                 raise InputError(f"{field}: {text} is outside (0, 1]; e.g. gpu-memory-utilization=0.9")
-        elif value < 1:
-            raise InputError(f"{field}: {text} must be at least 1; give a positive integer")
-        elif key == "block-size" and int(value) & (int(value) - 1):
-            raise InputError(f"{field}: {text} is not a power of two; e.g. block-size=16")
+        else:
+            lo, hi = INT_LIMITS[key]
+            if not lo <= value <= hi:
+                raise InputError(
+                    f"{field}: {text} is outside {lo}..{hi}; e.g. {key}={16 if key == 'block-size' else 64}"
+                )
+            # vLLM 0.33 takes any block_size > 0 (CacheConfig), but its attention backends need powers of two.
+            if key == "block-size" and int(value) & (int(value) - 1):
+                raise InputError(f"{field}: {text} is not a power of two; e.g. block-size=16")
         return value
     if key == "numa_node":
         if text in ("auto", "none"):
             return text
         try:
-            return int(text)
+            node = int(text)
         except ValueError:
             raise InputError(f'{field}: {text!r} is not a node; use an integer, "auto" or "none"') from None
+        if not 0 <= node < 4096:
+            raise InputError(f'{field}: {text} is not a NUMA node number; use 0..4095, "auto" or "none"')
+        return node
     return text
 
 
@@ -139,3 +162,41 @@ def render_diff(name: str, changed: list[tuple[str, Any, Any]]) -> str:
         shown_key = f"args.{key}" if key in ARG_KEYS else key
         lines.append(f"  {shown_key}: {'(unset)' if old is None else old} -> {'(unset)' if new is None else new}")
     return "\n".join(lines)
+
+
+def write_profile_file(path: Path, text: str) -> None:
+    """Replace the profile file's contents atomically, keeping what the operator set on it: a symlink is written
+    through to its target, and the target keeps its mode and owner (a 0600 file holding HF_TOKEN stays 0600).
+
+    Any failure (a full disk) is one line and leaves neither a temporary file nor a changed profile.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        old = target.stat()
+    except FileNotFoundError:
+        old = None
+    except OSError as exc:
+        raise AmdtopError(f"{path}: cannot read ({os_reason(exc)}); fix its permissions") from None
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if old is not None:
+            os.chmod(tmp, stat.S_IMODE(old.st_mode))
+            if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.chown(tmp, old.st_uid, old.st_gid)
+                except PermissionError:
+                    pass
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise AmdtopError(
+            f"{path}: cannot write ({os_reason(exc)}); the profile is unchanged, free space or fix permissions"
+        ) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)

@@ -1,11 +1,11 @@
-"""Per-worker state files (atomic JSON) that let a second amdtop re-attach, plus log rotation and secret masking."""
+"""Per-worker state files (atomic JSON, 0600) that let a second amdtop re-attach, plus log files and rotation."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -14,12 +14,37 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-_SECRET = re.compile(r"(^HF_TOKEN$|_TOKEN$|_KEY$|SECRET|PASSWORD)", re.IGNORECASE)
+from amdtop.errors import AmdtopError, InputError, os_reason
+from amdtop.secrets import mask_env as mask_env
+
+FILE_MODE = 0o600
+"""State files and worker logs: the launch line and environment may name things only their owner should read."""
+DIR_MODE = 0o700
 
 
-def mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Copy of ``env`` with secret values (HF_TOKEN, *_TOKEN, *_KEY, *SECRET*, *PASSWORD*) replaced by ``***``."""
-    return {k: ("***" if _SECRET.search(k) and v else v) for k, v in env.items()}
+def io_error(what: str, path: Path | str, exc: OSError, fix: str) -> AmdtopError:
+    """One line for a failed state/log write: bad input (exit 2) for a path that can never work, a runtime error for
+    a full disk or anything transient."""
+    line = f"{what}: cannot write {path} ({os_reason(exc)}); {fix}"
+    if exc.errno in (errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.EISDIR):
+        return InputError(line)
+    return AmdtopError(line)
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` with owner-only permissions for the folders amdtop creates."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+
+
+def open_log(path: Path) -> int:
+    """Open a worker log for appending, created 0600 (an older, wider log is narrowed to 0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, FILE_MODE)
+    except OSError:
+        pass
+    return fd
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +93,8 @@ class WorkerRecord:
     """``vllm_dist_<hex>`` ids the worker logged."""
     log_offset: int = 0
     """Size of the log when this run started (its own lines follow)."""
+    rebuilt: str | None = None
+    """Why this record was rebuilt from the running processes (``None``: written at launch)."""
 
     def with_(self, **changes: Any) -> WorkerRecord:
         """Copy with ``changes``."""
@@ -80,8 +107,8 @@ def _to_json(rec: WorkerRecord) -> dict[str, Any]:
     return doc
 
 
-def _from_json(doc: Mapping[str, Any]) -> WorkerRecord:
-    return WorkerRecord(
+def _from_json(doc: Mapping[str, Any], name: str | None = None) -> WorkerRecord:
+    rec = WorkerRecord(
         name=str(doc["name"]),
         launch_id=str(doc["launch_id"]),
         pid=int(doc["pid"]),
@@ -103,7 +130,18 @@ def _from_json(doc: Mapping[str, Any]) -> WorkerRecord:
         shm=tuple(str(s) for s in doc.get("shm", [])),
         dist_ids=tuple(str(s) for s in doc.get("dist_ids", [])),
         log_offset=int(doc.get("log_offset", 0)),
+        rebuilt=None if doc.get("rebuilt") is None else str(doc["rebuilt"]),
     )
+    # A record that cannot describe a launch of ours is as good as torn: pid/pgid 0 or 1 would make a stop signal
+    # the caller's own group or init, and a record under another worker's file name is not this worker's.
+    if name is not None and rec.name != name:
+        raise ValueError(f"names worker {rec.name!r}")
+    if rec.pid < 2 or rec.pgid < 2 or rec.start_ticks < 0:
+        raise ValueError(f"pid {rec.pid} / pgid {rec.pgid} cannot be a launch")
+    return rec
+
+
+_FIX = "free space there or pick a writable --state-dir"
 
 
 class StateStore:
@@ -124,35 +162,66 @@ class StateStore:
         return self.logs / f"{name}.log"
 
     def load(self, name: str) -> WorkerRecord | None:
-        """The record of ``name``; ``None`` when absent or unreadable (a torn file cannot exist: writes are atomic)."""
+        """The record of ``name``; ``None`` when absent or unreadable (see :meth:`load_checked` for why)."""
+        return self.load_checked(name)[0]
+
+    def load_checked(self, name: str) -> tuple[WorkerRecord | None, str | None]:
+        """The record of ``name`` and, when there is none, why: ``"missing"`` or what is wrong with the file."""
+        path = self.path(name)
         try:
-            return _from_json(json.loads(self.path(name).read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            text = path.read_text()
+        except FileNotFoundError:
+            return None, "missing"
+        except OSError as exc:
+            return None, f"state file {path} unreadable ({os_reason(exc)})"
+        try:
+            return _from_json(json.loads(text), name), None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return None, f"state file {path} is corrupt ({type(exc).__name__}: {str(exc)[:60]})"
 
     def save(self, rec: WorkerRecord) -> None:
-        """Write ``rec`` atomically (temp file, fsync, rename)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{rec.name}.", suffix=".tmp", dir=self.dir)
+        """Write ``rec`` atomically (0600 temp file, fsync, rename); AmdtopError (one line) when it cannot."""
+        tmp: str | None = None
         try:
+            make_dirs(self.dir)
+            fd, tmp = tempfile.mkstemp(prefix=f".{rec.name}.", suffix=".tmp", dir=self.dir)
             with os.fdopen(fd, "w") as fh:
                 json.dump(_to_json(rec), fh, indent=1)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path(rec.name))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        except OSError as exc:
+            raise io_error(f"worker[{rec.name}] state", self.path(rec.name), exc, _FIX) from None
+        finally:
+            if tmp is not None and os.path.exists(tmp):
+                Path(tmp).unlink(missing_ok=True)
+
+    def check_writable(self) -> None:
+        """Raise the one-line error a launch would hit when the state dir cannot hold state files and logs."""
+        for folder in (self.dir, self.logs):
+            try:
+                make_dirs(folder)
+                fd, tmp = tempfile.mkstemp(prefix=".probe.", dir=folder)
+                os.close(fd)
+                os.unlink(tmp)
+            except OSError as exc:
+                raise io_error("--state-dir", folder, exc, _FIX) from None
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
         """Hold worker ``name`` for a control action.
 
         flock is per open file, so this serialises actions on one worker across threads and across amdtop processes
-        sharing the state dir (TUI + CLI); actions on different workers run in parallel.
+        sharing the state dir (TUI + CLI); actions on different workers run in parallel. Where the lock file cannot
+        be created (state dir unwritable or full) the action runs unlocked: stopping a worker must not depend on it.
         """
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / f".{name}.lock", "w") as fh:
+        try:
+            make_dirs(self.dir)
+            fh = open(self.dir / f".{name}.lock", "w")  # noqa: SIM115 - held across the yield
+        except OSError:
+            yield
+            return
+        with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -161,9 +230,14 @@ class StateStore:
 
     def merge(self, seen: WorkerRecord, changed: dict[str, Any]) -> WorkerRecord:
         """Save what a status poll learnt about run ``seen``, unless a control action holds the worker (it owns the
-        record then) or another run replaced it; returns ``seen`` with the changes either way."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / f".{seen.name}.lock", "w") as fh:
+        record then) or another run replaced it; returns ``seen`` with the changes either way (also when the state dir
+        cannot be written: a status poll only learns, it never fails for that)."""
+        try:
+            make_dirs(self.dir)
+            fh = open(self.dir / f".{seen.name}.lock", "w")  # noqa: SIM115
+        except OSError:
+            return seen.with_(**changed)
+        with fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -173,8 +247,31 @@ class StateStore:
                 if current is None or current.launch_id != seen.launch_id or current.stopping:
                     return seen.with_(**changed)
                 merged = current.with_(**changed)
-                self.save(merged)
+                try:
+                    self.save(merged)
+                except AmdtopError:
+                    pass
                 return merged
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def adopt(self, rec: WorkerRecord) -> None:
+        """Save a rebuilt record unless a control action holds the worker or the state dir cannot be written (the
+        record is used from memory then, and rebuilt again next time)."""
+        try:
+            make_dirs(self.dir)
+            fh = open(self.dir / f".{rec.name}.lock", "w")  # noqa: SIM115
+        except OSError:
+            return
+        with fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            try:
+                self.save(rec)
+            except AmdtopError:
+                pass
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
@@ -194,15 +291,18 @@ def rotate_log(path: Path, max_bytes: int, backups: int = 3) -> bool:
     try:
         if path.stat().st_size <= max_bytes:
             return False
+        for i in range(backups - 1, 0, -1):
+            older = path.with_name(f"{path.name}.{i}")
+            if older.exists():
+                os.replace(older, path.with_name(f"{path.name}.{i + 1}"))
+        backup = path.with_name(f"{path.name}.1")
+        shutil.copyfile(path, backup)
+        os.chmod(backup, FILE_MODE)
+        with open(path, "r+b") as fh:
+            fh.truncate(0)
     except OSError:
+        # A full disk must not break a status poll: the log keeps growing until space returns.
         return False
-    for i in range(backups - 1, 0, -1):
-        older = path.with_name(f"{path.name}.{i}")
-        if older.exists():
-            os.replace(older, path.with_name(f"{path.name}.{i + 1}"))
-    shutil.copyfile(path, path.with_name(f"{path.name}.1"))
-    with open(path, "r+b") as fh:
-        fh.truncate(0)
     return True
 
 

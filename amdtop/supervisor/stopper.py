@@ -70,17 +70,34 @@ def log_since_launch(rec: WorkerRecord) -> str:
         return ""
 
 
-def _remove_files(rec: WorkerRecord, mapped: set[str]) -> set[str]:
-    ids = set(rec.dist_ids) | procs.dist_ids_in(log_since_launch(rec))
-    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    candidates = mapped | procs.shm_for_ids(ids) | {str(tmp / f"vllm_dist_{i}") for i in ids}
+def _remove_files(rec: WorkerRecord, mapped: set[str], *, shm_root: Path = procs.SHM_ROOT) -> set[str]:
+    """Delete what is provably this launch's: segments its processes mapped (read from procfs before the kill) and
+    ``vllm_dist_<id>`` files for ids its log named. Segments a state file lists count only when nobody maps them now;
+    every path must pass :func:`procs.removable` (vLLM's names, directly in /dev/shm, ours, not older than the launch).
+    """
+    ids = procs.dist_ids_in(log_since_launch(rec))
+    candidates = set(mapped) | procs.shm_for_ids(ids, shm_root)
+    recorded = {p for p in rec.shm if p not in candidates}
+    busy = procs.shm_in_use() if recorded or candidates else set()
+    candidates |= recorded
     removed: set[str] = set()
-    for path in candidates:
-        try:
-            os.unlink(path)
-            removed.add(path)
-        except OSError:
-            pass
+    for path in sorted(candidates - busy):
+        if procs.removable(path, launched_at=rec.started_at, root=shm_root):
+            try:
+                os.unlink(path)
+                removed.add(path)
+            except OSError:
+                pass
+    # vLLM's file-based distributed_init_method: $TMPDIR/vllm_dist_<id>, for ids this run's own log named.
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    for i in ids:
+        path = str(tmp / f"vllm_dist_{i}")
+        if procs.removable(path, launched_at=rec.started_at, root=tmp):
+            try:
+                os.unlink(path)
+                removed.add(path)
+            except OSError:
+                pass
     return removed
 
 

@@ -24,13 +24,36 @@ from types import ModuleType
 from typing import Any
 
 from amdtop.errors import BackendUnavailable
-from amdtop.model import Flag, GpuInfo, GpuProcess, GpuSample, Link, LinkType, NodeSnapshot, Topology
+from amdtop.model import (
+    EccCount,
+    Flag,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    Link,
+    LinkType,
+    NodeSnapshot,
+    Topology,
+    XgmiLinkCounters,
+)
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.lost import lost_flag
 from amdtop.telemetry.numa import cpus_of, read_numa_nodes
+from amdtop.telemetry.plausible import plausible
 
 _TRANSIENT = frozenset({8, 9})  # AMDSMI_STATUS_TIMEOUT, AMDSMI_STATUS_RETRY
 _LINK_TYPES = {1: LinkType.PCIE, 2: LinkType.XGMI}  # AmdSmiLinkType PCIE / XGMI (same numbers as the old IOLINK enum)
+# amdsmi_get_violation_status accumulators -> amdtop's throttle reasons; ``acc_counter`` is their clock.
+_VIOLATIONS = (
+    ("acc_prochot_thrm", "prochot"),
+    ("acc_ppt_pwr", "power_cap"),
+    ("acc_socket_thrm", "socket_thermal"),
+    ("acc_vr_thrm", "vr_thermal"),
+    ("acc_hbm_thrm", "hbm_thermal"),
+)
+_ACTIVE = tuple(("active_" + key[4:], reason) for key, reason in _VIOLATIONS)
+# ECC counts change rarely and cost one call per RAS block: read them every this many polls.
+ECC_EVERY_POLLS = 10
 
 
 @contextlib.contextmanager
@@ -188,6 +211,8 @@ class AmdsmiBackend:
         self._mem_temp: list[bool] = []
         self._clocks: list[tuple[bool, bool]] = []
         self._core: list[set[str]] = []
+        self._health: list[set[str]] = []
+        self._ecc_blocks: list[list[Any]] = []
         for h in self._handles:
             hot = next(
                 (
@@ -208,6 +233,26 @@ class AmdsmiBackend:
             if self._get(smi.amdsmi_get_gpu_memory_usage, h, smi.AmdSmiMemoryType.VRAM) is not None:
                 core.add("amdsmi_get_gpu_memory_usage")
             self._core.append(core)
+            health = {
+                name
+                for name in ("amdsmi_get_link_metrics", "amdsmi_get_violation_status")
+                if hasattr(smi, name) and self._get(getattr(smi, name), h) is not None
+            }
+            self._health.append(health)
+            self._ecc_blocks.append(self._probe_ecc(h))
+        self._ecc: list[tuple[EccCount, ...] | None] = [None] * len(self._handles)
+        self._ecc_age = [0] * len(self._handles)
+
+    def _probe_ecc(self, h: Any) -> list[Any]:
+        """RAS blocks with ECC enabled (``amdsmi_get_gpu_ecc_enabled`` bit mask over ``AmdSmiGpuBlock``)."""
+        smi = self._smi
+        blocks = getattr(smi, "AmdSmiGpuBlock", None)
+        if blocks is None or not hasattr(smi, "amdsmi_get_gpu_ecc_count"):
+            return []
+        mask = _int(self._get(smi.amdsmi_get_gpu_ecc_enabled, h))
+        if not mask:
+            return []
+        return [b for b in blocks if b.name not in ("INVALID", "RESERVED") and mask & int(b.value)]
 
     def _links(self) -> tuple[Link, ...]:
         smi = self._smi
@@ -241,7 +286,7 @@ class AmdsmiBackend:
         flags: list[Flag] = []
         for i, info in enumerate(self._infos):
             try:
-                samples.append(self._sample_gpu(i))
+                samples.append(plausible(self._sample_gpu(i)))
             except _Lost as lost:
                 samples.append(GpuSample(i, lost=True, error=str(lost)))
                 flags.append(lost_flag(info))
@@ -289,7 +334,69 @@ class AmdsmiBackend:
             mclk_mhz=mclk,
             mem_util_pct=_num(act.get("umc_activity")),
             processes=self._processes(h),
+            xgmi_links=self._link_metrics(i, h),
+            ecc=self._ecc_counts(i, h),
+            **self._violations(i, h),
         )
+
+    def _link_metrics(self, i: int, h: Any) -> tuple[XgmiLinkCounters, ...] | None:
+        if "amdsmi_get_link_metrics" not in self._health[i]:
+            return None
+        found = self._get(self._smi.amdsmi_get_link_metrics, h)
+        if not isinstance(found, dict) or not isinstance(found.get("links"), list):
+            return None
+        n = _int(found.get("num_links")) or 0
+        out = []
+        for k, link in enumerate(found["links"][:n]):
+            bdf = link.get("bdf")
+            out.append(
+                XgmiLinkCounters(
+                    k,
+                    str(bdf).lower() if isinstance(bdf, str) and bdf not in ("N/A", "0000:00:00.0") else None,
+                    _int(link.get("read")),
+                    _int(link.get("write")),
+                )
+            )
+        return tuple(out) or None
+
+    def _violations(self, i: int, h: Any) -> dict[str, Any]:
+        if "amdsmi_get_violation_status" not in self._health[i]:
+            return {}
+        v = self._get(self._smi.amdsmi_get_violation_status, h)
+        if not isinstance(v, dict):
+            return {}
+        out: dict[str, Any] = {}
+        clock = _num(v.get("acc_counter"))
+        acc = [(reason, x) for key, reason in _VIOLATIONS if (x := _num(v.get(key))) is not None]
+        if clock is not None and acc:
+            out["throttle_clock"] = clock
+            out["throttle_acc"] = tuple(acc)
+        active = [(reason, v.get(key)) for key, reason in _ACTIVE]
+        if any(isinstance(flag, bool) for _, flag in active):
+            out["throttle_active"] = tuple(sorted({reason for reason, flag in active if flag is True}))
+        return out
+
+    def _ecc_counts(self, i: int, h: Any) -> tuple[EccCount, ...] | None:
+        if not self._ecc_blocks[i]:
+            return None
+        if self._ecc_age[i] % ECC_EVERY_POLLS:
+            self._ecc_age[i] += 1
+            return self._ecc[i]
+        out = []
+        for block in self._ecc_blocks[i]:
+            c = self._get(self._smi.amdsmi_get_gpu_ecc_count, h, block)
+            if isinstance(c, dict):
+                out.append(
+                    EccCount(
+                        block.name.lower(),
+                        _int(c.get("correctable_count")),
+                        _int(c.get("uncorrectable_count")),
+                        _int(c.get("deferred_count")),
+                    )
+                )
+        self._ecc[i] = tuple(out) or None
+        self._ecc_age[i] = 1
+        return self._ecc[i]
 
     def _processes(self, h: Any) -> tuple[GpuProcess, ...]:
         found = self._get(self._smi.amdsmi_get_gpu_process_list, h)

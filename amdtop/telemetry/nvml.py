@@ -15,9 +15,22 @@ from types import ModuleType
 from typing import Any
 
 from amdtop.errors import BackendUnavailable
-from amdtop.model import Flag, FlagKind, GpuInfo, GpuProcess, GpuSample, Link, LinkType, NodeSnapshot, Topology
+from amdtop.model import (
+    EccCount,
+    Flag,
+    FlagKind,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    Link,
+    LinkType,
+    NodeSnapshot,
+    Topology,
+    XgmiLinkCounters,
+)
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml_host import host_numa_nodes, mask_to_cpus, normalize_bdf, pci_numa_node
+from amdtop.telemetry.plausible import plausible
 
 # NVML return codes (stable ABI values, nvml.h) that mean "this field is not available here", not "GPU broken".
 _SOFT_ERRORS = frozenset(
@@ -27,6 +40,31 @@ _GPU_IS_LOST = 15
 _CPU_SET_WORDS = 16  # 1024 CPUs: a fixed size keeps the call (and a recorded fixture) independent of the host
 _NVLINK_GBS_PER_LINK = 25  # NVLink 2-4: 25 GB/s per direction per link
 _TOPOLOGY_SYSTEM = 50  # NVML_TOPOLOGY_SYSTEM: the path crosses the inter-socket link
+# nvmlClocksEventReason* bits -> amdtop's throttle reasons (nvml.h).
+_EVENT_REASONS = (
+    (0x1, "idle"),
+    (0x2, "app_clocks"),
+    (0x4, "power_cap"),  # SW power cap
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "thermal"),  # SW thermal slowdown
+    (0x40, "thermal"),  # HW thermal slowdown
+    (0x80, "power_brake"),
+    (0x100, "display"),
+)
+# NVML_FI_DEV_PERF_POLICY_* fields: time (ns) spent held back by each policy since the driver loaded, stamped (µs).
+# Reading them costs ~1 ms of CPU on an H200 (nvmlDeviceGetViolationStatus ~0.7 ms per policy; clock-event reasons
+# 2.5 µs; bench/nvml_call_cost.py), so they are read in one field-values call every VIOLATION_EVERY_POLLS polls; the
+# share over a window comes from the counter deltas between refreshes, so it stays exact.
+_VIOLATION_FIELDS = ((74, "power_cap"), (75, "thermal"), (77, "board_limit"), (79, "reliability"))
+VIOLATION_EVERY_POLLS = 5
+# NVML_MEMORY_LOCATION_* -> block name; volatile counts (since the driver loaded, as AMD's RAS counts are).
+_ECC_LOCATIONS = ((2, "dram"), (7, "sram"))
+_VOLATILE_ECC = 0
+# ECC queries cost far more than the other fields (they go to the driver's RM), and counts change rarely: read them
+# every this many polls and repeat the last reading in between.
+ECC_EVERY_POLLS = 10
+_NVLINK_TX, _NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX, KiB per link (scopeId = link)
 
 
 def _err_code(exc: BaseException) -> int | None:
@@ -44,6 +82,13 @@ class _Device:
     handle: Any
     unsupported: set[str] = field(default_factory=set)
     lost_reason: str | None = None
+    nvlinks: list[tuple[int, str | None]] = field(default_factory=list)
+    ecc: tuple[EccCount, ...] | None = None
+    ecc_age: int = 0
+    violations: tuple[tuple[tuple[str, float], ...] | None, float | None] = (None, None)
+    violations_age: int = 0
+    """Polls since :attr:`ecc` was read (0: read at the next poll)."""
+    """(link id, remote GPU BDF or ``None`` for an NVSwitch) of each active NVLink, filled with the topology."""
 
 
 class NvmlBackend:
@@ -141,6 +186,7 @@ class NvmlBackend:
         nv = self._nvml
         peers: dict[str, int] = {}
         to_switch = 0
+        dev.nvlinks = []
         for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
             try:
                 state = nv.nvmlDeviceGetNvLinkState(dev.handle, link)
@@ -156,6 +202,7 @@ class NvmlBackend:
                 is_switch = int(nv.nvmlDeviceGetNvLinkRemoteDeviceType(dev.handle, link)) == 2
             except nv.NVMLError:
                 is_switch = remote not in self._bdfs
+            dev.nvlinks.append((link, None if is_switch else remote))
             if is_switch:
                 to_switch += 1
             else:
@@ -220,6 +267,7 @@ class NvmlBackend:
         sclk = self._soft(dev, "sclk", nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
         mclk = self._soft(dev, "mclk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
         procs = self._soft(dev, "procs", nv.nvmlDeviceGetComputeRunningProcesses, h) or []
+        acc, clock = self._violations(dev)
         return GpuSample(
             index=dev.index,
             util_pct=float(util.gpu) if util is not None else None,
@@ -239,7 +287,83 @@ class NvmlBackend:
                 )
                 for p in procs
             ),
+            xgmi_links=self._nvlink_counters(dev),
+            throttle_active=self._event_reasons(dev),
+            throttle_acc=acc,
+            throttle_clock=clock,
+            ecc=self._ecc(dev),
         )
+
+    def _event_reasons(self, dev: _Device) -> tuple[str, ...] | None:
+        bits = self._soft(dev, "event_reasons", self._nvml.nvmlDeviceGetCurrentClocksEventReasons, dev.handle)
+        if bits is None:
+            return None
+        return tuple(sorted({name for bit, name in _EVENT_REASONS if int(bits) & bit}))
+
+    def _violations(self, dev: _Device) -> tuple[tuple[tuple[str, float], ...] | None, float | None]:
+        """Cumulative time at each limit (s) and the NVML timestamp (s) of that reading."""
+        if dev.violations_age % VIOLATION_EVERY_POLLS:
+            dev.violations_age += 1
+            return dev.violations
+        dev.violations_age = 1
+        ids = [fid for fid, _ in _VIOLATION_FIELDS]
+        values = self._soft(dev, "violations", self._nvml.nvmlDeviceGetFieldValues, dev.handle, ids)
+        acc: list[tuple[str, float]] = []
+        clock: float | None = None
+        names = dict(_VIOLATION_FIELDS)
+        for v in values or ():
+            if int(v.nvmlReturn) != 0 or int(v.fieldId) not in names:
+                continue
+            acc.append((names[int(v.fieldId)], int(v.value.ullVal) / 1e9))  # ns
+            if clock is None:
+                clock = int(v.timestamp) / 1e6  # µs
+        dev.violations = (tuple(acc), clock) if acc and clock is not None else (None, None)
+        return dev.violations
+
+    def _ecc(self, dev: _Device) -> tuple[EccCount, ...] | None:
+        if dev.ecc_age % ECC_EVERY_POLLS:
+            dev.ecc_age += 1
+            return dev.ecc
+        dev.ecc = self._read_ecc(dev)
+        dev.ecc_age = 1
+        return dev.ecc
+
+    def _read_ecc(self, dev: _Device) -> tuple[EccCount, ...] | None:
+        nv, h = self._nvml, dev.handle
+        out: list[EccCount] = []
+        ce = self._soft(dev, "ecc_total_ce", nv.nvmlDeviceGetTotalEccErrors, h, 0, _VOLATILE_ECC)
+        ue = self._soft(dev, "ecc_total_ue", nv.nvmlDeviceGetTotalEccErrors, h, 1, _VOLATILE_ECC)
+        if ce is not None or ue is not None:
+            out.append(EccCount("total", None if ce is None else int(ce), None if ue is None else int(ue)))
+        for loc, block in _ECC_LOCATIONS:
+            fn = nv.nvmlDeviceGetMemoryErrorCounter
+            lce = self._soft(dev, f"ecc_{block}_ce", fn, h, 0, _VOLATILE_ECC, loc)
+            lue = self._soft(dev, f"ecc_{block}_ue", fn, h, 1, _VOLATILE_ECC, loc)
+            if lce is not None or lue is not None:
+                out.append(EccCount(block, None if lce is None else int(lce), None if lue is None else int(lue)))
+        return tuple(out) or None
+
+    def _nvlink_counters(self, dev: _Device) -> tuple[XgmiLinkCounters, ...] | None:
+        if not dev.nvlinks:
+            return None
+        ids = [(fid, link) for link, _ in dev.nvlinks for fid in (_NVLINK_RX, _NVLINK_TX)]
+        values = self._soft(dev, "nvlink_throughput", self._nvml.nvmlDeviceGetFieldValues, dev.handle, ids)
+        if values is None:
+            return None
+        got: dict[tuple[int, int], int] = {}
+        for v in values:
+            if int(v.nvmlReturn) == 0:
+                got[(int(v.fieldId), int(v.scopeId))] = int(v.value.ullVal)
+        out = []
+        for link, peer in dev.nvlinks:
+            rx, tx = got.get((_NVLINK_RX, link)), got.get((_NVLINK_TX, link))
+            # KiB -> KB, the unit the AMD counters and the rate code use.
+            out.append(
+                XgmiLinkCounters(
+                    link, peer, None if rx is None else rx * 1024 // 1000, None if tx is None else tx * 1024 // 1000
+                )
+            )
+        return tuple(out) if any(c.read_kb is not None or c.write_kb is not None for c in out) else None
 
     def sample(self) -> NodeSnapshot:
         """Poll every GPU once; a GPU that errors is reported lost and the others still update."""
@@ -250,7 +374,7 @@ class NvmlBackend:
             reason = dev.lost_reason
             if reason is None:
                 try:
-                    samples.append(self._sample_gpu(dev))
+                    samples.append(plausible(self._sample_gpu(dev)))
                     continue
                 except self._nvml.NVMLError as exc:
                     reason = f"NVML: {exc}"

@@ -21,7 +21,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-FIXTURE_VERSION = 1
+FIXTURE_VERSION = 2
+# Calls amdtop began making after version-1 fixtures were recorded: such a capture says nothing about them, so its
+# replay answers NOT_SUPPORTED -- the same ``None`` the backend shows where a GPU lacks the field.
+ADDED_IN_V2 = frozenset(
+    {
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetViolationStatus",
+        "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetMemoryErrorCounter",
+        "nvmlDeviceGetFieldValues",
+    }
+)
+_NOT_SUPPORTED = 3
 
 
 class ReplayMiss(KeyError):
@@ -67,7 +79,7 @@ class RecordingNvml:
             return {"__handle__": self._token(obj)}
         if isinstance(obj, (list, tuple, ctypes.Array)):
             return [self._ser(x) for x in obj]
-        if isinstance(obj, ctypes.Structure):
+        if isinstance(obj, ctypes.Structure | ctypes.Union):
             return {"__struct__": {name: self._ser(getattr(obj, name)) for name, *_ in obj._fields_}}
         if hasattr(obj, "value") and isinstance(obj, ctypes._SimpleCData):
             return self._ser(obj.value)
@@ -133,6 +145,7 @@ class ReplayNvml:
         self._calls: dict[str, list[Any]] = fixture["calls"]
         self._pos: dict[str, int] = {}
         self._faults: list[tuple[str, str | None, int]] = []
+        self._version = int(fixture.get("version", 1))
         self.log: list[str] = []
         for name, value in fixture.get("constants", {}).items():
             setattr(self, name, value)
@@ -154,6 +167,8 @@ class ReplayNvml:
                 raise ReplayNVMLError(code, f"injected NVML error {code}")
         key = json.dumps([name, [self._ser(a) for a in args]], sort_keys=True)
         results = self._calls.get(key)
+        if results is None and self._version < 2 and name in ADDED_IN_V2:
+            raise ReplayNVMLError(_NOT_SUPPORTED, "not in this version-1 capture")
         if results is None:
             raise ReplayMiss(f"call not in the NVML fixture: {key}")
         i = self._pos.get(key, 0)

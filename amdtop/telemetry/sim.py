@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from amdtop.model import (
+    EccCount,
     Flag,
     FlagKind,
     GpuInfo,
@@ -23,6 +24,7 @@ from amdtop.model import (
     NodeSnapshot,
     NumaNode,
     Topology,
+    XgmiLinkCounters,
 )
 from amdtop.telemetry.base import BackendOptions
 
@@ -39,6 +41,11 @@ MI300X_BDFS = (
     "0000:e5:00.0",
 )
 SCENARIOS = ("mi300x-8", "pcie-4", "empty")
+# What a fully busy TP rank pushes to its group peers over XGMI (all-reduce traffic of decoding), bytes/s, split
+# evenly over the peers; the reads mirror the peers' writes.
+TP_XGMI_BYTES_PER_S = 40e9
+SIM_THROTTLE_REASONS = ("prochot", "power_cap", "socket_thermal", "vr_thermal", "hbm_thermal")
+SIM_RAS_BLOCKS = ("gfx", "umc", "xgmi_wafl")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +150,19 @@ class SimBackend:
         self._demand: dict[int, list[GpuDemand]] = {}
         self._lost: dict[int, str] = {}
         self._temps = {g.index: 35.0 for g in self._topology.gpus}
+        # Fabric, throttle and RAS counters: cumulative, advanced by the injected clock (no random draws, so the
+        # sequences of the other metrics are unchanged).
+        self._last_t: float | None = None
+        xgmi = any(link.type is LinkType.XGMI for link in self._topology.links)
+        self._peers = {
+            g.index: [p.index for p in self._topology.gpus if p.index != g.index] if xgmi else []
+            for g in self._topology.gpus
+        }
+        self._xgmi_kb = {i: [[0.0, 0.0] for _ in peers] for i, peers in self._peers.items()}
+        self._throttle: dict[int, tuple[str, float]] = {}
+        self._thr_acc = {g.index: dict.fromkeys(SIM_THROTTLE_REASONS, 0.0) for g in self._topology.gpus}
+        self._thr_clock = dict.fromkeys(self._thr_acc, 0.0)
+        self._ecc = {g.index: {b: [0, 0] for b in SIM_RAS_BLOCKS} for g in self._topology.gpus}
 
     def topology(self) -> Topology:
         """Return the static topology."""
@@ -161,14 +181,75 @@ class SimBackend:
         with self._lock:
             self._lost[index] = reason
 
+    def throttle(self, index: int, reason: str | None, share: float = 1.0) -> None:
+        """From now on GPU ``index`` spends ``share`` of its time throttled for ``reason`` (``None``: not at all)."""
+        with self._lock:
+            if reason is None:
+                self._throttle.pop(index, None)
+            else:
+                if reason not in SIM_THROTTLE_REASONS:
+                    raise ValueError(f"unknown throttle reason {reason!r}; choose one of {SIM_THROTTLE_REASONS}")
+                self._throttle[index] = (reason, share)
+
+    def add_ecc_errors(self, index: int, block: str, uncorrectable: int = 0, correctable: int = 0) -> None:
+        """Count new RAS errors on GPU ``index``'s ``block``."""
+        with self._lock:
+            counts = self._ecc[index].setdefault(block, [0, 0])
+            counts[0] += correctable
+            counts[1] += uncorrectable
+
+    def _advance(self, now: float) -> None:
+        dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
+        self._last_t = now
+        if dt <= 0:
+            return
+        for index, (reason, share) in self._throttle.items():
+            self._thr_acc[index][reason] += share * dt * 1000.0
+        for index in self._thr_clock:
+            self._thr_clock[index] += dt * 1000.0  # 1 ms accumulation ticks
+        groups: dict[str, dict[int, float]] = {}
+        for index, demands in self._demand.items():
+            if index in self._lost:
+                continue
+            for d in demands:
+                if d.name:
+                    groups.setdefault(d.name, {})[index] = groups.get(d.name, {}).get(index, 0.0) + d.util
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            for src, util in members.items():
+                per_peer_kb = min(1.0, util) * TP_XGMI_BYTES_PER_S / (len(members) - 1) * dt / 1000.0
+                for dst in members:
+                    if dst == src or dst not in self._peers.get(src, []):
+                        continue
+                    self._xgmi_kb[src][self._peers[src].index(dst)][1] += per_peer_kb
+                    self._xgmi_kb[dst][self._peers[dst].index(src)][0] += per_peer_kb
+
+    def _health(self, index: int) -> dict[str, object]:
+        bdfs = {g.index: g.bdf for g in self._topology.gpus}
+        out: dict[str, object] = {
+            "throttle_acc": tuple((r, round(v, 3)) for r, v in self._thr_acc[index].items()),
+            "throttle_clock": round(self._thr_clock[index], 3),
+            "throttle_active": (self._throttle[index][0],) if index in self._throttle else (),
+            "ecc": tuple(EccCount(b, ce, ue, 0) for b, (ce, ue) in sorted(self._ecc[index].items())),
+        }
+        if self._peers[index]:
+            out["xgmi_links"] = tuple(
+                XgmiLinkCounters(k, bdfs[peer], int(r), int(w))
+                for k, (peer, (r, w)) in enumerate(zip(self._peers[index], self._xgmi_kb[index], strict=True))
+            )
+        return out
+
     def sample(self) -> NodeSnapshot:
         """Poll every simulated GPU once."""
+        now = self._clock()
         with self._lock:
+            self._advance(now)
             samples = tuple(self._sample_gpu(info) for info in self._topology.gpus)
             flags = tuple(
                 Flag(FlagKind.GPU_LOST, f"GPU {i} lost: {why}", gpus=(i,)) for i, why in sorted(self._lost.items())
             )
-        return NodeSnapshot("sim", self._hostname, self._clock(), self._topology, samples, flags)
+        return NodeSnapshot("sim", self._hostname, now, self._topology, samples, flags)
 
     def _sample_gpu(self, info: GpuInfo) -> GpuSample:
         # Draw the noise even for a lost GPU so that losing one GPU does not shift the others' sequences.
@@ -201,6 +282,7 @@ class SimBackend:
             mclk_mhz=1300.0,
             mem_util_pct=round(util * 0.6, 1),
             processes=processes,
+            **self._health(info.index),  # type: ignore[arg-type]
         )
 
     def close(self) -> None:

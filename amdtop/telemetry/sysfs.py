@@ -26,15 +26,19 @@ from typing import Any
 from amdtop.errors import BackendUnavailable
 from amdtop.model import Flag, GpuInfo, GpuProcess, GpuSample, Link, LinkType, NodeSnapshot, Topology
 from amdtop.telemetry.base import BackendOptions
+from amdtop.telemetry.gpu_metrics import read_gpu_metrics, sample_fields
 from amdtop.telemetry.hwmon import HwmonFiles, find_hwmon
 from amdtop.telemetry.kfd import KfdNode, pair_link, read_kfd_nodes
 from amdtop.telemetry.lost import lost_flag
 from amdtop.telemetry.numa import cpus_of, read_numa_nodes
+from amdtop.telemetry.plausible import plausible
+from amdtop.telemetry.ras import find_ras_files, read_ras
 
 AMD_VENDOR = "0x1002"
 _CARD = re.compile(r"card(\d+)$")
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _GONE = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.EIO})
+ECC_EVERY_POLLS = 10
 
 
 def read_int(path: str) -> int:
@@ -67,6 +71,10 @@ class _Gpu:
     info: GpuInfo
     gpu_id: int | None
     metrics: tuple[_Metric, ...]
+    gpu_metrics: str | None = None
+    """Path of the binary ``gpu_metrics`` table, when the device has one."""
+    ras: tuple[tuple[str, str], ...] = ()
+    """(block, path) of the RAS ``*_err_count`` files."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +174,8 @@ class SysfsBackend:
             gpus.append(self._static(index, card, node, numa))
         self._gpus = tuple(gpus)
         self._by_gpu_id = {g.gpu_id: g for g in self._gpus if g.gpu_id}
+        # RAS counts: one file per block (eight or more per MI300X), changing rarely; read every ECC_EVERY_POLLS polls.
+        self._ecc: dict[int, tuple[Any, int]] = {}
         by_node = {n.node: n for n in kfd_nodes}
         links = []
         for a in range(len(cards)):
@@ -201,7 +211,14 @@ class SysfsBackend:
             cpu_affinity=cpus_of(numa, numa_node),
             power_cap_w=None if cap is None else cap / 1e6,
         )
-        return _Gpu(info, node.gpu_id if node else None, _metrics(dev, hw))
+        table = str(dev / "gpu_metrics")
+        return _Gpu(
+            info,
+            node.gpu_id if node else None,
+            _metrics(dev, hw),
+            table if os.path.isfile(table) else None,
+            find_ras_files(str(dev)),
+        )
 
     def topology(self) -> Topology:
         """Return the static topology."""
@@ -216,7 +233,7 @@ class SysfsBackend:
             s = self._sample_gpu(gpu, procs)
             if s.lost:
                 flags.append(lost_flag(gpu.info))
-            samples.append(s)
+            samples.append(plausible(s))
         return NodeSnapshot("sysfs", self._hostname, self._clock(), self._topology, tuple(samples), tuple(flags))
 
     def _sample_gpu(self, gpu: _Gpu, procs: dict[int, list[GpuProcess]]) -> GpuSample:
@@ -234,6 +251,14 @@ class SysfsBackend:
                 continue
             values[m.field] = raw if m.divisor is None else raw / m.divisor
         found = procs.get(gpu.gpu_id, []) if gpu.gpu_id else []
+        if gpu.gpu_metrics is not None:
+            values.update(sample_fields(read_gpu_metrics(gpu.gpu_metrics)))
+        if gpu.ras:
+            cached, age = self._ecc.get(gpu.info.index, (None, 0))
+            if age % ECC_EVERY_POLLS == 0:
+                cached, age = read_ras(gpu.ras), 0
+            self._ecc[gpu.info.index] = (cached, age + 1)
+            values["ecc"] = cached
         return GpuSample(
             gpu.info.index,
             vram_total_bytes=gpu.info.vram_total_bytes,

@@ -2,47 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from amdtop.telemetry.sim import SimBackend
+from tests.tui.demo_control import DemoControl, Scenario
 from tui.app import AmdtopApp
-from tui.demo_workers import DemoSpec, DemoWorkers
 
 FROZEN = 1764412345.0
 NO_PROC = Path("/nonexistent-proc-for-tests")
 
 
-class RecordingControl(DemoWorkers):
-    """Demo workers that also remember every control call (name, args)."""
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.calls: list[tuple[str, ...]] = []
-
-    def launch(self, name: str) -> Any:
-        self.calls.append(("launch", name))
-        return super().launch(name)
-
-    def stop(self, name: str) -> str:
-        self.calls.append(("stop", name))
-        return super().stop(name)
-
-    def restart(self, name: str) -> Any:
-        self.calls.append(("restart", name))
-        return super().restart(name)
-
-    def retune(self, name: str, changes: Mapping[str, str]) -> Any:
-        self.calls.append(("retune", name, *(f"{k}={v}" for k, v in sorted(changes.items()))))
-        return super().retune(name, changes)
-
-
 def make_app(
     scenario: str = "mi300x-8",
-    specs: list[DemoSpec] | None = None,
+    specs: list[Scenario] | None = None,
     *,
     lose: tuple[int, ...] = (),
     readonly: bool = False,
@@ -51,12 +27,15 @@ def make_app(
     sim = SimBackend(seed=7, scenario=scenario, clock=lambda: FROZEN, hostname="amdtop-demo")
     for gpu in lose:
         sim.lose_gpu(gpu)
-    control = RecordingControl(sim, specs, clock=lambda: FROZEN)
+    # The demo workers' logs, as the simulated servers write them (RCCL init included): the Logs pane shows them.
+    control = DemoControl(sim, specs, clock=lambda: FROZEN, log_dir=Path(tempfile.mkdtemp(prefix="amdtop-demo-logs-")))
     kw.setdefault("autopoll", False)
+    kw.setdefault("follow_logs", True)
     return AmdtopApp(
         sim,
         workers=control,
         control=control,
+        demo_load=control.demo_load(),
         readonly=readonly,
         clock=lambda: FROZEN,
         proc_root=NO_PROC,
@@ -65,21 +44,21 @@ def make_app(
     )
 
 
-def imbalanced_specs(sim_scenario: str = "mi300x-8") -> list[DemoSpec]:
+def imbalanced_specs(sim_scenario: str = "mi300x-8") -> list[Scenario]:
     node0 = tuple(range(0, 32)) + tuple(range(64, 96))
     node1 = tuple(range(32, 64)) + tuple(range(96, 128))
     return [
-        DemoSpec("llama-70b", (0, 1, 2, 3), 18200, (0.85, 0.84, 0.35, 0.83), (171, 171, 171, 171), node0, (0,), 0),
-        DemoSpec("qwen-32b", (4, 5, 6, 7), 18201, (0.55, 0.57, 0.54, 0.56), (150, 150, 150, 150), node1, (1,), 1),
+        Scenario("llama-70b", (0, 1, 2, 3), 18200, (0.85, 0.84, 0.35, 0.83), (171, 171, 171, 171), node0, (0,), 0),
+        Scenario("qwen-32b", (4, 5, 6, 7), 18201, (0.55, 0.57, 0.54, 0.56), (150, 150, 150, 150), node1, (1,), 1),
     ]
 
 
-def numa_mismatch_specs() -> list[DemoSpec]:
+def numa_mismatch_specs() -> list[Scenario]:
     node0 = tuple(range(0, 32)) + tuple(range(64, 96))
     return [
-        DemoSpec("llama-70b", (0, 1, 2, 3), 18200, (0.82, 0.80, 0.81, 0.79), (171, 171, 171, 171), node0, (0,), 0),
+        Scenario("llama-70b", (0, 1, 2, 3), 18200, (0.82, 0.80, 0.81, 0.79), (171, 171, 171, 171), node0, (0,), 0),
         # Pinned to node 0 while its GPUs sit on node 1: the classic wrong-socket launch.
-        DemoSpec("qwen-32b", (4, 5, 6, 7), 18201, (0.55, 0.57, 0.54, 0.56), (150, 150, 150, 150), node0, (0,), 0),
+        Scenario("qwen-32b", (4, 5, 6, 7), 18201, (0.55, 0.57, 0.54, 0.56), (150, 150, 150, 150), node0, (0,), 0),
     ]
 
 

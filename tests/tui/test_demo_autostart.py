@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from amdtop.model import WorkerState
+from amdtop.pipeline import NodePipeline
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
 from tui.launch import DemoAutostart
@@ -20,9 +21,11 @@ def test_demo_workers_start_busy_and_stop_on_quit(tmp_path: Path) -> None:
         auto = DemoAutostart(sup).start()
         auto.thread.join(timeout=30)
         assert auto.launched == sup.names()
+        # The node pipeline, as the dashboard runs it: the demo's load follows the workers' status.
+        pipeline = NodePipeline(sim, sup, discover=False, demo_load=sup.demo_load(), workers_every_s=0.0)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            states = {w.name: w for w in sup.status()}
+            states = {w.name: w for w in pipeline.tick().workers}
             busy = all(
                 w.state is WorkerState.READY and w.engine and (w.engine.running or 0) > 0 for w in states.values()
             )
@@ -31,7 +34,7 @@ def test_demo_workers_start_busy_and_stop_on_quit(tmp_path: Path) -> None:
             time.sleep(0.5)
         assert busy, states  # the background traffic keeps sequences running without any client
         # The simulated GPUs follow the workers: the busy demo node is not idle.
-        assert max(s.util_pct or 0 for s in sim.sample().gpus) > 20
+        assert max(s.util_pct or 0 for s in pipeline.tick().snapshot.gpus) > 20
         auto.stop()
         assert all(w.pid is None for w in sup.status())
     finally:

@@ -41,8 +41,8 @@ def test_demo_flag_opens_sim_without_banner(tmp_path: Path) -> None:
 def test_real_backend_without_profiles_has_no_controller(tmp_path: Path) -> None:
     backend = SimBackend()
     backend.name = "sysfs"  # stands in for a real backend: no demo workers, no profile file
-    source, control, note = launch.open_control(_args(tmp_path), backend, demo=False)
-    assert source is None and control is None and note is None
+    control, note = launch.open_control(_args(tmp_path), backend, demo=False)
+    assert control is None and note is None
 
 
 async def test_banner_and_command_palette() -> None:

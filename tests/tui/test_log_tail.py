@@ -118,8 +118,9 @@ async def test_show_update_from_a_monitor(tmp_path: Any) -> None:
         pane.show_update(monitor.poll())
         await pilot.pause()
         summary = str(app.query_one("#logs-summary", Static).render())
-        assert "llama-a: RCCL 2.22.3 comm 0x551d06754c6bacf2: 2 ranks" in summary
-        assert "! nccl_timeout:" in summary and "! nccl_error:" in summary
+        assert "llama-a · RCCL 2.22.3 · 0x551d06754c6bacf2: 2 ranks, all pairs SHM/direct" in summary
+        assert "! nccl_timeout [llama-a · GPUs 0,1]:" in summary and "! nccl_error [llama-a · GPUs 0]:" in summary
+        assert "SHM/direct FALLBACK: the GPUs share a XGMI link: 0→1 GPU 0→1" in summary
         assert _shown(app)[-1].startswith("[rank0]") and "Watchdog caught" in _shown(app)[-1]
         pane.show_worker("other")
         await pilot.pause()
@@ -127,3 +128,26 @@ async def test_show_update_from_a_monitor(tmp_path: Any) -> None:
         pane.show_worker(None)
         await pilot.pause()
         assert len(_shown(app)) == len([t for t in rccl_rank_lines(0, 2, errors=True) if t])
+
+
+def test_snapshot_demo_workers_live_pane(snap_compare: Any, tmp_path: Any) -> None:
+    """What the demo's Logs pane shows from its simulated TP workers: llama on GPUs 0-3 over P2P/IPC, qwen on GPUs
+    4,5 with NCCL_P2P_DISABLE=1 (SHM/direct where the topology says XGMI: the fallback flag on that TP group)."""
+    from amdtop.rccl.monitor import LogMonitor
+    from amdtop.simserver.logs import rccl_init_lines
+    from amdtop.telemetry.sim import MI300X_BDFS
+
+    llama, qwen = tmp_path / "llama-70b.log", tmp_path / "qwen-32b.log"
+    llama.write_text("\n".join(rccl_init_lines(4, 4100, bdfs=MI300X_BDFS[:4], host="demo")) + "\n")
+    qwen.write_text("\n".join(rccl_init_lines(2, 4200, bdfs=MI300X_BDFS[4:6], p2p=False, host="demo")) + "\n")
+    update = LogMonitor([("llama-70b", llama), ("qwen-32b", qwen)], SimBackend().topology()).poll()
+    assert [(f.kind.value, f.worker, f.gpus) for f in update.flags] == [("transport_fallback", "qwen-32b", (4, 5))]
+
+    class UpdateApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield LogTailPane(id="logs", max_lines=500)
+
+        def on_mount(self) -> None:
+            self.query_one(LogTailPane).show_update(update)
+
+    assert snap_compare(UpdateApp(), terminal_size=(150, 34))

@@ -177,7 +177,7 @@ async def test_ramp_key_opens_ramp_screen_for_selected_worker() -> None:
         app.push_screen = _capture(app, RampScreen)  # type: ignore[method-assign]
         await pilot.press("5", "a")
         await pilot.pause()
-        assert app.pushed.url == "http://127.0.0.1:18200" and app.pushed.worker == "llama-70b"
+        assert app.pushed.url == "http://127.0.0.1:18080" and app.pushed.worker == "llama-70b"
 
 
 def _capture(app: Any, kind: type) -> Any:
@@ -200,14 +200,19 @@ async def test_exporter_key_starts_and_stops_exporter() -> None:
         assert app.exporter is None
 
 
-async def test_matrix_mode_needs_probe_results_then_toggles() -> None:
-    app = make_app()
+async def test_matrix_mode_needs_probe_results_then_toggles(tmp_path: Any) -> None:
+    from amdtop.probe.cache import save_results
+    from amdtop.probe.model import CopyResult, ProbeResults
+
+    app = make_app(state_dir=tmp_path)
     async with app.run_test(size=(200, 50)) as pilot:
         await _ready(pilot)
         await pilot.press("m")
         await pilot.pause()
         assert app.dashboard.show_gbps is False
-        app.dashboard.bandwidth = ((0, 1, 48.5),)
+        save_results(tmp_path, ProbeResults(1.0, "h", (0, 1), (CopyResult(0, 1, 1 << 30, (1 << 30) / 48.5e9), CopyResult(1, 0, 1 << 30, (1 << 30) / 48.5e9))))
+        app.pipeline.request_state_files()
+        app.step(1)
         await pilot.press("m")
         await pilot.pause()
         assert app.dashboard.show_gbps is True
@@ -225,7 +230,7 @@ async def test_pause_freezes_the_view() -> None:
         before = app.frames
         from tui.messages import SnapshotReady
 
-        app.post_message(SnapshotReady(app.poller.tick()))
+        app.post_message(SnapshotReady(app.pipeline.tick()))
         await settle(pilot)
         assert app.frames == before
         await pilot.press("p")
@@ -255,7 +260,7 @@ async def test_frames_arriving_under_a_modal_are_drawn_when_it_closes() -> None:
         await pilot.press("question_mark")
         await pilot.pause()
         before = app.frames
-        app.post_message(SnapshotReady(app.poller.tick()))
+        app.post_message(SnapshotReady(app.pipeline.tick()))
         await settle(pilot)
         assert app.frames == before  # nobody sees the dashboard: skipped
         await pilot.press("escape")
@@ -279,8 +284,9 @@ async def test_log_pane_fed_from_worker_logs(tmp_path: Any) -> None:
             return [WorkerStatus("llama", WorkerState.READY, (0, 1), log=str(log))]
 
     sim = SimBackend(seed=1, clock=lambda: FROZEN)
-    app = AmdtopApp(sim, workers=Source(), autopoll=False, clock=lambda: FROZEN, proc_root=NO_PROC, discover=False)
-    app.poller.follow_logs()
+    app = AmdtopApp(
+        sim, workers=Source(), autopoll=False, clock=lambda: FROZEN, proc_root=NO_PROC, discover=False, follow_logs=True
+    )
     async with app.run_test(size=(200, 50)) as pilot:
         await pilot.pause()
         app.step(1)
@@ -308,6 +314,8 @@ async def test_probe_key_confirms_measures_caches_and_shows_gbps(tmp_path: Any, 
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
         await app.workers.wait_for_complete()
+        await settle(pilot)
+        app.step(1)  # the poller thread is off in tests: take the tick that carries the fresh results
         await settle(pilot)
         results = load_results(tmp_path)
         assert results is not None and results.pair_gbps(0, 1) is not None

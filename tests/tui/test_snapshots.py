@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.tui.conftest import imbalanced_specs, make_app, numa_mismatch_specs
-from tui.demo_workers import DemoSpec
+from tests.tui.demo_control import Scenario
 
 STEPS = 6
 
@@ -38,7 +38,7 @@ def test_lost_gpu(snap_compare: Any) -> None:
 
 def test_pcie_only_4_gpu_node(snap_compare: Any) -> None:
     # A TP-2 group across the two sockets: PCIe between its GPUs and two NUMA nodes, both flagged.
-    specs = [DemoSpec("mistral-7b", (1, 2), 18202, (0.6, 0.58), (40, 40), tuple(range(0, 16)), (0,), 0)]
+    specs = [Scenario("mistral-7b", (1, 2), 18202, (0.6, 0.58), (40, 40), tuple(range(0, 16)), (0,), 0)]
     assert snap_compare(make_app("pcie-4", specs), terminal_size=(200, 50), run_before=_steps)
 
 

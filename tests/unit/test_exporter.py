@@ -5,13 +5,16 @@ from __future__ import annotations
 import socket
 import threading
 import urllib.request
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from amdtop.errors import AmdtopError, InputError
-from amdtop.exporter import FAMILIES, Exporter, ExportState, LinkBandwidth, RampKnee, RcclCounts, parse_listen
+from amdtop.exporter import FAMILIES, Exporter, parse_listen
 from amdtop.exporter.families import GPU_LABELS, MB
 from amdtop.exporter.server import is_loopback
 from amdtop.model import (
@@ -24,6 +27,7 @@ from amdtop.model import (
     WorkerState,
     WorkerStatus,
 )
+from amdtop.pipeline import LinkBandwidth, LogCounts, NodeFrame, NodePipeline, RampKnee
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.sim import GpuDemand, SimBackend
 from amdtop.telemetry.sysfs import open_backend as open_sysfs
@@ -37,26 +41,43 @@ def scrape(exporter: Exporter) -> dict[str, object]:
     return {f.name: f for f in text_string_to_metric_families(exporter.render().decode())}
 
 
-def full_state(sim: SimBackend) -> ExportState:
+class Workers:
+    """A fixed worker list as the supervisor would report it."""
+
+    def __init__(self, workers: tuple[WorkerStatus, ...]) -> None:
+        self.workers = workers
+
+    def status(self) -> list[WorkerStatus]:
+        return list(self.workers)
+
+
+def frames(backend: Any, workers: tuple[WorkerStatus, ...] = ()) -> Callable[[], NodeFrame]:
+    """The exporter's provider: the node pipeline's tick, as ``amdtop export`` runs it."""
+    return NodePipeline(backend, Workers(workers) if workers else None, discover=False).tick
+
+
+def full_state(sim: SimBackend) -> NodeFrame:
     """A demo node with two workers, flags, RCCL counts, a ramp knee and probe results: every family has data."""
     sim.set_demand("llama-a", {i: GpuDemand(0.9 if i else 0.3, 150 * GIB, 4242) for i in range(4)})
-    snap = sim.sample()
+    sim.throttle(2, "power_cap", 0.4)
     workers = (
         WorkerStatus("llama-a", WorkerState.READY, (0, 1, 2, 3), port=19499, numa_node=0, restarts=2),
         WorkerStatus("llama-b", WorkerState.CRASHED, (4, 5, 6, 7), port=19498, numa_node=None),
     )
+    tick = frames(sim, workers)
+    tick()
+    frame = tick()  # two ticks: live fabric traffic is a rate between polls
+    # The facts the log monitor and the state dir would add to the frame.
     flags = (
-        Flag(FlagKind.TP_IMBALANCE, "GPU 0 lags", worker="llama-a", gpus=(0, 1, 2, 3), spread_pct=66.0),
         Flag(FlagKind.NUMA_MISMATCH, "not pinned", worker="llama-b"),
         Flag(FlagKind.TRANSPORT_FALLBACK, "SHM between 4 and 5", worker="llama-b", gpus=(4, 5)),
     )
-    return ExportState(
-        snapshot=snap,
-        workers=workers,
-        flags=flags,
+    return replace(
+        frame,
+        flags=frame.flags + flags,
         ramp_knees=(RampKnee("llama-a", 48, 48, 1764412345.0),),
-        rccl=(RcclCounts("llama-b", 3, 1),),
-        bandwidth=(LinkBandwidth(1, 0, 48.5),),
+        log_counts=(LogCounts("llama-b", 3, 1),),
+        bandwidth=(LinkBandwidth(0, 1, 48.5),),
     )
 
 
@@ -118,7 +139,7 @@ def test_demo_values_in_amd_exporter_units() -> None:
 
 def test_idle_demo_node_has_gpu_metrics_but_no_worker_series() -> None:
     sim = SimBackend()
-    fams = scrape(Exporter(lambda: ExportState(sim.sample()), "127.0.0.1:0"))
+    fams = scrape(Exporter(frames(sim), "127.0.0.1:0"))
     assert {"gpu_gfx_activity", "gpu_used_vram", "gpu_junction_temperature", "amdtop_link_info"} <= set(fams)
     absent = {n for n in FAMILIES if n.startswith(("amdtop_worker", "amdtop_rccl", "amdtop_ramp", "amdtop_tp_"))}
     assert not absent & set(fams)
@@ -127,7 +148,7 @@ def test_idle_demo_node_has_gpu_metrics_but_no_worker_series() -> None:
 
 def test_pcie_scenario_links_without_driver_bandwidth() -> None:
     sim = SimBackend(scenario="pcie-4")
-    fams = scrape(Exporter(lambda: ExportState(sim.sample()), "127.0.0.1:0"))
+    fams = scrape(Exporter(frames(sim), "127.0.0.1:0"))
     types = {s.labels["type"] for s in fams["amdtop_link_info"].samples}
     assert types == {"PCIE"}
     hops = {(s.labels["gpu_a"], s.labels["gpu_b"]): s.labels["hops"] for s in fams["amdtop_link_info"].samples}
@@ -137,7 +158,7 @@ def test_pcie_scenario_links_without_driver_bandwidth() -> None:
 
 def test_empty_node_publishes_no_gpu_series() -> None:
     sim = SimBackend(scenario="empty")
-    fams = scrape(Exporter(lambda: ExportState(sim.sample()), "127.0.0.1:0"))
+    fams = scrape(Exporter(frames(sim), "127.0.0.1:0"))
     assert not [n for n in fams if n.startswith("gpu_")]
     assert "amdtop_snapshot_timestamp_seconds" in fams
 
@@ -155,7 +176,7 @@ def test_no_series_for_what_the_backend_cannot_give() -> None:
         Topology(info, (), ()),
         (GpuSample(0, util_pct=12.0, vram_used_bytes=5 * MB), GpuSample(1, lost=True, error="gone")),
     )
-    fams = scrape(Exporter(lambda: ExportState(snap), "127.0.0.1:0"))
+    fams = scrape(Exporter(lambda: NodeFrame(snap, flags=snap.flags), "127.0.0.1:0"))
     present = {n for n in fams if n.startswith("gpu_")}
     assert present == {"gpu_gfx_activity", "gpu_used_vram"}
     assert [s.labels["gpu_id"] for s in fams["gpu_gfx_activity"].samples] == ["0"]
@@ -169,7 +190,7 @@ def test_no_series_for_what_the_backend_cannot_give() -> None:
 def test_lost_sim_gpu_drops_its_metrics() -> None:
     sim = SimBackend()
     sim.lose_gpu(3)
-    fams = scrape(Exporter(lambda: ExportState(sim.sample()), "127.0.0.1:0"))
+    fams = scrape(Exporter(frames(sim), "127.0.0.1:0"))
     assert "3" not in {s.labels["gpu_id"] for s in fams["gpu_package_power"].samples}
     assert {s.labels["gpu_id"]: s.value for s in fams["amdtop_gpu_lost"].samples}["3"] == 1.0
     kinds = {s.labels["kind"]: s.value for s in fams["amdtop_flags"].samples}
@@ -183,9 +204,9 @@ class CountingSim:
         self.sim = SimBackend()
         self.calls = 0
 
-    def __call__(self) -> ExportState:
+    def __call__(self) -> NodeFrame:
         self.calls += 1
-        return ExportState(self.sim.sample())
+        return NodeFrame(self.sim.sample())
 
 
 def test_min_interval_two_scrapes_one_sample() -> None:
@@ -274,7 +295,7 @@ def sysfs_families(tree: SysfsTree, vanish: int | None = None) -> dict[str, obje
         if vanish is not None:
             backend.sample()
             tree.vanish(vanish)  # falls off the bus mid-run
-        return scrape(Exporter(lambda: ExportState(backend.sample()), "127.0.0.1:0"))
+        return scrape(Exporter(frames(backend), "127.0.0.1:0"))
     finally:
         backend.close()
 

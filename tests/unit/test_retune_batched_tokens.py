@@ -33,7 +33,8 @@ def test_max_num_batched_tokens_is_retunable() -> None:
     ("changes", "why"),
     [({"max-num-batched-tokens": "32"}, "below max-num-seqs 64; give at least 64"),
      ({"max-num-batched-tokens": "128", "max-num-seqs": "256"}, "below max-num-seqs 256"),
-     ({"max-num-batched-tokens": "0"}, "must be at least 1"),
+     ({"max-num-batched-tokens": "0"}, "outside 1..2147483647"),
+     ({"max-num-batched-tokens": str(2**31)}, "outside 1..2147483647"),
      ({"max-num-batched-tokens": "4k"}, "is not an integer")],
 )  # fmt: skip
 def test_bad_values_name_the_field(changes: dict[str, str], why: str) -> None:

@@ -223,13 +223,17 @@ def test_demo_worker_runs_simserver_and_drives_sim_gpus(tmp_path: Path) -> None:
         assert b"amdtop.simserver" in argv and b"--tensor-parallel-size" in argv
         st = sup.wait_ready("qwen-32b", timeout=30, poll=0.1)
         assert st.numa_node == 1 and st.mems_allowed == (1,)  # the simulated node's binding
-        rows = {r.name: r for r in sup.status()}
+        statuses = sup.status()
+        rows = {r.name: r for r in statuses}
         assert rows["qwen-32b"].state is WorkerState.READY and rows["llama-70b"].state is WorkerState.STOPPED
+        feed = sup.demo_load()
+        assert feed is not None
+        feed(statuses)  # what the node pipeline does each tick in demo mode
         snap = sim.sample()
         assert snap.gpus[4].vram_used_bytes > 100 * 1024**3 and snap.gpus[0].vram_used_bytes < 1024**3  # type: ignore[operator]
         assert any(p.pid == st.pid for p in snap.gpus[5].processes)
         sup.stop("qwen-32b", grace=5)
-        sup.status()
+        feed(sup.status())
         assert sim.sample().gpus[4].vram_used_bytes < 1024**3  # type: ignore[operator]
     finally:
         sup.stop("qwen-32b", grace=0.5)

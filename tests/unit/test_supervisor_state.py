@@ -138,6 +138,20 @@ def test_retune_diff_writeback_keeps_comments(tmp_path: Path) -> None:
         ),
         ({"block-size": "24"}, "worker[a].args.block-size: 24 is not a power of two; e.g. block-size=16"),
         (
+            {"max-num-seqs": "99999999999999999999999"},
+            "worker[a].args.max-num-seqs: 99999999999999999999999 is outside 1..65536; e.g. max-num-seqs=64",
+        ),
+        ({"max-model-len": "0"}, "worker[a].args.max-model-len: 0 is outside 1..2147483647; e.g. max-model-len=64"),
+        ({"block-size": "8192"}, "worker[a].args.block-size: 8192 is outside 1..4096; e.g. block-size=16"),
+        (
+            {"gpu-memory-utilization": "nan"},
+            "worker[a].args.gpu-memory-utilization: 'nan' is not a finite number; e.g. gpu-memory-utilization=0.9",
+        ),
+        (
+            {"gpu-memory-utilization": "0"},
+            "worker[a].args.gpu-memory-utilization: 0 is outside (0, 1]; e.g. gpu-memory-utilization=0.9",
+        ),
+        (
             {"dtype": "half"},
             "worker[a].dtype: cannot be retuned; use one of max-num-seqs, gpu-memory-utilization, block-size, max-model-len, max-num-batched-tokens, numa_node, env.NAME",
         ),
@@ -274,10 +288,14 @@ def test_members_need_an_anchor_in_the_group(tmp_path: Path) -> None:
     orphans = {102: st(102, 1, 100), 103: st(103, 1, 100), 104: st(104, 102, 100), 105: st(105, 1, 100)}
     proc = _fake_proc(tmp_path / "b", {102: {}, 103: ours, 104: {}, 105: {"AMDTOP_WORKER": "other:1"}})
     assert members(pgid=100, start_ticks=150, marker="w:abc", table=orphans, proc=proc) == {102, 103, 104}
-    # A process older than the launch is never ours, and a known (pid, start) is ours anywhere.
-    old = {102: st(102, 1, 100, ticks=10), 106: st(106, 1, 555)}
-    proc = _fake_proc(tmp_path / "c", {102: ours, 106: {}})
-    assert members(pgid=100, start_ticks=150, marker="w:abc", known=((106, 200),), table=old, proc=proc) == {106}
+    # A process older than the launch is never ours; a known (pid, start) is ours anywhere while the process agrees
+    # (our marker, or a VLLM:: title where setproctitle overwrote the environment). A state file naming someone
+    # else's process (107: no marker, not vLLM; 108: another launch's marker) names nothing.
+    old = {102: st(102, 1, 100, ticks=10), 106: st(106, 1, 555), 107: st(107, 1, 107), 108: st(108, 1, 108)}
+    proc = _fake_proc(tmp_path / "c", {102: ours, 106: ours, 107: {"PATH": "/bin"}, 108: {"AMDTOP_WORKER": "w:zzz"}})
+    known = ((106, 200), (107, 200), (108, 200))
+    assert members(pgid=100, start_ticks=150, marker="w:abc", known=known, table=old, proc=proc) == {106}
+    assert members(pgid=107, start_ticks=0, marker="w:abc", known=((107, 200),), table=old, proc=proc) == set()
 
 
 def test_deep_sweep_takes_orphaned_vllm_titles_of_an_unanchored_group(tmp_path: Path) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Container
@@ -12,8 +10,8 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static, Tab, Tabs
 
+from amdtop.pipeline import NodeFrame
 from tui import views
-from tui.frame import Frame
 from widgets.gpu_table import GpuTable
 from widgets.log_tail import LogTailPane
 from widgets.render_pane import RenderPane
@@ -39,11 +37,9 @@ class DashboardScreen(Screen[None]):
         super().__init__(id="dashboard")
         self.banner = banner
         self.active_pane = "gpus"
-        self.bandwidth: tuple[tuple[int, int, float], ...] | None = None
         self.show_gbps = False
-        self.last_frame: Frame | None = None
+        self.last_frame: NodeFrame | None = None
         self._status = ""
-        self._log_summary: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("amdtop", id="status")
@@ -111,7 +107,7 @@ class DashboardScreen(Screen[None]):
             self._select(event.tab.id.removeprefix("tab-"))
 
     # -- data --------------------------------------------------------------------------------------------------------
-    def apply(self, frame: Frame, status: str, now: float) -> None:
+    def apply(self, frame: NodeFrame, status: str, now: float) -> None:
         self.last_frame = frame
         with self.app.batch_update():
             if status != self._status:
@@ -119,24 +115,21 @@ class DashboardScreen(Screen[None]):
                 self._status = status
                 self.query_one("#status", Static).update(status, layout=False)
             self.query_one("#pane-gpus", GpuTable).show(views.gpu_rows(frame))
-            self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.bandwidth, self.show_gbps)
+            self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.show_gbps)
             self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", RenderPane).view = views.numa_view(frame)
             before = self.selected_worker()
             self.query_one("#pane-workers", WorkersTable).show(views.worker_rows(frame, now))
             if self.selected_worker() != before:
                 self.refresh_bindings()  # control keys are enabled only with a selected worker
-            logs: Any = self.query_one("#pane-logs")
-            if (frame.log_lines or frame.log_dropped) and hasattr(logs, "feed"):
-                logs.feed(list(frame.log_lines), frame.log_dropped)
-            if frame.log_summary and frame.log_summary != self._log_summary and hasattr(logs, "set_summary"):
-                self._log_summary = frame.log_summary
-                logs.set_summary(frame.log_summary)
+            if frame.logs is not None:
+                self.query_one("#pane-logs", LogTailPane).show_update(frame.logs)
 
     def on_screen_resume(self) -> None:
-        show_pending = getattr(self.app, "show_pending", None)
-        if show_pending is not None:
-            show_pending()
+        from tui.app import AmdtopApp  # the app imports this screen: resolve the name at call time
+
+        if isinstance(self.app, AmdtopApp):
+            self.app.show_pending()
 
     @on(WorkersTable.RowHighlighted, "#pane-workers")
     def _worker_highlighted(self) -> None:

@@ -17,6 +17,7 @@ Test hook (not in the real API): ``_FAKE_FAIL[(function_name, bdf or None)] = er
 import ctypes
 import os
 import re
+import struct
 from enum import IntEnum
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from . import amdsmi_wrapper
 from .amdsmi_exception import AmdSmiBdfFormatException, AmdSmiLibraryException, AmdSmiParameterException
 
 processor_handle = ctypes.c_void_p
+AMDSMI_MAX_NUM_XGMI_LINKS = 8
 _HANDLE_BASE = 0x5A000000
 _FAKE_FAIL: dict = {}
 _state: dict = {}
@@ -85,6 +87,30 @@ class AmdSmiLinkType(IntEnum):
     AMDSMI_LINK_TYPE_PCIE = amdsmi_wrapper.AMDSMI_LINK_TYPE_PCIE
     AMDSMI_LINK_TYPE_NOT_APPLICABLE = amdsmi_wrapper.AMDSMI_LINK_TYPE_NOT_APPLICABLE
     AMDSMI_LINK_TYPE_UNKNOWN = amdsmi_wrapper.AMDSMI_LINK_TYPE_UNKNOWN
+
+
+class AmdSmiGpuBlock(IntEnum):
+    INVALID = amdsmi_wrapper.AMDSMI_GPU_BLOCK_INVALID
+    UMC = amdsmi_wrapper.AMDSMI_GPU_BLOCK_UMC
+    SDMA = amdsmi_wrapper.AMDSMI_GPU_BLOCK_SDMA
+    GFX = amdsmi_wrapper.AMDSMI_GPU_BLOCK_GFX
+    MMHUB = amdsmi_wrapper.AMDSMI_GPU_BLOCK_MMHUB
+    ATHUB = amdsmi_wrapper.AMDSMI_GPU_BLOCK_ATHUB
+    PCIE_BIF = amdsmi_wrapper.AMDSMI_GPU_BLOCK_PCIE_BIF
+    HDP = amdsmi_wrapper.AMDSMI_GPU_BLOCK_HDP
+    XGMI_WAFL = amdsmi_wrapper.AMDSMI_GPU_BLOCK_XGMI_WAFL
+    DF = amdsmi_wrapper.AMDSMI_GPU_BLOCK_DF
+    SMN = amdsmi_wrapper.AMDSMI_GPU_BLOCK_SMN
+    SEM = amdsmi_wrapper.AMDSMI_GPU_BLOCK_SEM
+    MP0 = amdsmi_wrapper.AMDSMI_GPU_BLOCK_MP0
+    MP1 = amdsmi_wrapper.AMDSMI_GPU_BLOCK_MP1
+    FUSE = amdsmi_wrapper.AMDSMI_GPU_BLOCK_FUSE
+    MCA = amdsmi_wrapper.AMDSMI_GPU_BLOCK_MCA
+    VCN = amdsmi_wrapper.AMDSMI_GPU_BLOCK_VCN
+    JPEG = amdsmi_wrapper.AMDSMI_GPU_BLOCK_JPEG
+    IH = amdsmi_wrapper.AMDSMI_GPU_BLOCK_IH
+    MPIO = amdsmi_wrapper.AMDSMI_GPU_BLOCK_MPIO
+    RESERVED = amdsmi_wrapper.AMDSMI_GPU_BLOCK_RESERVED
 
 
 # ----------------------------------------------------------------------------------------------- fixture reading
@@ -467,3 +493,140 @@ def amdsmi_is_P2P_accessible(processor_handle_src, processor_handle_dst):
         _gpu(processor_handle_dst, "amdsmi_is_P2P_accessible"),
     )
     return ga is gb or (ga["node"] is not None and gb["node"] is not None)
+
+
+# ------------------------------------------------------------------------------- gpu_metrics-backed calls (MI300)
+# The library reads these from the binary gpu_metrics table. Offsets are those of the kernel's gpu_metrics_v1_4/5/6
+# (kgd_pp_interface.h), worked out here on their own so this fake does not share amdtop's parser.
+_XGMI_READ_OFFSET = {4: 104, 5: 176, 6: 200}  # xgmi_read_data_acc[8]; xgmi_write_data_acc[8] follows
+_RESIDENCY_OFFSET = 104  # v1.6: accumulation_counter then prochot/ppt/socket_thm/vr_thm/hbm_thm residency (u32 each)
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+def _metrics_table(gpu):
+    try:
+        data = (gpu["dev"] / "gpu_metrics").read_bytes()
+    except OSError:
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED) from None
+    if len(data) < 4:
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_UNEXPECTED_SIZE)
+    size, frev, crev = struct.unpack_from("<HBB", data)
+    if frev != 1 or len(data) < size:
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+    return crev, data
+
+
+def _xgmi_peers(gpu):
+    """BDFs of the GPUs this one's XGMI io_links lead to, in link order."""
+    if gpu["node"] is None:
+        return []
+    by_node = {g["node"]: g["bdf"] for g in _state["gpus"]}
+    return [by_node.get(lk["node_to"]) for lk in _state["nodes"][gpu["node"]]["io"] if lk["type"] == 11]
+
+
+def amdsmi_get_link_metrics(processor_handle):
+    if not isinstance(processor_handle, amdsmi_wrapper.amdsmi_processor_handle):
+        raise AmdSmiParameterException(processor_handle, amdsmi_wrapper.amdsmi_processor_handle)
+    gpu = _gpu(processor_handle, "amdsmi_get_link_metrics")
+    crev, data = _metrics_table(gpu)
+    if crev not in _XGMI_READ_OFFSET:
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+    off = _XGMI_READ_OFFSET[crev]
+    reads = struct.unpack_from("<8Q", data, off)
+    writes = struct.unpack_from("<8Q", data, off + 64)
+    peers = _xgmi_peers(gpu)
+    links = []
+    for i in range(AMDSMI_MAX_NUM_XGMI_LINKS):
+        peer = peers[i] if i < len(peers) else None
+        links.append(
+            {
+                "bdf": peer or "0000:00:00.0",
+                "bit_rate": 32 if peer else 0,
+                "max_bandwidth": 64 if peer else 0,
+                "link_type": amdsmi_wrapper.AMDSMI_LINK_TYPE_XGMI if peer else amdsmi_wrapper.AMDSMI_LINK_TYPE_UNKNOWN,
+                "read": reads[i] if reads[i] != _U64_MAX else 0,
+                "write": writes[i] if writes[i] != _U64_MAX else 0,
+            }
+        )
+    return {"num_links": len(peers), "links": links}
+
+
+def amdsmi_get_violation_status(processor_handle):
+    if not isinstance(processor_handle, amdsmi_wrapper.amdsmi_processor_handle):
+        raise AmdSmiParameterException(processor_handle, amdsmi_wrapper.amdsmi_processor_handle)
+    gpu = _gpu(processor_handle, "amdsmi_get_violation_status")
+    crev, data = _metrics_table(gpu)
+    if crev < 6:
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+    acc, prochot, ppt, socket, vr, hbm = struct.unpack_from("<6I", data, _RESIDENCY_OFFSET)
+
+    def v(x):
+        return "N/A" if x == 0xFFFFFFFF else x
+
+    # The per_* percentages and active_* flags are the library's own deltas between calls; not modelled here.
+    out = {
+        "reference_timestamp": "N/A",
+        "violation_timestamp": "N/A",
+        "acc_counter": v(acc),
+        "acc_prochot_thrm": v(prochot),
+        "acc_ppt_pwr": v(ppt),
+        "acc_socket_thrm": v(socket),
+        "acc_vr_thrm": v(vr),
+        "acc_hbm_thrm": v(hbm),
+        "acc_gfx_clk_below_host_limit": "N/A",
+    }
+    for name in ("prochot_thrm", "ppt_pwr", "socket_thrm", "vr_thrm", "hbm_thrm", "gfx_clk_below_host_limit"):
+        out["per_" + name] = "N/A"
+        out["active_" + name] = "N/A"
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ ECC (RAS files)
+
+
+def _ras_counts(gpu, block):
+    text = _read(gpu["dev"] / "ras" / (block.name.lower() + "_err_count"))
+    counts = {}
+    for line in text.splitlines():
+        k, _, val = line.partition(":")
+        counts[k.strip()] = int(val)
+    return {
+        "correctable_count": counts.get("ce", 0),
+        "uncorrectable_count": counts.get("ue", 0),
+        "deferred_count": counts.get("de", 0),
+    }
+
+
+def amdsmi_get_gpu_ecc_enabled(processor_handle):
+    gpu = _gpu(processor_handle, "amdsmi_get_gpu_ecc_enabled")
+    ras = gpu["dev"] / "ras"
+    if not ras.is_dir():
+        raise AmdSmiLibraryException(amdsmi_wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+    mask = 0
+    for block in AmdSmiGpuBlock:
+        named = block not in (AmdSmiGpuBlock.INVALID, AmdSmiGpuBlock.RESERVED)
+        if named and (ras / (block.name.lower() + "_err_count")).exists():
+            mask |= block.value
+    return mask
+
+
+def amdsmi_get_gpu_ecc_count(processor_handle, block):
+    gpu = _gpu(processor_handle, "amdsmi_get_gpu_ecc_count")
+    if not isinstance(block, AmdSmiGpuBlock):
+        raise AmdSmiParameterException(block, AmdSmiGpuBlock)
+    return _ras_counts(gpu, block)
+
+
+def amdsmi_get_gpu_total_ecc_count(processor_handle):
+    gpu = _gpu(processor_handle, "amdsmi_get_gpu_total_ecc_count")
+    total = {"correctable_count": 0, "uncorrectable_count": 0, "deferred_count": 0}
+    for block in AmdSmiGpuBlock:
+        if block in (AmdSmiGpuBlock.INVALID, AmdSmiGpuBlock.RESERVED):
+            continue
+        try:
+            counts = _ras_counts(gpu, block)
+        except AmdSmiLibraryException:
+            continue
+        for k in total:
+            total[k] += counts[k]
+    return total

@@ -6,15 +6,14 @@ import json
 import os
 import shutil
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from amdtop.cli.main import main
-from amdtop.exporter import ExportState, LinkBandwidth
-from amdtop.exporter.sources import NodeProvider, RcclCounter, bandwidth_from_probe, enrich, load_probe, load_ramp_knees
 from amdtop.model import Flag, FlagKind, WorkerState, WorkerStatus
+from amdtop.pipeline import LinkBandwidth, NodePipeline
+from amdtop.pipeline.statefiles import load_probe, load_ramp_knees
 from amdtop.telemetry.sim import SimBackend
 
 
@@ -71,41 +70,11 @@ def test_ramp_knees_absent_dir(tmp_path: Path) -> None:
     assert load_ramp_knees(tmp_path / "nothing") == ()
 
 
-@dataclass(frozen=True)
-class Pair:
-    a: int
-    b: int
-    gbps: float
-
-
-@dataclass(frozen=True)
-class PairsResult:
-    pairs: tuple[Pair, ...]
-
-
-@dataclass(frozen=True)
-class MapResult:
-    gbps: dict[tuple[int, int], float | None]
-
-
-def test_probe_shapes() -> None:
-    assert bandwidth_from_probe(PairsResult((Pair(2, 1, 40.0),))) == (LinkBandwidth(1, 2, 40.0),)
-    assert bandwidth_from_probe(MapResult({(0, 1): 50.0, (0, 2): None})) == (LinkBandwidth(0, 1, 50.0),)
-    assert bandwidth_from_probe(None) == ()
-
-
-def test_enrich_keeps_caller_facts(tmp_path: Path) -> None:
-    snap = SimBackend().sample()
-    flag = Flag(FlagKind.NUMA_MISMATCH, "x", worker="w")
-    state = enrich(snap, [], [flag], tmp_path)
-    assert isinstance(state, ExportState) and state.flags == (flag,) and state.snapshot is snap
-
-
-def test_node_provider_polls_backend_once_per_call(tmp_path: Path) -> None:
+def test_pipeline_polls_backend_once_per_tick(tmp_path: Path) -> None:
     sim = SimBackend()
-    provider = NodeProvider(sim, state_dir=tmp_path, proc_root=tmp_path)
-    a, b = provider(), provider()
-    assert a.snapshot.gpus and b.snapshot.timestamp >= a.snapshot.timestamp
+    pipeline = NodePipeline(sim, state_dir=tmp_path, proc_root=tmp_path)
+    a, b = pipeline.tick(), pipeline.tick()
+    assert a.snapshot.gpus and b.snapshot.timestamp >= a.snapshot.timestamp and (a.tick, b.tick) == (1, 2)
 
 
 def isolated(tmp: Path) -> list[str]:
@@ -138,11 +107,19 @@ def test_rccl_counts_from_worker_logs(tmp_path: Path) -> None:
         WorkerStatus("llama-b", WorkerState.READY, (4, 5), log=str(clean)),
         WorkerStatus("llama-c", WorkerState.STOPPED, (6,), log=str(tmp_path / "missing.log")),
     ]
-    counter = RcclCounter()
-    state = enrich(SimBackend().sample(), workers, [], None, counter)
-    assert {(r.worker, r.errors, r.warnings) for r in state.rccl} == {("llama-a", 4, 4), ("llama-b", 0, 0)}
-    rccl_flags = [f for f in state.flags if f.worker == "llama-a"]
-    assert rccl_flags  # the diagnosis flags the errors, attributed to the worker
-    clean.write_text("NCCL Error 2: unhandled system error\nRuntimeError: NCCL Error 2: unhandled system error\n")
-    again = enrich(SimBackend().sample(), workers, [], None, counter)
-    assert {r.worker: r.errors for r in again.rccl}["llama-b"] >= 1  # a changed log is parsed again
+
+
+    class Source:
+        def status(self) -> list[WorkerStatus]:
+            return workers
+
+    # The log monitor parses each log once, as it grows; the frame carries its counts to every view.
+    pipeline = NodePipeline(SimBackend(), Source(), discover=False, follow_logs=True)
+    pipeline.tick()
+    frame = pipeline.tick()
+    assert {(r.worker, r.errors, r.warnings) for r in frame.log_counts} == {("llama-a", 4, 4), ("llama-b", 0, 0)}
+    assert [f for f in frame.flags if f.worker == "llama-a"]  # the diagnosis flags the errors, on the worker
+    with clean.open("a") as fh:
+        fh.write("NCCL Error 2: unhandled system error\nRuntimeError: NCCL Error 2: unhandled system error\n")
+    again = pipeline.tick()
+    assert {r.worker: r.errors for r in again.log_counts}["llama-b"] >= 1  # a growing log is parsed as it grows

@@ -1,0 +1,33 @@
+"""What the dashboard may ask of a worker controller: the supervisor, or a test double of it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from amdtop.model import WorkerStatus
+
+
+class StopResult(Protocol):
+    """What a stop reports back (the supervisor's ``StopReport``)."""
+
+    @property
+    def message(self) -> str: ...
+
+
+class WorkerControl(Protocol):
+    """Launch, stop, restart and retune workers by name; every call blocks, so the UI calls from a thread worker."""
+
+    def status(self) -> list[WorkerStatus]: ...
+
+    def launch(self, name: str) -> WorkerStatus: ...
+
+    def stop(self, name: str) -> StopResult | str: ...
+
+    def restart(self, name: str) -> WorkerStatus: ...
+
+    def retune_diff(self, name: str, changes: Mapping[str, str]) -> str: ...
+
+    def retune(self, name: str, changes: Mapping[str, str]) -> WorkerStatus: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,51 @@
+"""JSON shapes of the health values, for ``snapshot --json`` and the producer's frame; keys are additions only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from amdtop.health.ecc import ecc_flags
+from amdtop.health.throttle import ThrottleShare, throttle_flags
+from amdtop.health.traffic import FabricTraffic
+from amdtop.model import Flag, GpuSample, NodeSnapshot
+
+
+def gpu_health_json(sample: GpuSample, share: ThrottleShare | None = None) -> dict[str, Any]:
+    """Keys to add to one GPU's object: ``throttle_active``, ``throttle_pct`` (reason -> % of the window),
+    ``throttle_window_s``, ``ecc`` (per block) and ``xgmi_links`` (cumulative KB per link); ``None`` where unknown."""
+    return {
+        "throttle_active": None if sample.throttle_active is None else list(sample.throttle_active),
+        "throttle_pct": None if share is None else {r: round(100.0 * v, 1) for r, v in share.shares},
+        "throttle_window_s": None if share is None else round(share.window_s, 1),
+        "ecc": None
+        if sample.ecc is None
+        else [
+            {"block": e.block, "correctable": e.correctable, "uncorrectable": e.uncorrectable, "deferred": e.deferred}
+            for e in sample.ecc
+        ],
+        "xgmi_links": None
+        if sample.xgmi_links is None
+        else [
+            {"link": c.link, "peer_bdf": c.peer_bdf, "read_kb": c.read_kb, "write_kb": c.write_kb}
+            for c in sample.xgmi_links
+        ],
+    }
+
+
+def fabric_json(traffic: FabricTraffic | None) -> dict[str, Any] | None:
+    """``fabric`` key of the snapshot document: rates over the last interval per GPU pair and per GPU (bytes/s)."""
+    if traffic is None:
+        return None
+    return {
+        "interval_s": round(traffic.interval_s, 3),
+        "pairs": [
+            {"src": p.src, "peer": p.peer, "read_bps": p.read_bps, "write_bps": p.write_bps} for p in traffic.pairs
+        ],
+        "gpus": [{"gpu": g.gpu, "read_bps": g.read_bps, "write_bps": g.write_bps} for g in traffic.gpus],
+    }
+
+
+def health_flags(history: Sequence[NodeSnapshot]) -> list[Flag]:
+    """Every health flag for a history (oldest first): ``gpu_throttled`` over 10 s, ``ecc_uncorrectable`` over 60 s."""
+    return [*throttle_flags(history), *ecc_flags(history)]

@@ -1,0 +1,157 @@
+"""The one frame: everything amdtop knows about the node after one tick, immutable and fully typed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amdtop.analysis.numa import WorkerBinding
+from amdtop.health.throttle import ThrottleShare
+from amdtop.health.traffic import FabricTraffic, GroupTraffic
+from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerStatus
+from amdtop.rccl.monitor import LogUpdate
+
+
+@dataclass(frozen=True, slots=True)
+class TpGroup:
+    """One worker's TP group judged over the imbalance window: the only place a spread is computed."""
+
+    worker: str
+    """Worker whose TP group this is."""
+    gpus: tuple[int, ...]
+    """GPUs in rank order."""
+    util_spread_pct: float | None
+    """(max-min)/max of the per-GPU window means of utilization; ``None`` when idle or unknown."""
+    vram_spread_pct: float | None
+    """The same for VRAM in use."""
+    util_mean_pct: float | None
+    """Mean utilization over the group's GPUs and the window."""
+    util_means: tuple[tuple[int, float], ...]
+    """(GPU, window mean utilization)."""
+    window_s: float
+    """Window length the spreads were judged over."""
+    samples: int
+    """Snapshots in the window."""
+    imbalanced: bool
+    """True when a ``tp_imbalance`` flag was raised for this group."""
+    lost_gpus: tuple[int, ...] = ()
+    """GPUs of the group that stopped answering."""
+    traffic: GroupTraffic | None = None
+    """Live XGMI/NVLink traffic inside the group over the last interval (``None`` where the backend gives none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHistory:
+    """Recent history of one GPU, oldest first, one point per tick (``None`` where the source gave nothing)."""
+
+    index: int
+    """GPU index."""
+    util_pct: tuple[float | None, ...] = ()
+    """Utilization, percent."""
+    vram_pct: tuple[float | None, ...] = ()
+    """VRAM in use, percent of the total."""
+    power_w: tuple[float | None, ...] = ()
+    """Package power, watts."""
+
+
+@dataclass(frozen=True, slots=True)
+class RampKnee:
+    """The knee the last load ramp found for a worker."""
+
+    worker: str
+    """Worker the ramp ran against."""
+    concurrency: int
+    """Concurrency at the knee."""
+    recommended_max_num_seqs: int | None = None
+    """``max-num-seqs`` the ramp recommended."""
+    timestamp: float | None = None
+    """When the ramp finished, seconds since the epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkBandwidth:
+    """Bandwidth measured between two GPUs by the link probe."""
+
+    a: int
+    """Lower GPU index."""
+    b: int
+    """Higher GPU index."""
+    gbps: float
+    """Measured GB/s (10^9 bytes per second)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogCounts:
+    """Problems counted in one worker's RCCL/NCCL log lines (by the log monitor, which parsed them once)."""
+
+    worker: str
+    """Worker whose logs were parsed."""
+    errors: int
+    """Error lines."""
+    warnings: int = 0
+    """Warning lines."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFrame:
+    """One tick of the node pipeline."""
+
+    snapshot: NodeSnapshot
+    """The backend's sample."""
+    workers: tuple[WorkerStatus, ...] = ()
+    """amdtop's own workers, then vLLM servers discovered running."""
+    flags: tuple[Flag, ...] = ()
+    """Every flag of every kind, each once: backend, imbalance, NUMA, placement, logs, probe."""
+    groups: tuple[TpGroup, ...] = ()
+    """TP groups (workers with GPUs that are not stopped), judged over the window."""
+    bindings: tuple[tuple[str, WorkerBinding], ...] = ()
+    """(worker, its real binding), read once per tick."""
+    history: tuple[GpuHistory, ...] = ()
+    """Per-GPU history in index order."""
+    logs: LogUpdate | None = None
+    """What the log monitor read this tick (``None`` when no logs are followed)."""
+    log_counts: tuple[LogCounts, ...] = ()
+    """RCCL/NCCL error and warning counts per worker."""
+    bandwidth: tuple[LinkBandwidth, ...] = ()
+    """Probe results per GPU pair; empty when no probe ran."""
+    ramp_knees: tuple[RampKnee, ...] = ()
+    """Last ramp knee per worker."""
+    fabric: FabricTraffic | None = None
+    """Live XGMI/NVLink rates over the last poll interval, per GPU pair where the peer is known, else per GPU."""
+    throttle: tuple[ThrottleShare, ...] = ()
+    """Share of the last window each GPU spent throttled, by reason."""
+    errors: tuple[str, ...] = ()
+    """Parts of the tick that failed (``workers: ...``), one line each; the rest of the frame still holds."""
+    tick: int = 0
+    """Tick number of the pipeline that built it (1 for the first)."""
+
+    def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
+        """Flags of the given kinds, in frame order."""
+        return tuple(f for f in self.flags if f.kind in kinds)
+
+    def flags_for_worker(self, worker: str) -> tuple[Flag, ...]:
+        """Flags that name ``worker``."""
+        return tuple(f for f in self.flags if f.worker == worker)
+
+    def flags_for_gpu(self, gpu: int) -> tuple[Flag, ...]:
+        """Flags that name GPU ``gpu``."""
+        return tuple(f for f in self.flags if gpu in f.gpus)
+
+    def group(self, worker: str) -> TpGroup | None:
+        """The TP group of ``worker``."""
+        return next((g for g in self.groups if g.worker == worker), None)
+
+    def binding_of(self, worker: str) -> WorkerBinding | None:
+        """The binding read for ``worker`` this tick."""
+        return next((b for name, b in self.bindings if name == worker), None)
+
+    def history_of(self, gpu: int) -> GpuHistory:
+        """History of GPU ``gpu`` (empty when unknown)."""
+        return next((h for h in self.history if h.index == gpu), GpuHistory(gpu))
+
+    def throttle_of(self, gpu: int) -> ThrottleShare | None:
+        """The throttle shares of GPU ``gpu``."""
+        return next((t for t in self.throttle if t.gpu == gpu), None)
+
+    def worker(self, name: str) -> WorkerStatus | None:
+        """The worker called ``name``."""
+        return next((w for w in self.workers if w.name == name), None)

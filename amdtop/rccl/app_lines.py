@@ -1,0 +1,113 @@
+"""Lines without ``NCCL INFO``: WARNs, banner continuations, PyTorch watchdog and NCCL errors, vLLM/Python logging."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from amdtop.rccl import grammar as g
+from amdtop.rccl.report import Message
+from amdtop.rccl.verdicts import is_advisory
+
+if TYPE_CHECKING:
+    from amdtop.rccl.parser import LogParser
+
+_ERROR_WORDS = (
+    "unhandled system error",
+    "unhandled cuda error",
+    "DistBackendError",
+    "NCCL communicator was aborted",
+    "ProcessRaisedException",
+)
+_LEVEL_INITIALS = frozenset("IWDEC")
+_APP_LEVELS = ("INFO ", "WARNING ", "DEBUG ", "ERROR ", "CRITICAL ")
+
+
+def warn(p: LogParser, line: str, i: int, j: int, file: str, lineno: int) -> None:
+    """A ``NCCL WARN`` line: message, source location, timestamp, rank and process."""
+    text = line[j:].strip()
+    host, pid, tid, dev, where = p.header(line[:i])
+    src = g.WARN_SOURCE.search(where)
+    extra: tuple[tuple[str, object], ...] = ()
+    if src:
+        extra = (("source", f"{g.short_file(src.group(1))}:{src.group(2)}"),)
+    if line.startswith("[") and line[1:5].isdigit():
+        extra = (*extra, ("time", line[1 : line.find("]")]))
+    p.warnings.append(Message(file, lineno, text, "warn", p.rank_of(host, pid, dev), extra, host, pid))
+    if not is_advisory(text):
+        p.warn_seqs.setdefault((host, pid, tid), []).append(p.seq(lineno))
+
+
+def other(p: LogParser, s: str, file: str, lineno: int) -> None:
+    """Any other non-empty line (stripped): judged, or counted as unknown."""
+    if p.in_banner:
+        m = g.BANNER_CONT.match(s)
+        if m:
+            p.versions[m.group(1)] = m.group(2)
+            return
+        if s.startswith(("Hostname", "Librccl path", "HIP version", "ROCm version")):
+            return
+        p.in_banner = False
+    if s[:1] == "(":
+        # vLLM process prefix ``(APIServer pid=1) `` / ``(VllmWorker TP0 pid=2) ``: judge what follows
+        j = s.find(") ")
+        if 0 < j < 80 and "pid=" in s[:j]:
+            s = s[j + 2 :]
+    if s.startswith(("INFO:", "#", "=== amdtop launch ")):
+        return  # uvicorn access/startup lines; nccl-tests/rccl-tests headers, fixture sources; amdtop's launch line
+    if s[:1] in _LEVEL_INITIALS and _is_app_log(s):
+        # vLLM / Python logging: only the pynccl version line and ERROR/CRITICAL lines matter
+        if s[0] == "I" and "nccl==" in s:
+            _vllm_nccl(p, s)
+            return
+        if s[0] not in "EC":
+            return
+    if "Watchdog caught" in s:
+        m = g.WATCHDOG.search(s)
+        if m:
+            seq, op, _ni, _no, tmo, ran = m.groups()
+            extra = (("seq", int(seq)), ("op", op), ("timeout_ms", int(tmo)), ("ran_ms", int(ran)))
+            p.errors.append((p.seq(lineno), Message(file, lineno, s, "watchdog_timeout", _torch_rank(s), extra)))
+            return
+    if "NCCL Error" in s:
+        m = g.NCCL_ERROR.search(s)
+        if m:
+            extra2 = (("result", int(m.group(1))),)
+            p.errors.append((p.seq(lineno), Message(file, lineno, s, "nccl_error", _torch_rank(s), extra2)))
+            return
+    if "nccl==" in s and _vllm_nccl(p, s):
+        return
+    if "NCCL version" in s or "RCCL version" in s:
+        p.version_line(s)
+        return
+    if s[:1] in _LEVEL_INITIALS and _is_app_log(s):
+        return
+    for word in _ERROR_WORDS:
+        if word in s:
+            p.errors.append((p.seq(lineno), Message(file, lineno, s, "exception", _torch_rank(s))))
+            return
+    if "ProcessGroupNCCL" in s or " WARN " in s:
+        if " WARN " in s and "ProcessGroupNCCL" not in s:
+            p.warnings.append(Message(file, lineno, s[s.find(" WARN ") + 6 :].strip(), "warn"))
+        return
+    p.unknown += 1
+
+
+def _vllm_nccl(p: LogParser, s: str) -> bool:
+    m = g.VLLM_NCCL.search(s)
+    if m is None:
+        return False
+    p.versions["vllm-nccl"] = m.group(1)
+    p.version = p.version or m.group(1)
+    return True
+
+
+def _is_app_log(s: str) -> bool:
+    # vLLM / Python logging lines (``INFO 07-20 17:27:20 file.py:63] ...``): known, not NCCL
+    return s.startswith(_APP_LEVELS) and s[s.find(" ") + 1 : s.find(" ") + 3].isdigit()
+
+
+def _torch_rank(s: str) -> int | None:
+    m = g.TORCH_RANK.search(s)
+    if m is None:
+        return None
+    return int(m.group(1) or m.group(2))

@@ -1,0 +1,191 @@
+"""Per-process communicator lines (Init, Trees, Channel, Connected) into :class:`ProcComm` views, and the line
+header cache: the communicator half of the parser. :mod:`amdtop.rccl.join` joins the views afterwards.
+"""
+
+from __future__ import annotations
+
+from amdtop.rccl import grammar as g
+from amdtop.rccl.state import ProcComm, ProcKey, ThreadKey
+
+Head = tuple[str | None, int | None, int | None, int | None, str]
+"""``(host, pid, tid, dev, rest)`` of the text before an NCCL marker."""
+
+
+class CommLines:
+    """Communicator state and the handlers of the lines that feed it; :class:`LogParser` adds the rest."""
+
+    def __init__(self) -> None:
+        self.library: str | None = None
+        self.procs: list[ProcComm] = []
+        self.unknown = 0
+        self.transports: dict[str, int] = {}
+        self.trail_key: tuple[str, str] | None = None
+        self._by_ptr: dict[tuple[str | None, int | None, str], ProcComm] = {}
+        self._by_thread: dict[ThreadKey, ProcComm] = {}
+        self._proc_last: dict[ProcKey, ProcComm] = {}
+        self._base = 0
+        self._heads: dict[str, Head] = {}
+        self._chan_comm: dict[tuple[str, str | None], ProcComm] = {}
+
+    def header(self, head: str) -> Head:
+        """``(host, pid, tid, dev, rest)`` of the text before an NCCL marker (cached: a few heads repeat)."""
+        got = self._heads.get(head)
+        if got is not None:
+            return got
+        m = g.HEADER.search(head)
+        if m is None:
+            got = (None, None, None, None, head)
+        else:
+            got = (m.group(1).split(".", 1)[0], int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5) or "")
+        if len(self._heads) > 4096:
+            self._heads.clear()
+        self._heads[head] = got
+        return got
+
+    def _new_comm(self, host: str | None, pid: int | None, tid: int | None, ptr: str | None, seq: int) -> ProcComm:
+        pc = ProcComm(host, pid, ptr, seq)
+        self.procs.append(pc)
+        if ptr is not None:
+            self._by_ptr[(host, pid, ptr)] = pc
+        self._by_thread[(host, pid, tid)] = pc
+        self._proc_last[(host, pid)] = pc
+        return pc
+
+    def _comm_for(self, head: str, ptr: str | None, nranks: int | None, lineno: int) -> ProcComm:
+        host, pid, tid, dev, _ = self.header(head)
+        pc = None
+        if ptr is not None:
+            pc = self._by_ptr.get((host, pid, ptr))
+        if pc is None:
+            pc = self._by_thread.get((host, pid, tid)) or self._proc_last.get((host, pid))
+            if pc is not None and ptr is not None and pc.ptr is not None and pc.ptr != ptr:
+                pc = None  # another pointer: another communicator of this process
+        if pc is None:
+            pc = self._new_comm(host, pid, tid, ptr, self._base + lineno)
+            pc.dev = dev  # the printing thread's device; an Init line, when it comes, says it for sure
+        elif ptr is not None and pc.ptr is None:
+            pc.ptr = ptr
+            self._by_ptr[(host, pid, ptr)] = pc
+        if nranks and not pc.nranks:
+            pc.nranks = nranks
+        return pc
+
+    def current_comm(self, host: str | None, pid: int | None, tid: int | None) -> ProcComm | None:
+        """The communicator the thread (else the process) last printed about."""
+        return self._by_thread.get((host, pid, tid)) or self._proc_last.get((host, pid))
+
+    def _init(self, head: str, msg: str, lineno: int) -> None:
+        self._chan_comm.clear()
+        seq = self._base + lineno
+        m = g.COMM_INIT.search(msg)
+        if m is None:
+            if "Destroy COMPLETE" in msg or "Abort COMPLETE" in msg:
+                ptr = msg.split(" ", 2)[1] if msg.startswith("comm ") else None
+                self._comm_for(head, ptr, None, lineno).ended = "aborted" if "Abort" in msg else "destroyed"
+            return
+        host, pid, tid, _dev, _ = self.header(head)
+        ptr, rank, nranks = m.group(1), int(m.group(2)), int(m.group(3))
+        pc = self._by_ptr.get((host, pid, ptr))
+        if pc is None or pc.ended is not None or (pc.rank is not None and pc.rank != rank):
+            pc = self._new_comm(host, pid, tid, ptr, seq)  # a pointer reused after teardown is a new communicator
+        self._by_thread[(host, pid, tid)] = self._proc_last[(host, pid)] = pc
+        pc.rank, pc.nranks = rank, nranks
+        pc.dev, pc.bus_id = int(m.group(4)), g.norm_bus_id(m.group(5))
+        idm = g.COMM_ID.search(msg)
+        if idm:
+            pc.comm_id = idm.group(1)
+        if "Init START" in msg:
+            pc.started_seq = seq
+        elif "Init COMPLETE" in msg:
+            pc.complete_seq = seq
+        elif "Destroy COMPLETE" in msg or "Abort COMPLETE" in msg:
+            pc.ended = "aborted" if "Abort" in msg else "destroyed"
+
+    def _trees(self, head: str, msg: str, lineno: int) -> None:
+        m = g.COMM_SUFFIX.search(msg)
+        r = g.TREE_RANK.search(msg)
+        if m is None or r is None:
+            return
+        pc = self._comm_for(head, m.group(1), int(m.group(2)), lineno)
+        if pc.rank is None:
+            pc.printers.add(int(r.group(1)))
+        if pc.bus_id is None and m.group(3):
+            pc.bus_id = g.norm_bus_id(m.group(3))
+
+    def _channel(self, line: str, i: int, lineno: int) -> None:
+        self.trail_key = None
+        m = g.CHANNEL.match(line, i + 11)
+        if m is None or "\ufffd" in line:
+            self.unknown += 1
+            return
+        ch, conn, src, sbus, dst, dbus, direction, transport, ptr, nr = m.groups()
+        # channel lines come in runs from one thread: cache the comm per (head, ptr); Init lines clear the cache
+        head = line[:i]
+        pc = self._chan_comm.get((head, ptr))
+        if pc is None:
+            if self.library is None and ptr is not None:
+                self.library = "RCCL"
+            pc = self._comm_for(head, ptr, int(nr) if nr else None, lineno)
+            self._chan_comm[(head, ptr)] = pc
+        key = (src, dst, transport)
+        seen = pc.edges.get(key)
+        if seen is None:
+            seen = pc.edges[key] = set()
+            self._channel_ranks(pc, int(src), sbus, int(dst), dbus, direction, ptr)
+        elif direction is not None:
+            self._channel_ranks(pc, int(src), sbus, int(dst), dbus, direction, ptr)
+        before = len(seen)
+        seen.add((ch, conn, direction))
+        if len(seen) > before:
+            self.transports[transport] = self.transports.get(transport, 0) + 1
+
+    @staticmethod
+    def _channel_ranks(
+        pc: ProcComm, s: int, sbus: str, d: int, dbus: str, direction: str | None, ptr: str | None
+    ) -> None:
+        if ptr is not None:
+            # rank[x] is a bus id in RCCL and old NCCL, a cudaDev in NCCL >= 2.19: only trust it with the comm suffix
+            peers = pc.peers
+            if s not in peers:
+                peers[s] = g.norm_bus_id(sbus)
+            if d not in peers:
+                peers[d] = g.norm_bus_id(dbus)
+        if pc.rank is None:
+            pc.printers.add(d if direction == "receive" else s)
+
+    def _connected(self, head: str, msg: str, lineno: int) -> None:
+        m = g.COMM_SUFFIX.search(msg) if " comm 0x" in msg else None
+        pc = self._comm_for(head, m.group(1) if m else None, int(m.group(2)) if m else None, lineno)
+        if m and m.group(3) and pc.bus_id is None:
+            pc.bus_id = g.norm_bus_id(m.group(3))
+        if "rings" in msg:
+            pc.rings = True
+        else:
+            pc.trees = True
+
+    def rank_of(self, host: str | None, pid: int | None, dev: int | None) -> int | None:
+        """The rank a process holds in its newest communicator (one rank per process in vLLM/torchrun); else dev."""
+        pc = self._proc_last.get((host, pid))
+        if pc is not None and pc.rank is not None and (dev is None or pc.dev is None or pc.dev == dev):
+            return pc.rank
+        return dev
+
+    def _rank_of_proc(self) -> dict[ProcKey, int]:
+        # one rank per process (vLLM TP, torchrun): the rank of its first communicator
+        out: dict[ProcKey, int] = {}
+        for pc in self.procs:
+            own = pc.own_ranks()
+            if len(own) == 1 and pc.proc not in out:
+                out[pc.proc] = next(iter(own))
+        return out
+
+    def seq(self, lineno: int) -> int:
+        """Global sequence number of line ``lineno`` of the file being fed."""
+        return self._base + lineno
+
+
+def suffix_ptr(msg: str) -> str | None:
+    if " comm 0x" not in msg:
+        return None
+    m = g.COMM_SUFFIX.search(msg)
+    return m.group(1) if m else None

@@ -1,0 +1,178 @@
+"""Typed per-worker views of parsed logs, for the one frame (TUI Logs pane, exporter counts, snapshot JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from amdtop.model import Flag, Topology
+from amdtop.rccl.diagnose import FALLBACK_PREFIXES, comm_summary, rank_gpus
+from amdtop.rccl.report import Comm, LogReport, RankInfo, WarningGroup
+
+
+@dataclass(frozen=True, slots=True)
+class PairView:
+    """One rank pair's connection, placed on the node's GPUs."""
+
+    src: int
+    """Sending rank."""
+    dst: int
+    """Receiving rank."""
+    transport: str
+    """As printed (``P2P/IPC``, ``SHM/direct``, ``NET/Socket/1``...)."""
+    channels: int
+    """Distinct channels over it."""
+    src_gpu: int | None = None
+    """amdtop GPU index of the sending rank (by bus id), ``None`` when not on this node or unknown."""
+    dst_gpu: int | None = None
+    """amdtop GPU index of the receiving rank."""
+    link: str | None = None
+    """Topology link type between the two GPUs (``XGMI``, ``PCIE``...) where known."""
+    inter_node: bool | None = None
+    """True between hosts: NET there is expected."""
+    fallback: bool = False
+    """SHM or NET between two GPUs of this node that share a direct link."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommView:
+    """One communicator of a worker, joined over its processes."""
+
+    id: str
+    """commId, or ``comm-<n>`` when joined by structure."""
+    nranks: int
+    """Ranks it has."""
+    summary: str
+    """One line (``4 ranks, all pairs P2P/IPC over XGMI (GPUs 0,1,2,3)``)."""
+    ranks: tuple[RankInfo, ...]
+    """Ranks with host, pid, device, bus id, pointer and init state."""
+    gpus: tuple[int | None, ...]
+    """amdtop GPU index per entry of :attr:`ranks`."""
+    hosts: tuple[str, ...]
+    """Hosts its ranks run on."""
+    pairs: tuple[PairView, ...]
+    """Every rank pair's transport."""
+    init_complete: int
+    """Ranks that completed init."""
+    rings_connected: int
+    """Ranks that printed ``Connected all rings``."""
+    ended: str | None = None
+    """``destroyed`` / ``aborted`` once torn down."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLogs:
+    """What one worker's RCCL/NCCL logs say."""
+
+    worker: str
+    """Worker (TP group) name."""
+    library: str | None
+    """``RCCL`` / ``NCCL``."""
+    version: str | None
+    """Library version."""
+    comms: tuple[CommView, ...]
+    """Communicators, in order of first appearance."""
+    warning_groups: tuple[WarningGroup, ...]
+    """Identical warnings grouped with rank and process counts."""
+    errors: int
+    """Error messages (NCCL errors, failed traces, watchdog timeouts, exceptions): the exporter's ``rccl_errors``."""
+    warnings: int
+    """WARN lines: the exporter's ``rccl_warnings``."""
+    notes: int
+    """Return-code traces judged harmless (a probe that fell back)."""
+    lines: int
+    """Lines parsed."""
+    unknown_lines: int
+    """Lines that matched no known form."""
+    flags: tuple[Flag, ...]
+    """Flags from these logs (errors, timeouts, fallbacks), each with this worker and the GPUs concerned."""
+
+
+def comm_view(comm: Comm, topology: Topology | None) -> CommView:
+    """:class:`CommView` of ``comm`` on ``topology`` (GPU indices and link types where the bus ids are the node's)."""
+    gpus = rank_gpus(comm, topology)
+    hosts = {r.rank: r.host for r in comm.ranks}
+    pairs = []
+    for e in comm.edges:
+        a, b = gpus.get(e.src), gpus.get(e.dst)
+        link = topology.link(a, b) if topology is not None and a is not None and b is not None and a != b else None
+        same_host = not e.inter_node and (hosts.get(e.src) == hosts.get(e.dst) or comm.nnodes == 1)
+        fallback = bool(link and link.direct and same_host and e.transport.startswith(FALLBACK_PREFIXES))
+        kind = link.type.value if link else None
+        pairs.append(PairView(e.src, e.dst, e.transport, e.channels, a, b, kind, e.inter_node, fallback))
+    return CommView(
+        id=comm.id,
+        nranks=comm.nranks,
+        summary=comm_summary(comm, topology),
+        ranks=comm.ranks,
+        gpus=tuple(gpus.get(r.rank) for r in comm.ranks),
+        hosts=comm.hosts,
+        pairs=tuple(pairs),
+        init_complete=comm.init_complete,
+        rings_connected=comm.rings_connected,
+        ended=comm.ended,
+    )
+
+
+def worker_logs(worker: str, report: LogReport, topology: Topology | None, flags: tuple[Flag, ...]) -> WorkerLogs:
+    """The typed view of one worker's report."""
+    return WorkerLogs(
+        worker=worker,
+        library=report.library,
+        version=report.version,
+        comms=tuple(comm_view(c, topology) for c in report.comms),
+        warning_groups=report.warning_groups,
+        errors=len(report.errors),
+        warnings=len(report.warnings),
+        notes=len(report.notes),
+        lines=report.lines,
+        unknown_lines=report.unknown_lines,
+        flags=flags,
+    )
+
+
+def worker_logs_json(w: WorkerLogs) -> dict[str, Any]:
+    """One worker's logs for ``snapshot --json`` (same key names as ``logs parse --json`` where they overlap)."""
+    return {
+        "worker": w.worker,
+        "library": w.library,
+        "version": w.version,
+        "lines": w.lines,
+        "unknown_lines": w.unknown_lines,
+        "errors": w.errors,
+        "warnings": w.warnings,
+        "notes": w.notes,
+        "comms": [
+            {
+                "id": c.id,
+                "nranks": c.nranks,
+                "summary": c.summary,
+                "hosts": list(c.hosts),
+                "init_complete": c.init_complete,
+                "rings_connected": c.rings_connected,
+                "ended": c.ended,
+                "ranks": [
+                    {"rank": r.rank, "gpu": g, "dev": r.dev, "bus_id": r.bus_id, "host": r.host, "pid": r.pid}
+                    for r, g in zip(c.ranks, c.gpus, strict=True)
+                ],
+                "edges": [
+                    {
+                        "from": p.src,
+                        "to": p.dst,
+                        "transport": p.transport,
+                        "channels": p.channels,
+                        "gpus": [p.src_gpu, p.dst_gpu],
+                        "link": p.link,
+                        "inter_node": p.inter_node,
+                        "fallback": p.fallback,
+                    }
+                    for p in c.pairs
+                ],
+            }
+            for c in w.comms
+        ],
+        "warning_groups": [
+            {"text": g.text, "count": g.count, "ranks": list(g.ranks), "processes": g.processes}
+            for g in w.warning_groups
+        ],
+    }

@@ -1,0 +1,21 @@
+"""Every threshold and cadence of the node pipeline and its analyses, in one place."""
+
+from __future__ import annotations
+
+TP_SPREAD_THRESHOLD_PCT = 15.0
+"""A TP group whose GPUs differ by more than this ((max-min)/max of the window means) is flagged."""
+TP_WINDOW_S = 5.0
+"""The window over which each GPU's metric is averaged before the spread is taken: one odd tick neither raises nor
+clears a flag."""
+UTIL_IDLE_PCT = 5.0
+"""Below this mean utilization a group is idle: 0.2 % against 1 % is not an imbalance."""
+HISTORY_POINTS = 300
+"""History kept per GPU: wide enough for a 200-column pane at one point per cell."""
+WORKERS_EVERY_S = 2.0
+"""Worker status walks the workers' processes and calls each server over HTTP: every 2 s is enough (nvitop polls
+processes every 2 s too); a control action asks for the next tick at once."""
+REDISCOVER_EVERY_S = 30.0
+"""Full walk of /proc for vLLM servers that hold no GPU the backend lists (CPU vLLM, a GPU process list the backend
+cannot read): its cost grows with the host's process count, so it runs rarely."""
+STATE_FILES_EVERY_S = 5.0
+"""How often the probe cache and the ramp results in the state dir are checked for changes."""

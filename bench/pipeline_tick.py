@@ -1,0 +1,102 @@
+"""CPU of one node-pipeline tick on the demo node: read-only (no workers) against the three demo workers, each with and
+without N unrelated sleeping processes on the host; the old full procfs walk per status and discovery as the peer.
+
+The demo workers are real processes (``python -m amdtop.simserver`` under the supervisor); the tick is what the TUI,
+the exporter and ``snapshot`` run. Each case ticks ``--ticks`` times at ``--interval`` and reports the median CPU
+(``time.process_time``) per tick; cases are interleaved ``--rounds`` times.
+
+    .venv/bin/python bench/pipeline_tick.py --rounds 3 --ticks 30 --procs 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from amdtop.analysis.discover import discover_vllm
+from amdtop.pipeline import NodePipeline
+from amdtop.supervisor import Supervisor, procs
+from amdtop.telemetry.sim import SimBackend
+
+
+def tick_cpu(pipeline: NodePipeline, ticks: int, interval: float, extra: object = None) -> float:
+    """Median CPU seconds per tick (``extra`` is a callable run inside each tick: the old per-tick walks)."""
+    costs = []
+    for _ in range(ticks):
+        start = time.process_time()
+        pipeline.tick()
+        if callable(extra):
+            extra()
+        costs.append(time.process_time() - start)
+        time.sleep(interval)
+    return statistics.median(costs)
+
+
+def old_walks() -> None:
+    """What each tick cost before: a full procfs table per supervisor status and a full discovery walk."""
+    procs.scan()
+    discover_vllm(Path("/proc"), {})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--ticks", type=int, default=30)
+    ap.add_argument("--interval", type=float, default=0.2)
+    ap.add_argument("--procs", type=int, default=2000, help="unrelated sleeping processes in the busy-host cases")
+    a = ap.parse_args()
+    sim = SimBackend()
+    state = Path(tempfile.mkdtemp(prefix="amdtop-bench-"))
+    sup = Supervisor(state / "none.toml", state, topology=sim.topology(), demo=True, sim=sim, demo_port_base=18350)
+    for name in sup.names():
+        sup.launch(name)
+    for name in sup.names():
+        sup.wait_ready(name, timeout=60)
+    sleepers: list[subprocess.Popen[bytes]] = []
+    results: dict[str, list[float]] = {}
+    try:
+        for _ in range(a.rounds):
+            for busy in (False, True):
+                if busy and not sleepers:
+                    sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(a.procs)]
+                if not busy and sleepers:
+                    for p in sleepers:
+                        p.kill()
+                    for p in sleepers:
+                        p.wait()
+                    sleepers = []
+                suffix = f"+{a.procs}procs" if busy else ""
+                readonly = NodePipeline(sim, None, discover=True, workers_every_s=0.0)
+                workers = NodePipeline(sim, sup, discover=True, demo_load=sup.demo_load(), follow_logs=True)
+                results.setdefault(f"readonly{suffix}", []).append(tick_cpu(readonly, a.ticks, a.interval))
+                results.setdefault(f"workers{suffix}", []).append(tick_cpu(workers, a.ticks, a.interval))
+                results.setdefault(f"workers+old-walks{suffix}", []).append(
+                    tick_cpu(workers, a.ticks, a.interval, old_walks)
+                )
+                workers.close()
+    finally:
+        for p in sleepers:
+            p.kill()
+        for name in sup.names():
+            sup.stop(name, grace=2)
+        sup.close()
+    med = {k: statistics.median(v) * 1e3 for k, v in results.items()}
+    out = {"ms_per_tick": {k: round(v, 3) for k, v in med.items()}, "runs": {k: [round(x * 1e3, 3) for x in v] for k, v in results.items()}}
+    busy = f"+{a.procs}procs"
+    out["ratios"] = {
+        "workers/readonly": round(med["workers"] / med["readonly"], 2),
+        f"workers{busy}/workers": round(med[f"workers{busy}"] / med["workers"], 2),
+        f"readonly{busy}/readonly": round(med[f"readonly{busy}"] / med["readonly"], 2),
+        f"old-walks{busy}/old-walks": round(med[f"workers+old-walks{busy}"] / med["workers+old-walks"], 2),
+    }
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
