@@ -20,6 +20,8 @@ import httpx
 import psutil
 
 from amdtop.cpulist import format_cpulist
+from amdtop.health.throttle import throttle_shares
+from amdtop.health.traffic import fabric_traffic
 from amdtop.supervisor.metrics import parse_samples
 
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -29,6 +31,8 @@ PROMPT_TOKENS = ("vllm:prompt_tokens_total", "vllm:prompt_tokens")
 GEN_TOKENS = ("vllm:generation_tokens_total", "vllm:generation_tokens")
 QUEUE_SUM = ("vllm:request_queue_time_seconds_sum",)
 QUEUE_COUNT = ("vllm:request_queue_time_seconds_count",)
+THROTTLED_SHARE = 0.2
+"""A GPU counts as throttled for an interval when a limit reason held it back this share of the time."""
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -54,32 +58,47 @@ class NodeObserver(Protocol):
 
 
 def observer_from_backend(sample: Callable[[], Any], gpus: Sequence[int] | None = None) -> NodeObserver:
-    """A :class:`NodeObserver` over any ``sample() -> NodeSnapshot`` (a telemetry backend's or the frame's snapshot).
+    """A :class:`NodeObserver` over any ``sample() -> NodeSnapshot | None`` (a telemetry backend's ``sample``, or the
+    one frame's ``snapshot`` in the TUI, which then costs no device call of its own).
 
-    Only ``gpus`` are kept (``None``: every GPU of the snapshot). Fields the model does not carry yet (throttling,
-    XGMI rates) are read when present, so the AMD-depth fields light up without a change here.
+    Only ``gpus`` are kept (``None``: every GPU of the snapshot). Throttling and XGMI/NVLink rates come from two
+    successive snapshots through the health module (residency counters or active reasons; link byte counters), so a
+    call that sees the same snapshot again keeps the last known values.
     """
     wanted = None if gpus is None else set(gpus)
+    state: dict[str, Any] = {"prev": None, "throttle": {}, "xgmi": {}}
 
     def observe() -> Sequence[GpuObservation]:
         snap = sample()
         if snap is None:
             return ()
+        prev = state["prev"]
+        if prev is not None and snap.timestamp > prev.timestamp:
+            state["throttle"] = {t.gpu: t.worst for t in throttle_shares([prev, snap], window_s=float("inf"))}
+            fabric = fabric_traffic(prev, snap)
+            state["xgmi"] = {
+                g.gpu: (g.read_bps or 0.0) + (g.write_bps or 0.0)
+                for g in (fabric.gpus if fabric else ())
+                if g.read_bps is not None or g.write_bps is not None
+            }
+        if prev is None or snap.timestamp > prev.timestamp:
+            state["prev"] = snap
         caps = {g.index: g.power_cap_w for g in snap.topology.gpus}
         out = []
         for g in snap.gpus:
             if g.lost or (wanted is not None and g.index not in wanted):
                 continue
-            throttled = getattr(g, "throttled", None)
+            worst = state["throttle"].get(g.index, "unknown")
+            throttled = None if worst == "unknown" else worst is not None and worst[1] >= THROTTLED_SHARE
             out.append(
                 GpuObservation(
                     index=g.index,
                     util_pct=g.util_pct,
                     power_w=g.power_w,
                     power_cap_w=caps.get(g.index),
-                    throttled=bool(throttled) if throttled is not None else None,
-                    throttle_reason=getattr(g, "throttle_reason", None),
-                    xgmi_bytes_per_s=getattr(g, "xgmi_bytes_per_s", None),
+                    throttled=throttled,
+                    throttle_reason=worst[0] if throttled and worst not in (None, "unknown") else None,
+                    xgmi_bytes_per_s=state["xgmi"].get(g.index),
                 )
             )
         return out

@@ -184,3 +184,32 @@ def test_observer_feeds_gpu_spread(tmp_path: Path) -> None:
     assert s["gpu_util_pct"] == {"0": 90.0, "1": 50.0}
     assert s["gpu_util_spread"] == 40.0 and s["gpu_util_min_gpu"] == 1
     assert s["power_frac_max"] == pytest.approx(700 / 750)
+
+
+def test_observer_reads_throttling_and_xgmi_from_successive_snapshots() -> None:
+    import dataclasses
+
+    from amdtop.model import XgmiLinkCounters
+    from amdtop.ramp.observe import observer_from_backend
+    from amdtop.telemetry.sim import SimBackend
+
+    base = SimBackend().sample()
+    peer = base.topology.gpus[1].bdf
+
+    def at(t: float, kb: int, reasons: tuple[str, ...]) -> Any:
+        gpus = tuple(
+            dataclasses.replace(g, throttle_active=reasons if g.index == 0 else (),
+                                xgmi_links=(XgmiLinkCounters(0, peer, read_kb=kb, write_kb=kb),))
+            for g in base.gpus
+        )  # fmt: skip
+        return dataclasses.replace(base, timestamp=t, gpus=gpus)
+
+    snaps = iter([at(100.0, 0, ()), at(101.0, 1000, ("power_cap",)), at(101.0, 1000, ("power_cap",))])
+    observe = observer_from_backend(lambda: next(snaps), [0, 1])
+    first = observe()
+    assert [g.index for g in first] == [0, 1] and first[0].throttled is None  # one snapshot: no interval yet
+    second = observe()
+    assert second[0].throttled is True and second[0].throttle_reason == "power_cap" and second[1].throttled is False
+    assert second[0].xgmi_bytes_per_s == pytest.approx(2 * 1000 * 1000)  # read + write, 1000 KB (SI, as amd-smi) in 1 s
+    again = observe()  # the same snapshot (the frame did not advance): the last values are kept
+    assert again[0].throttled is True and again[0].xgmi_bytes_per_s == second[0].xgmi_bytes_per_s
