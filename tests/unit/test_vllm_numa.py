@@ -12,7 +12,7 @@ import pytest
 
 from amdtop.analysis.numa import numa_flags
 from amdtop.model import FlagKind, GpuInfo, NumaNode, Topology, WorkerState, WorkerStatus
-from amdtop.procinfo import read_cmdline
+from amdtop.procinfo import read_binding, read_cmdline
 from amdtop.supervisor.launchspec import build_argv
 from amdtop.supervisor.profiles import parse_document, profiles_from_document, resolve_numa
 from amdtop.telemetry.sim import SimBackend
@@ -90,11 +90,14 @@ def _worker(api: int, core: int) -> WorkerStatus:
 def test_numa_check_reads_the_ranks_vllm_bound() -> None:
     with _procs(["--numa-bind"]) as (api, core):
         w = _worker(api, core)
-        raw = [f for f in numa_flags(TOPO, [w]) if f.kind is FlagKind.NUMA_MISMATCH]
-        assert raw and "runs on CPUs 1 off node 0" in raw[0].message  # the API server vLLM leaves free: false
+        api_binding = read_binding(api)
+        assert api_binding is not None and 1 in api_binding.cpus  # the API server vLLM leaves free (node 1's CPU)
         view = vllm_bound_view(w)
         assert view.pids == (core,) and view.pid is None
         assert [f for f in numa_flags(TOPO, [view]) if f.kind is FlagKind.NUMA_MISMATCH] == []
     with _procs([]) as (api, core):
+        # Without --numa-bind amdtop's own pinning is checked as before: the free API server is a real mismatch.
         w = _worker(api, core)
-        assert vllm_bound_view(w) is w  # without --numa-bind amdtop's own pinning is checked as before
+        assert vllm_bound_view(w) is w
+        raw = [f for f in numa_flags(TOPO, [w]) if f.kind is FlagKind.NUMA_MISMATCH]
+        assert raw and "runs on CPUs 1 off node 0" in raw[0].message
