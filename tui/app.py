@@ -83,7 +83,8 @@ class AmdtopApp(ControlActions, App[int]):
         self.watch_tty = watch_tty
         self.on_terminal_lost: Callable[[], None] | None = None
         self.exporter: Exporter | None = None
-        self.export_mailbox: FrameMailbox | None = None
+        # The newest drawn frame, for threads that serve it (the in-process exporter, a ramp's per-step recording).
+        self.mailbox = FrameMailbox()
         self.exporter_listen = exporter_listen
         self.paused = False
         self.pipeline = NodePipeline(
@@ -180,8 +181,7 @@ class AmdtopApp(ControlActions, App[int]):
             return
         self._pending = None
         self.frames += 1
-        if self.export_mailbox is not None:
-            self.export_mailbox.put(frame)
+        self.mailbox.put(frame)
         self.dashboard.apply(frame, self.status_line(frame), self.clock())
 
     def status_line(self, frame: NodeFrame) -> str:

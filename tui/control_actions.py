@@ -13,9 +13,9 @@ from textual import work
 
 from amdtop.exporter import Exporter
 from amdtop.model import Topology, WorkerStatus
-from amdtop.pipeline.frame import FrameMailbox
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
+from amdtop.ramp.observe import observer_from_frames
 from amdtop.supervisor.stopper import StopReport
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
@@ -177,26 +177,32 @@ class ControlActions:
             if control is not None:
                 self._call("retune", worker.name, lambda: control.retune(worker.name, {"max-num-seqs": str(n)}))
 
-        self.push_screen(RampScreen(worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply))
+        def apply_changes(changes: dict[str, str]) -> None:
+            if control is not None:
+                self._call("retune", worker.name, lambda: control.retune(worker.name, changes))
+
+        screen = RampScreen(
+            worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
+            apply_changes=apply_changes if control is not None else None,
+            # The dashboard's own frames: per-step GPU data costs no device call and no recomputation of its own.
+            observer=observer_from_frames(self.mailbox.get, worker.gpus or None),
+        )  # fmt: skip
+        self.push_screen(screen)
 
     def action_exporter(self: AmdtopApp) -> None:
         if self.exporter is not None:
             self.exporter.stop()
-            self.exporter, self.export_mailbox = None, None
+            self.exporter = None
             self.notify("exporter stopped")
             return
 
         # The dashboard's own frames, handed over as they are drawn: exporting adds no device calls and serves what
         # the screen shows.
-        mailbox = FrameMailbox()
-        if self.dashboard.last_frame is not None:
-            mailbox.put(self.dashboard.last_frame)
-        self.export_mailbox = mailbox
         try:
-            self.exporter = Exporter(mailbox.get, listen=self.exporter_listen)
+            self.exporter = Exporter(self.mailbox.get, listen=self.exporter_listen)
             self.exporter.start()
         except Exception as exc:
-            self.exporter, self.export_mailbox = None, None
+            self.exporter = None
             self.notify(f"exporter: {exc}", severity="error")
             return
         self.notify(f"exporter serving {self.exporter.url}")

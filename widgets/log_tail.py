@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from typing import TypeVar
 
 from rich.highlighter import Highlighter
 from rich.text import Text
@@ -19,6 +20,7 @@ from amdtop.rccl.monitor import LogUpdate
 from amdtop.rccl.views import WorkerLogs
 from widgets.log_summary import render_logs
 
+W = TypeVar("W", bound=Widget)
 FILTERS = ("all", "problems", "transport")
 _BUILD_PATH = "_pathname_so_that_rpms"  # RCCL >= 2.22 "/longer_pathname...", older "/long_pathname..."
 
@@ -102,7 +104,7 @@ class LogTailPane(Widget, can_focus=True):
         if not self.border_title:
             self.border_title = "logs"
         self._show_summary()
-        self._update_status()
+        self._rebuild()  # lines fed before the children were composed
 
     # -- data in ---------------------------------------------------------------------------------------------
     def feed(self, lines: Sequence[LogLine], dropped: int = 0) -> None:
@@ -122,8 +124,9 @@ class LogTailPane(Widget, can_focus=True):
         shown = [self._format(line) for line in lines if self._match(line)]
         if dropped:
             shown.append(f"… {dropped} lines dropped (log flood; the tail is catching up)")
-        if shown:
-            self.query_one(Log).write_lines(shown[-self.max_lines :])
+        log = self._child(Log)
+        if shown and log is not None:
+            log.write_lines(shown[-self.max_lines :])
         self._update_status()
 
     def set_summary(self, text: str | Text) -> None:
@@ -165,7 +168,9 @@ class LogTailPane(Widget, can_focus=True):
         for flag in self._flags:
             style = "bold red" if flag.kind in (FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT) else "bold magenta"
             text.append(f"\n! {flag.kind.value}: {flag.message}", style=style)
-        self.query_one("#logs-summary", Static).update(text)
+        summary = self._child(Static, "#logs-summary")
+        if summary is not None:
+            summary.update(text)
 
     # -- filtering -------------------------------------------------------------------------------------------
     def _match(self, line: LogLine) -> bool:
@@ -191,8 +196,15 @@ class LogTailPane(Widget, can_focus=True):
                 text = text[:i] + "…" + text[j:]
         return f"{line.worker}| {text}" if len(self._workers) > 1 else text
 
+    def _child(self, kind: type[W], selector: str | None = None) -> W | None:
+        # Frames arrive from the poller thread on their own schedule: before this pane has composed its children
+        # (the lines wait in the buffer and are drawn on mount) or while the app tears the screen down.
+        return next(iter(self.query(selector or kind).results(kind)), None)
+
     def _rebuild(self) -> None:
-        log = self.query_one(Log)
+        log = self._child(Log)
+        if log is None:
+            return
         log.clear()
         shown = [self._format(line) for line in self._buffer if self._match(line)]
         log.write_lines(shown[-self.max_lines :])
@@ -209,7 +221,9 @@ class LogTailPane(Widget, can_focus=True):
         if self._dropped:
             parts.append(f"{self._dropped} lines dropped")
         parts.append("keys: e t w / p c")
-        self.query_one("#logs-status", Static).update("  ·  ".join(parts))
+        status = self._child(Static, "#logs-status")
+        if status is not None:
+            status.update("  ·  ".join(parts))
 
     def watch_mode(self) -> None:
         if self.is_mounted:

@@ -14,6 +14,7 @@ from pathlib import Path
 from amdtop.cpulist import format_cpulist
 from amdtop.model import Flag, FlagKind, Topology, WorkerStatus
 from amdtop.procinfo import PROC, numa_balancing_enabled, read_binding
+from amdtop.vllm_numa import vllm_bound_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,8 @@ class GroupWarning:
 
 def worker_binding(worker: WorkerStatus, proc_root: Path = PROC) -> WorkerBinding:
     """Read the binding of every live process of ``worker``; fall back to its reported fields."""
+    # A worker bound by vLLM's own --numa-bind pins its GPU workers only: judge those, not the unpinned API server.
+    worker = vllm_bound_view(worker, proc_root)
     if worker.simulated:
         return WorkerBinding(tuple(worker.cpu_affinity), tuple(worker.mems_allowed))
     pids = list(dict.fromkeys([*worker.pids, *(pid for _, pid in worker.rank_pids)]))

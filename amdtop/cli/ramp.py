@@ -8,12 +8,15 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import state_dir
+from amdtop.cli.ramp_verdict import cli_observer, gpu_list, render_verdict, sharing_warning
 from amdtop.errors import AmdtopError, os_reason
 from amdtop.ramp import Ramp, RampConfig, RampResult
+from amdtop.ramp.goodput import parse_goodput
 from amdtop.ramp.limits import check_writable_dir, check_writable_file, fallback_dir
 
 
@@ -78,6 +81,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help="abort above this failed fraction (default 0.5)")
     p.add_argument("--request-timeout", type=_number(float, 0, hour, lo_open=True, example="60"), default=60.0,
                    help="longest silence inside a response (s)")  # fmt: skip
+    p.add_argument(
+        "--goodput", nargs="+", metavar="KEY:MS", default=None,
+        help="SLOs for goodput per step as vllm bench serve: ttft:MS tpot:MS e2el:MS (a request counts when it meets all)",
+    )  # fmt: skip
+    p.add_argument("--gpus", type=gpu_list, default=None, help="the worker's GPUs for per-step GPU data (default: "
+                   "the GPUs running the worker's processes, else all)")  # fmt: skip
+    p.add_argument("--no-record", action="store_true", help="skip per-step /metrics and GPU recording (no knee cause)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the result as JSON to FILE ('-' for stdout)")
     p.set_defaults(func=run_ramp)
 
@@ -96,6 +106,7 @@ def _progress(result: RampResult, printed: list[int]) -> None:
         f"TTFT {'-' if ttft is None else f'{ttft:.1f}'} ms  ok {s['completed']} failed {s['failed']}  "
         f"client CPU {s['client_cpu_pct']:.0f}%\n"
     )
+    sharing_warning(s, printed)
 
 
 def render_table(doc: dict[str, Any]) -> str:
@@ -135,6 +146,7 @@ def run_ramp(args: argparse.Namespace) -> int:
     if args.json not in (None, "-"):
         check_writable_file("--json", Path(args.json))
     check_writable_dir("--state-dir", state_dir(args) / "ramp")
+    slos = parse_goodput(args.goodput) if args.goodput else ()
     cfg = RampConfig(
         url=args.url, model=args.model, concurrencies=args.concurrency, max_num_seqs=args.max_num_seqs,
         step_seconds=args.step_seconds, warmup_seconds=args.warmup_seconds, input_len=args.input_len,
@@ -142,9 +154,16 @@ def run_ramp(args: argparse.Namespace) -> int:
         slo_tpot_ms=args.slo_tpot_ms, refine_points=0 if args.no_refine else 3, max_error_rate=args.max_error_rate,
         request_timeout_s=args.request_timeout,
     )  # fmt: skip
+    cfg = replace(cfg, goodput=slos, record=not args.no_record)
     printed: list[int] = []
-    ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed))
-    result = asyncio.run(ramp.run())
+    observer, close, node = (None, None, "off") if args.no_record else cli_observer(args, args.url, args.gpus)
+    ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed), observer=observer)
+    ramp.result.settings["node_data"] = node
+    try:
+        result = asyncio.run(ramp.run())
+    finally:
+        if close is not None:
+            close()
     doc = result.to_json()
     failures: list[str] = []
     if args.json == "-":
@@ -163,6 +182,7 @@ def run_ramp(args: argparse.Namespace) -> int:
         sys.stderr.write(f"results: {ramp.paths[0]} {ramp.paths[1]}\n")
     if knee:
         sys.stderr.write(f"knee: concurrency {knee['concurrency']} ({knee['reason']})\n")
+        sys.stderr.write(render_verdict(doc))
     if result.aborted:
         failures.append(f"ramp: stopped early: {result.aborted}; partial results saved")
     if not any(s.get("completed") for s in doc["steps"]):

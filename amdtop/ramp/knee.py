@@ -13,10 +13,15 @@ class Knee:
 
     concurrency: int
     reason: str
+    cause: str = "unknown"
+    """Why throughput stops growing here (:data:`amdtop.ramp.cause.CAUSES`)."""
+    evidence: tuple[str, ...] = ()
+    """The numbers behind ``cause``, one line each."""
 
     def to_json(self) -> dict[str, Any]:
-        """``{"concurrency", "reason"}`` as in the contract."""
-        return {"concurrency": self.concurrency, "reason": self.reason}
+        """``{"concurrency", "reason", "cause", "evidence"}`` as in the contract."""
+        return {"concurrency": self.concurrency, "reason": self.reason, "cause": self.cause,
+                "evidence": list(self.evidence)}  # fmt: skip
 
 
 def default_concurrencies(max_num_seqs: int) -> list[int]:

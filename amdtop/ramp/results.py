@@ -18,6 +18,11 @@ CSV_COLUMNS = (
     "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
     "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
     "error_rate", "client_cpu_pct", "refined",
+    # Per-step recording (issue 16): goodput, the worker's /metrics, the TP ranks' GPUs, CPU placement.
+    "request_goodput", "good_completed", "kv_cache_usage_max", "kv_cache_usage_mean", "num_preemptions",
+    "running_mean", "running_max", "waiting_mean", "waiting_max", "mean_queue_time_ms", "server_prompt_tokens",
+    "server_generation_tokens", "kv_cache_tokens", "gpu_util_mean", "gpu_util_spread", "power_frac_max",
+    "throttled_frac", "xgmi_gbps", "worker_cpu_pct", "client_shares_cores", "client_shared_cpus",
 )  # fmt: skip
 
 
@@ -38,6 +43,8 @@ class RampResult:
     """Supervisor worker the ramp ran against (the exporter labels knees with it)."""
     finished_at: float | None = None
     """When the ramp ended (finished or stopped early), seconds since the epoch."""
+    recommendation: dict[str, Any] | None = None
+    """What to change for the knee's cause (``amdtop.ramp.cause.Verdict.recommendation``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The contract document: url, model, steps, knee, recommended_max_num_seqs (plus extras)."""
@@ -52,6 +59,7 @@ class RampResult:
             "steps": sorted(self.steps, key=lambda s: s["concurrency"]),
             "knee": self.knee.to_json() if self.knee else None,
             "recommended_max_num_seqs": self.knee.concurrency if self.knee else None,
+            "recommendation": self.recommendation,
             "aborted": self.aborted,
             "finished": self.finished,
         }

@@ -6,15 +6,19 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from amdtop.errors import InputError, os_reason
+from amdtop.ramp.cause import explain
 from amdtop.ramp.client import LoadSpec, run_step
+from amdtop.ramp.goodput import goodput_keys
 from amdtop.ramp.knee import default_concurrencies, find_knee, refinement_points
 from amdtop.ramp.limits import check_concurrency, fallback_dir
+from amdtop.ramp.observe import NodeObserver, WorkerPids, default_worker_pids, recorded_step
 from amdtop.ramp.prompts import build_prompts, discover
 from amdtop.ramp.results import RampResult, save
 
@@ -42,6 +46,10 @@ class RampConfig:
     request_timeout_s: float = 60.0
     num_prompts: int = 64
     seed: int = 0
+    goodput: tuple[tuple[str, float], ...] = ()
+    """SLOs for ``request_goodput`` per step, as ``vllm bench serve --goodput`` (name, milliseconds)."""
+    record: bool = True
+    """Record the worker's /metrics, the GPUs and CPU placement per step (the knee's cause needs them)."""
 
     def validate(self) -> None:
         """Raise InputError for settings no ramp can run with."""
@@ -77,6 +85,8 @@ class Ramp:
         on_update: StepCallback | None = None,
         alive: Callable[[], bool] | None = None,
         worker: str | None = None,
+        observer: NodeObserver | None = None,
+        worker_pids: WorkerPids | None = None,
     ) -> None:
         cfg.validate()
         self.cfg = cfg
@@ -85,6 +95,9 @@ class Ramp:
         self.alive = alive
         """Optional worker liveness check (the supervisor's view); False stops the ramp."""
         self._stop = threading.Event()
+        self.observer = observer
+        """The worker's GPUs per step (the TUI's frame or a telemetry backend); ``None`` = no node data."""
+        self.worker_pids = worker_pids or default_worker_pids(cfg.url.rstrip("/"))
         self.result = RampResult(url=cfg.url.rstrip("/"), model=cfg.model or "", settings=asdict(cfg), worker=worker)
         self.paths: tuple[Path, Path] | None = None
         self.save_error: str | None = None
@@ -154,12 +167,25 @@ class Ramp:
             self.result.aborted = "stopped by user" if self._stop.is_set() else "worker died"
             return False
         self.status = f"step concurrency {conc}"
-        step, reason = await run_step(
-            spec, conc, warmup_s=warm, duration_s=cfg.step_seconds, stop=self._stopped,
-            max_error_rate=cfg.max_error_rate, drain_timeout_s=min(cfg.request_timeout_s, 2 * cfg.step_seconds + 5),
-        )  # fmt: skip
+
+        def load() -> Any:
+            return run_step(
+                spec, conc, warmup_s=warm, duration_s=cfg.step_seconds, stop=self._stopped,
+                max_error_rate=cfg.max_error_rate, drain_timeout_s=min(cfg.request_timeout_s, 2 * cfg.step_seconds + 5),
+            )  # fmt: skip
+
+        observed: dict[str, Any] = {}
+        if cfg.record:
+            (step, reason), observed = await recorded_step(
+                spec.url, load, warmup_s=warm, duration_s=cfg.step_seconds, observer=self.observer,
+                worker_pids=self.worker_pids,
+            )  # fmt: skip
+        else:
+            step, reason = await load()
         doc = step.to_json()
         doc["refined"] = refined
+        doc.update(goodput_keys(step.results, step.duration, cfg.goodput))
+        doc.update(observed)
         if not doc.get("completed"):
             # Zeros here mean "nothing measured", not "zero throughput" (a first token slower than the window).
             doc["note"] = "no request completed in the measurement window"
@@ -182,6 +208,11 @@ class Ramp:
         self.result.knee = find_knee(
             self.result.steps, fraction=cfg.knee_fraction, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms
         )
+        if self.result.knee is not None:
+            verdict = explain(self.result.steps, self.result.knee.concurrency, input_len=cfg.input_len,
+                              output_len=cfg.output_len)  # fmt: skip
+            self.result.knee = replace(self.result.knee, cause=verdict.cause, evidence=verdict.evidence)
+            self.result.recommendation = verdict.recommendation()
 
 
 def run_blocking(ramp: Ramp) -> RampResult:

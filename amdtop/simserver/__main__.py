@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--kv-cache-tokens", type=int, default=None, help="KV cache size in tokens (default 524288)")
+    p.add_argument("--num-gpu-blocks-override", type=int, default=None, help="KV cache size in blocks (as vllm serve)")
     p.add_argument("--background-load", type=int, default=0, help="synthetic sequences kept running (demo)")
     p.add_argument("--fail-after", type=int, default=None, help="requests after the first N get HTTP 500")
     p.add_argument("--error-chunk-after", type=int, default=None, help="streams after the first N get an error chunk")
@@ -72,6 +74,16 @@ def split_unknown(argv: Sequence[str], parser: argparse.ArgumentParser) -> tuple
     return keep, dropped
 
 
+def _kv_tokens(a: argparse.Namespace) -> int:
+    block: int = max(1, int(a.block_size))
+    if a.num_gpu_blocks_override is not None:
+        return max(1, int(a.num_gpu_blocks_override)) * block
+    if a.kv_cache_tokens is not None:
+        return max(1, int(a.kv_cache_tokens))
+    # The default scales with --gpu-memory-utilization around vLLM's 0.9, so a retune of it shows in the capacity.
+    return max(1, round(524288 * float(a.gpu_memory_utilization) / 0.9))
+
+
 def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
     """Parse argv into a :class:`SimConfig`; returns it and the ignored arguments."""
     parser = build_parser()
@@ -92,6 +104,9 @@ def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
         tp=a.tp,
         max_model_len=a.max_model_len,
         max_num_seqs=a.max_num_seqs,
+        kv_cache_tokens=_kv_tokens(a),
+        block_size=max(1, int(a.block_size)),
+        gpu_memory_utilization=a.gpu_memory_utilization,
         fail_after=a.fail_after,
         error_chunk_after=a.error_chunk_after,
         log_file=a.log_file,

@@ -62,6 +62,9 @@ class SimConfig:
     max_model_len: int = 2048
     max_num_seqs: int | None = None
     kv_cache_tokens: int = 524288
+    """KV cache size; requests are admitted only while their blocks fit, and preempted when a block runs out."""
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
     fail_after: int | None = None
     """Requests after the first N get HTTP 500."""
     error_chunk_after: int | None = None
@@ -93,6 +96,8 @@ class SimRequest:
     last_at: float = 0.0
     emitted: int = 0
     done: bool = False
+    blocks: int = 0
+    """KV blocks held while running (0 while waiting or preempted)."""
 
 
 class SimEngine:
@@ -108,7 +113,12 @@ class SimEngine:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        self.queue = Histogram(E2E_BUCKETS)
+        """Time from arrival to first admission (vLLM's ``request_queue_time_seconds``)."""
         self.received = 0
+        self.preemptions = 0
+        self.used_blocks = 0
+        self.total_blocks = max(1, cfg.kv_cache_tokens // max(1, cfg.block_size))
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -141,22 +151,61 @@ class SimEngine:
         req.done = True
         if req in self.running:
             self.running.remove(req)
+            self._release(req)
         elif req in self.waiting:
             self.waiting.remove(req)
         self.success["abort"] += 1
         self._admit()
 
     def kv_usage(self) -> float:
-        """Fraction of the KV cache held by running requests."""
-        used = sum(r.prompt_tokens + r.emitted for r in self.running)
-        return min(1.0, used / max(1, self.cfg.kv_cache_tokens))
+        """Fraction of the KV cache's blocks held by running requests (vLLM's ``kv_cache_usage_perc``)."""
+        return min(1.0, self.used_blocks / self.total_blocks)
+
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // max(1, self.cfg.block_size))
+
+    def _release(self, req: SimRequest) -> None:
+        self.used_blocks -= req.blocks
+        req.blocks = 0
 
     def _admit(self) -> None:
+        # As vLLM's scheduler: a waiting request starts only when a batch slot is free AND the blocks for its prompt
+        # (and what it already generated before a preemption) plus the next token fit; otherwise it stays waiting.
         now = time.monotonic()
         while self.waiting and len(self.running) < self.cfg.capacity:
-            req = self.waiting.popleft()
+            req = self.waiting[0]
+            # A request longer than the whole cache runs alone (vLLM refuses such a max-model-len at start-up).
+            need = min(self.total_blocks, self._blocks_for(req.prompt_tokens + req.emitted + 1))
+            if self.used_blocks + need > self.total_blocks:
+                break
+            self.waiting.popleft()
+            if not req.emitted and not req.first_at:
+                self.queue.observe(now - req.arrived)
+            req.blocks = need
+            self.used_blocks += need
             req.first_at = now + self.cfg.ttft_ms / 1000.0
             self.running.append(req)
+
+    def _grow(self, req: SimRequest) -> bool:
+        """Give ``req`` the block for its next token, preempting the newest running requests when none is free.
+
+        Returns False when ``req`` itself was preempted (it goes back to the front of the waiting queue and recomputes
+        its prompt and output later, as vLLM's recompute preemption does).
+        """
+        need = min(self.total_blocks, self._blocks_for(req.prompt_tokens + req.emitted + 1))
+        while req.blocks < need:
+            if self.used_blocks < self.total_blocks:
+                req.blocks += 1
+                self.used_blocks += 1
+                continue
+            victim = self.running[-1]
+            self.running.remove(victim)
+            self._release(victim)
+            self.waiting.appendleft(victim)
+            self.preemptions += 1
+            if victim is req:
+                return False
+        return True
 
     def _emit(self, req: SimRequest, now: float) -> None:
         if req.error_at is not None and req.emitted >= req.error_at:
@@ -199,12 +248,15 @@ class SimEngine:
             # capacity x 8/8 and x 8/9 tokens per tick at random (267 vs 297 tok/s at capacity 3, 8-token outputs).
             due = now + period / 2
             for req in list(self.running):
-                if req.first_at <= due and not req.done:
+                if req.first_at <= due and not req.done and req.blocks:  # blocks 0: preempted this tick
                     if period == 0.0:
-                        while not req.done:
+                        while not req.done and self._grow(req):
                             self._emit(req, now)
-                    else:
+                    elif self._grow(req):
                         self._emit(req, now)
+            for req in self.running:
+                if req.done:
+                    self._release(req)
             self.running = [r for r in self.running if not r.done]
             self._admit()
             if period == 0.0:

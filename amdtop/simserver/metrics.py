@@ -72,16 +72,18 @@ def render(engine: SimEngine, created: float) -> str:
         ]
     )
     out.append(
-        f'vllm:cache_config_info{{block_size="16",enable_prefix_caching="True",gpu_memory_utilization="0.9",'
-        f'kv_cache_size_tokens="{cfg.kv_cache_tokens}",num_gpu_blocks="{cfg.kv_cache_tokens // 16}",{lab}}} 1.0'
+        f'vllm:cache_config_info{{block_size="{cfg.block_size}",enable_prefix_caching="True",'
+        f'gpu_memory_utilization="{cfg.gpu_memory_utilization}",kv_cache_size_tokens="{cfg.kv_cache_tokens}",'
+        f'num_gpu_blocks="{engine.total_blocks}",{lab}}} 1.0'
     )
     counter("vllm:prompt_tokens_total", [("", engine.prompt_tokens_total)])
     counter("vllm:generation_tokens_total", [("", engine.generation_tokens_total)])
-    counter("vllm:num_preemptions_total", [("", 0)])
+    counter("vllm:num_preemptions_total", [("", engine.preemptions)])
     counter("vllm:request_success_total", [(f',finished_reason="{k}"', v) for k, v in engine.success.items()])
     out.extend(engine.ttft.lines("vllm:time_to_first_token_seconds", lab))
     out.extend(engine.itl.lines("vllm:inter_token_latency_seconds", lab))
     out.extend(engine.e2e.lines("vllm:e2e_request_latency_seconds", lab))
+    out.extend(engine.queue.lines("vllm:request_queue_time_seconds", lab))
     out.append("# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.")
     out.append("# TYPE process_start_time_seconds gauge")
     out.append(f"process_start_time_seconds {created}")

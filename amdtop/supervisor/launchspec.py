@@ -12,6 +12,7 @@ from pathlib import Path
 
 from amdtop.errors import InputError
 from amdtop.supervisor.profiles import ArgValue, Profile
+from amdtop.vllm_numa import uses_vllm_numa_binding
 
 MARKER_ENV = "AMDTOP_WORKER"
 """Environment marker inherited by every process of a worker: ``<name>:<launch-id>``."""
@@ -77,7 +78,7 @@ def build_argv(profile: Profile, numa_node: int | None, *, scope_unit: str | Non
     argv: list[str] = []
     if scope_unit is not None:
         argv += ["systemd-run", "--scope", "--quiet", "--collect", f"--unit={scope_unit}", "--"]
-    if numa_node is not None:
+    if numa_node is not None and not uses_vllm_numa_binding(profile.args):
         argv += ["numactl", f"--cpunodebind={numa_node}", f"--membind={numa_node}"]
     return argv + serve_args(profile)
 

@@ -19,6 +19,7 @@ from amdtop.cpulist import format_cpulist
 from amdtop.errors import InputError
 from amdtop.hip_devices import device_indices, device_numa
 from amdtop.model import Topology
+from amdtop.vllm_numa import uses_vllm_numa_binding
 
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
 """A ``vllm serve`` flag value: scalar, ``true`` (bare flag) or a list (repeated values)."""
@@ -232,8 +233,8 @@ def attention_heads(model: str) -> int | None:
 def resolve_numa(profile: Profile, topology: Topology) -> int | None:
     """The NUMA node to pin to (``None``: no pinning), validated against ``topology``."""
     nodes = sorted(n.id for n in topology.numa_nodes)
-    if profile.numa_node == "none":
-        return None
+    if profile.numa_node == "none" or uses_vllm_numa_binding(profile.args):
+        return None  # vLLM's --numa-bind pins each rank to its own GPU's node: no outer numactl, no span error
     if profile.numa_node == "auto":
         if not profile.gpus:
             return None

@@ -21,6 +21,7 @@ ARG_KEYS: dict[str, type] = {
     "gpu-memory-utilization": float,
     "block-size": int,
     "max-model-len": int,
+    "max-num-batched-tokens": int,
 }
 """Retunable ``vllm serve`` flags and their value types."""
 RETUNE_KEYS = (*ARG_KEYS, "numa_node", "env.NAME")
@@ -28,6 +29,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "max-num-seqs": (1, 65536),
     "max-model-len": (1, 2**31 - 1),
     "block-size": (1, 4096),
+    "max-num-batched-tokens": (1, 2**31 - 1),
 }
 """Sane ranges: vLLM keeps these in int32 tensors and sizes; far beyond them is a typo, not a setting (and a value
 past int64 is not even a TOML integer)."""
@@ -131,7 +133,20 @@ def apply_changes(doc: tomlkit.TOMLDocument, name: str, changes: Mapping[str, st
             tbl["numa_node"] = new
         if old != new:
             out.append((key, old, new))
+    _check_batched_tokens(name, tbl)
     return out
+
+
+def _check_batched_tokens(name: str, tbl: Any) -> None:
+    # vLLM refuses a token budget per step smaller than the batch it must schedule (max_num_batched_tokens >=
+    # max_num_seqs, vllm/config/scheduler.py); say so here rather than in the restarted worker's log.
+    args = tbl.get("args", {})
+    tokens, seqs = args.get("max-num-batched-tokens"), args.get("max-num-seqs")
+    if isinstance(tokens, int) and isinstance(seqs, int) and tokens < seqs:
+        raise InputError(
+            f"worker[{name}].args.max-num-batched-tokens: {tokens} is below max-num-seqs {seqs}; "
+            f"give at least {seqs}"
+        )
 
 
 def render_diff(name: str, changed: list[tuple[str, Any, Any]]) -> str:

@@ -18,6 +18,7 @@ from amdtop.errors import AmdtopError
 from amdtop.ramp import Ramp, RampConfig, run_blocking
 from tui.screens.confirm import ConfirmScreen
 from widgets.ramp_chart import RampChart
+from widgets.ramp_verdict import RampVerdict, recommended_changes
 
 COLUMNS = (
     ("concurrency", "Conc", "{:d}"), ("request_throughput", "Req/s", "{:.2f}"),
@@ -45,6 +46,7 @@ class RampScreen(Screen[None]):
         Binding("s", "start", "Start", id="ramp-start", tooltip="start (or restart) the ramp"),
         Binding("x", "abort", "Abort", id="ramp-abort", tooltip="stop the running ramp, keep partial results"),
         Binding("k", "apply_knee", "Apply knee", id="ramp-apply", tooltip="retune max-num-seqs to the knee"),
+        Binding("f", "apply_fix", "Apply fix", id="ramp-apply-fix", tooltip="retune to the recommendation (confirm)"),
         Binding("escape,q", "close", "Back", id="ramp-close"),
     ]
 
@@ -77,6 +79,8 @@ class RampScreen(Screen[None]):
         config: RampConfig | None = None,
         result: dict[str, Any] | None = None,
         autostart: bool = True,
+        apply_changes: Callable[[dict[str, str]], None] | None = None,
+        observer: Any = None,
     ) -> None:
         super().__init__()
         self.url = url
@@ -90,12 +94,17 @@ class RampScreen(Screen[None]):
         self.status = "finished" if result else "idle"
         self.autostart = autostart and result is None
         self._ramp: Ramp | None = None
+        self.apply_changes = apply_changes
+        """Retune with several ``key -> value`` changes (the recommendation); ``None``: only max-num-seqs via apply."""
+        self.observer = observer
+        """``amdtop.ramp.observe.NodeObserver`` over the worker's GPUs (the frame's), passed to each ramp."""
 
     def compose(self) -> ComposeResult:
         yield Static("", id="ramp-status", markup=False)
         with Horizontal(id="ramp-charts"):
             yield RampChart("throughput", id="ramp-throughput")
             yield RampChart("latency", id="ramp-latency")
+            yield RampVerdict(id="ramp-verdict")
         yield DataTable(id="ramp-steps", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
@@ -115,6 +124,8 @@ class RampScreen(Screen[None]):
             return running
         if action == "start":
             return not running
+        if action == "apply_fix":
+            return not running and bool(self._fix_changes())
         if action == "apply_knee":
             return (
                 self.apply is not None and not running and bool(self.doc and self.doc.get("recommended_max_num_seqs"))
@@ -123,7 +134,9 @@ class RampScreen(Screen[None]):
 
     def action_start(self) -> None:
         try:
-            self._ramp = Ramp(self.config, self.state_dir, on_update=self._ramp_update, worker=self.worker)
+            self._ramp = Ramp(
+                self.config, self.state_dir, on_update=self._ramp_update, worker=self.worker, observer=self.observer
+            )
         except AmdtopError as exc:
             self._fail(str(exc))
             return
@@ -158,6 +171,34 @@ class RampScreen(Screen[None]):
         self.app.push_screen(
             ConfirmScreen(f"Retune {target} to max-num-seqs = {n} and restart it?", yes="Apply"), answered
         )
+
+    def _fix_changes(self) -> dict[str, str]:
+        """The recommendation's changes this screen can apply (all with ``apply_changes``, else max-num-seqs only)."""
+        changes = recommended_changes(self.doc)
+        if self.apply_changes is not None:
+            return changes
+        if self.apply is not None and set(changes) == {"max-num-seqs"}:
+            return changes
+        return {}
+
+    def action_apply_fix(self) -> None:
+        changes = self._fix_changes()
+        if not changes:
+            return
+        target = self.worker or self.url
+        text = " ".join(f"{k}={v}" for k, v in changes.items())
+        apply_changes, apply = self.apply_changes, self.apply
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            if apply_changes is not None:
+                apply_changes(dict(changes))
+            elif apply is not None:
+                apply(int(changes["max-num-seqs"]))
+            self.notify(f"retuning {target}: {text}")
+
+        self.app.push_screen(ConfirmScreen(f"Retune {target} to {text} and restart it?", yes="Apply"), answered)
 
     # --- the worker thread -------------------------------------------------------------------------------------------
     def _ramp_update(self, result: Any) -> None:
@@ -210,6 +251,7 @@ class RampScreen(Screen[None]):
         self.query_one("#ramp-status", Static).update(head)
         for chart in self.query(RampChart):
             chart.set_steps(steps, knee_c)
+        self.query_one(RampVerdict).show_doc(self.doc, apply_key="f" if self._fix_changes() else None)
         table = self.query_one("#ramp-steps", DataTable)
         with self.app.batch_update():
             table.clear()

@@ -1,0 +1,82 @@
+"""``amdtop ramp``'s node observation (a telemetry backend through :class:`NodeObserver`) and its verdict text."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from amdtop.cli.common import backend_options
+from amdtop.errors import AmdtopError
+from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from_backend
+from amdtop.telemetry import open_backend
+
+
+def gpu_list(text: str) -> tuple[int, ...]:
+    """``--gpus 0,1,2,3`` (GPU indices, 0 allowed)."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU indices, e.g. 0,1,2,3") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError("needs GPU indices (0 or more), e.g. 0,1,2,3")
+    return tuple(sorted(set(values)))
+
+
+def _worker_gpus(snapshot: Any, pids: Sequence[int]) -> list[int]:
+    wanted = set(pids)
+    return [g.index for g in snapshot.gpus if any(p.pid in wanted for p in g.processes)]
+
+
+def cli_observer(
+    args: argparse.Namespace, url: str, gpus: Sequence[int] | None
+) -> tuple[NodeObserver | None, Callable[[], None] | None, str]:
+    """The node's telemetry backend as a :class:`NodeObserver` over the worker's GPUs, its closer and a note.
+
+    ``(None, None, why)`` without GPUs. Quiet on stderr: a ramp that fails to reach its URL still prints one line.
+    The worker's GPUs are ``gpus`` when given, else those whose process lists hold the worker's processes, else all.
+    """
+    try:
+        backend = open_backend("sim" if args.demo else args.backend, backend_options(args))
+    except AmdtopError as exc:
+        return None, None, f"none ({exc})"
+    chosen: Sequence[int] | None = gpus
+    if chosen is None:
+        with contextlib.suppress(Exception):
+            chosen = _worker_gpus(backend.sample(), default_worker_pids(url.rstrip("/"))()) or None
+    which = "all GPUs" if chosen is None else "GPUs " + ",".join(map(str, chosen))
+    return observer_from_backend(backend.sample, chosen), backend.close, f"{backend.name}: {which}"
+
+
+_warned: set[int] = set()
+
+
+def sharing_warning(step: dict[str, Any], ramp_key: object) -> None:
+    """Warn once per ramp (``ramp_key``) on stderr when the client may share cores with the worker's processes."""
+    if not step.get("client_shares_cores") or id(ramp_key) in _warned:
+        return
+    _warned.add(id(ramp_key))
+    cpus = step.get("client_shared_cpus") or "?"
+    sys.stderr.write(
+        f"amdtop: warning: the load generator may run on the worker's cores ({cpus}); a busy-polling engine there "
+        "bunches every stream: pin the ramp elsewhere (taskset -c)\n"
+    )
+
+
+def render_verdict(doc: dict[str, Any]) -> str:
+    """The knee's cause, its evidence and the recommendation as stderr lines."""
+    knee = doc.get("knee") or {}
+    if not knee:
+        return ""
+    lines = [f"cause: {knee.get('cause', 'unknown')}"]
+    lines += [f"  - {e}" for e in knee.get("evidence") or []]
+    rec = doc.get("recommendation") or {}
+    changes = rec.get("changes") or {}
+    if changes:
+        lines.append("recommend: " + " ".join(f"{k}={v}" for k, v in changes.items()))
+    lines += [f"  {a}" for a in rec.get("advice") or []]
+    if rec.get("pane"):
+        lines.append(f"  pane: {rec['pane']}" + (f", flag: {rec['flag']}" if rec.get("flag") else ""))
+    return "\n".join(lines) + "\n"
