@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 
 import httpcore
 import httpx
@@ -94,7 +94,7 @@ class SlotPool:
             await self.release(conn)
             raise
         stream = resp.stream
-        assert hasattr(stream, "__aiter__")
+        assert isinstance(stream, AsyncIterable)
         return httpcore.Response(
             status=resp.status,
             headers=resp.headers,

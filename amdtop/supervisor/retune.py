@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import tomlkit
-from tomlkit.items import Table
+from tomlkit.items import Item, Table
 
 from amdtop.errors import AmdtopError, InputError, os_reason
 from amdtop.secrets import mask_env
@@ -110,7 +110,7 @@ def apply_changes(doc: tomlkit.TOMLDocument, name: str, changes: Mapping[str, st
     for raw_key, text in changes.items():
         key = normalise_key(name, raw_key)
         old = _current(tbl, key)
-        old = old.unwrap() if hasattr(old, "unwrap") else old
+        old = old.unwrap() if isinstance(old, Item) else old
         if key.startswith("env."):
             var = key[4:]
             if "env" not in tbl:
