@@ -142,6 +142,8 @@ class AmdtopApp(ControlActions, App[int]):
         return frame
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if not self.is_running:
+            return  # shutting down: the screen stack may already be empty (self.screen would raise)
         self._pending = message.frame
         # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
         if self.screen is self.dashboard and not self.paused:

@@ -6,6 +6,8 @@ Supervisor calls block (processes, HTTP), so they run in thread workers and repo
 from __future__ import annotations
 
 import os
+import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +31,37 @@ PROBE_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
 """All-reduce sizes of the TUI's probe, as ``amdtop probe``'s default."""
 
 
+class FailureInbox:
+    """Control failures reported from threads that may run before the app's loop does (the demo's autostart); the
+    dashboard drains them on its next frame. ``deque`` appends and pops are atomic, so no lock is needed."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[str, str]] = deque()
+
+    def put(self, worker: str, text: str) -> None:
+        self._items.append((worker, text))
+
+    def drain(self) -> list[tuple[str, str]]:
+        out = []
+        while self._items:
+            out.append(self._items.popleft())
+        return out
+
+
+_INBOX_LOCK = threading.Lock()
+
+
 class ControlActions:
     """Actions that act on the selected worker or on the node's services."""
+
+    @property
+    def failures(self) -> FailureInbox:
+        """Where threads report a worker's failed launch; shown on the worker's row and as a notification."""
+        with _INBOX_LOCK:
+            inbox = self.__dict__.get("_failure_inbox")
+            if inbox is None:
+                inbox = self.__dict__["_failure_inbox"] = FailureInbox()
+        return inbox  # type: ignore[no-any-return]
 
     def _control_enabled(self: AmdtopApp, action: str) -> bool | None:
         """``check_action`` helper: False hides the key, None shows it disabled."""
@@ -49,10 +80,10 @@ class ControlActions:
         try:
             result = fn()
         except Exception as exc:  # the supervisor reports bad input and runtime failures as one line
-            self.post_message(ControlDone(f"{verb} {name}: {exc}", error=True))
+            self.post_message(ControlDone(f"{verb} {name}: {one_line(exc)}", error=True, worker=name))
             return
         text = getattr(result, "message", None) or f"{verb} {name}: done"
-        self.post_message(ControlDone(str(text)))
+        self.post_message(ControlDone(str(text), worker=name))
         self.wake_poller()
 
     @work(thread=True, group="control", exit_on_error=False, description="retune diff")
@@ -60,7 +91,7 @@ class ControlActions:
         try:
             diff = self.control.retune_diff(name, changes)
         except Exception as exc:
-            self.post_message(ControlDone(f"retune {name}: {exc}", error=True))
+            self.post_message(ControlDone(f"retune {name}: {one_line(exc)}", error=True, worker=name))
             return
         self.post_message(RetuneDiffReady(name, changes, diff))
 
@@ -87,6 +118,9 @@ class ControlActions:
         self.action_matrix_mode()
 
     def on_control_done(self: AmdtopApp, message: ControlDone) -> None:
+        if message.worker is not None:
+            # The row keeps the error until an action on that worker succeeds.
+            self.dashboard.set_worker_error(message.worker, message.text if message.error else None)
         self.notify(message.text, severity="error" if message.error else "information", timeout=6)
 
     def on_retune_diff_ready(self: AmdtopApp, message: RetuneDiffReady) -> None:
@@ -196,3 +230,9 @@ class ControlActions:
             self.notify(f"exporter: {exc}", severity="error")
             return
         self.notify(f"exporter serving {self.exporter.url}")
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's text (a traceback or a tool's usage text never reaches a row)."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

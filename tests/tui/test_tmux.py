@@ -38,11 +38,13 @@ class Tmux:
             ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20, preexec_fn=self._preexec
         )
 
-    def start(self, width: int = 200, height: int = 50) -> None:
+    def start(self, width: int = 200, height: int = 50, path: str | None = None) -> None:
         cmd = (
             f"unset COLUMNS LINES; echo $$ > {self.pidfile}; exec {AMDTOP} --demo --interval 0.5 "
             f"--state-dir {self.tmp / 'state'} --config {self.tmp / 'none.toml'}"
         )
+        if path is not None:
+            cmd = f"export PATH={path}; {cmd}"
         env = {"TERM": "xterm-256color"}
         self.run("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
                  *(f"-e{k}={v}" for k, v in env.items()), "sh", "-c", cmd)  # fmt: skip
@@ -144,3 +146,39 @@ def test_terminal_going_away_ends_amdtop(tmux: Tmux, block_sighup: bool) -> None
     while demo_worker_pids(tmux.tmp / "state") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert demo_worker_pids(tmux.tmp / "state") == []
+
+
+def path_without(tmp: Path, *tools: str) -> str:
+    """A PATH holding every command of this PATH but ``tools`` (links in one folder), as on a host without them."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            entries = list(Path(folder).iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            link = bin_dir / entry.name
+            if entry.name not in tools and not link.exists() and os.access(entry, os.X_OK):
+                link.symlink_to(entry)
+    return str(bin_dir)
+
+
+@pytest.mark.skipif(not Path("/sys/devices/system/node/node0").is_dir(), reason="host lists no NUMA node")
+def test_demo_without_numactl_runs_every_worker_unpinned(tmux: Tmux) -> None:
+    path = path_without(tmux.tmp, "numactl")
+    assert shutil.which("numactl", path=path) is None
+    tmux.start(200, 50, path=path)
+    # The banner says once what was not pinned and why; every worker still comes up.
+    screen = tmux.wait_for("demo workers run unpinned", "numactl is not installed")
+    screen = tmux.wait_for("llama-70b", "qwen-32b", "mistral-7b")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rows = [line for line in screen.splitlines() if any(n in line for n in ("llama-70b ", "qwen-32b ", "mistral-7b "))]
+        ready = {n for n in ("llama-70b", "qwen-32b", "mistral-7b") for line in rows if n in line and "ready" in line}
+        if len(ready) == 3:
+            break
+        time.sleep(0.5)
+        screen = tmux.screen()
+    assert len(ready) == 3, screen
+    assert "✗" not in screen, screen  # no launch failed

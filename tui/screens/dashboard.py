@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Container
@@ -44,6 +45,9 @@ class DashboardScreen(Screen[None]):
         self.last_frame: Frame | None = None
         self._status = ""
         self._log_summary: str | None = None
+        self.worker_errors: dict[str, str] = {}
+        """Last failed control action per worker, shown on its row until an action on it succeeds."""
+        self._worker_rows: dict[str, tuple[object, ...]] = {}
 
     def compose(self) -> ComposeResult:
         yield Static("amdtop", id="status")
@@ -122,16 +126,38 @@ class DashboardScreen(Screen[None]):
             self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.bandwidth, self.show_gbps)
             self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", RenderPane).view = views.numa_view(frame)
-            before = self.selected_worker()
-            self.query_one("#pane-workers", WorkersTable).show(views.worker_rows(frame, now))
-            if self.selected_worker() != before:
-                self.refresh_bindings()  # control keys are enabled only with a selected worker
+            self._drain_failures()
+            self._worker_rows = views.worker_rows(frame, now)
+            self._show_workers()
             logs: Any = self.query_one("#pane-logs")
             if (frame.log_lines or frame.log_dropped) and hasattr(logs, "feed"):
                 logs.feed(list(frame.log_lines), frame.log_dropped)
             if frame.log_summary and frame.log_summary != self._log_summary and hasattr(logs, "set_summary"):
                 self._log_summary = frame.log_summary
                 logs.set_summary(frame.log_summary)
+
+    def _show_workers(self) -> None:
+        before = self.selected_worker()
+        table = self.query_one("#pane-workers", WorkersTable)
+        table.show(with_errors(self._worker_rows, self.worker_errors, len(table.COLUMNS)))
+        if self.selected_worker() != before:
+            self.refresh_bindings()  # control keys are enabled only with a selected worker
+
+    def _drain_failures(self) -> None:
+        inbox = getattr(self.app, "failures", None)
+        for worker, text in inbox.drain() if inbox is not None else ():
+            self.set_worker_error(worker, text)
+            self.notify(text, severity="error", timeout=10)
+
+    def set_worker_error(self, worker: str, text: str | None) -> None:
+        """Show ``text`` on the worker's row (``None`` clears it)."""
+        if text is None:
+            if self.worker_errors.pop(worker, None) is None:
+                return
+        else:
+            self.worker_errors[worker] = text
+        if self._worker_rows:
+            self._show_workers()
 
     def on_screen_resume(self) -> None:
         show_pending = getattr(self.app, "show_pending", None)
@@ -145,3 +171,16 @@ class DashboardScreen(Screen[None]):
     def selected_worker(self) -> str | None:
         key = self.query_one("#pane-workers", WorkersTable).selected_key()
         return None if key is None else key.removeprefix("w-")
+
+
+def with_errors(
+    rows: dict[str, tuple[object, ...]], errors: dict[str, str], width: int
+) -> dict[str, tuple[object, ...]]:
+    """Rows padded to ``width`` cells, the last one holding the worker's last error (empty when none)."""
+    out: dict[str, tuple[object, ...]] = {}
+    for key, cells in rows.items():
+        error = errors.get(key.removeprefix("w-"))
+        note = Text(f"✗ {error}", style="bold red") if error else ""
+        pad = ("",) * max(0, width - len(cells) - 1)
+        out[key] = (*cells[: width - 1], *pad, note)
+    return out
