@@ -75,3 +75,20 @@ async def test_demo_autostart_failure_reaches_the_row() -> None:
         await _ready(pilot)
         assert "✗ launch qwen-32b: worker[qwen-32b].port" in row_text(app, "qwen-32b")
         assert any("already in use" in n.message for n in app._notifications)
+
+
+async def test_frames_before_the_panes_composed_are_kept_not_fatal() -> None:
+    # The tmux flake: under CPU load the poller's first frame, carrying the demo workers' launch lines, beat the log
+    # pane's compose and amdtop died at start (NoMatches: no Log in LogTailPane).
+    from dataclasses import replace
+
+    from amdtop.rccl.lines import LogLine
+
+    app = make_app()
+    frame = replace(app.poller.tick(), log_lines=(LogLine("llama-70b", "/x.log", "=== amdtop launch llama-70b"),))
+    app.dashboard.apply(frame, "early frame", 0.0)  # nothing is mounted yet
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        assert app.dashboard.last_frame is frame
+        assert "early frame" in str(app.dashboard.query_one("#status").render())
+        assert "=== amdtop launch llama-70b" in "\n".join(app.dashboard.query_one("#pane-logs Log").lines)

@@ -46,7 +46,10 @@ class Tmux:
         if path is not None:
             cmd = f"export PATH={path}; {cmd}"
         env = {"TERM": "xterm-256color"}
-        self.run("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
+        # A pane whose amdtop died stays, with its last words, for diagnose().
+        conf = self.tmp / "tmux.conf"
+        conf.write_text("set -g remain-on-exit on\n")
+        self.run("-f", str(conf), "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
                  *(f"-e{k}={v}" for k, v in env.items()), "sh", "-c", cmd)  # fmt: skip
 
     def screen(self) -> str:
@@ -60,7 +63,19 @@ class Tmux:
             if all(text in screen for text in texts):
                 return screen
             time.sleep(0.2)
-        raise AssertionError(f"{texts!r} not on screen:\n{screen}")
+        raise AssertionError(f"{texts!r} not on screen ({self.diagnose()}):\n{screen}")
+
+    def diagnose(self) -> str:
+        """Why a screen can be empty: the session gone, the pane dead, amdtop gone (said in the failure)."""
+        pane = self.run(
+            "display-message", "-p", "-t", "t", "dead #{pane_dead} status #{pane_dead_status} signal #{pane_dead_signal}"
+        )
+        try:
+            pid = self.pid()
+            alive = Path(f"/proc/{pid}").exists()
+        except (OSError, ValueError):
+            pid, alive = 0, False
+        return f"pane: {pane.stdout.strip() or pane.stderr.strip()!r}; amdtop pid {pid} alive: {alive}"
 
     def wait_without(self, text: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

@@ -48,6 +48,8 @@ class DashboardScreen(Screen[None]):
         self.worker_errors: dict[str, str] = {}
         """Last failed control action per worker, shown on its row until an action on it succeeds."""
         self._worker_rows: dict[str, tuple[object, ...]] = {}
+        self._composed = False
+        self._early: list[tuple[Frame, str, float]] = []
 
     def compose(self) -> ComposeResult:
         yield Static("amdtop", id="status")
@@ -75,11 +77,16 @@ class DashboardScreen(Screen[None]):
         # Keep a widget focused: with focus on nothing, each Footer recompose prunes nodes, which resets focus,
         # which refreshes bindings, which recomposes the Footer again (a loop that cost ~1% CPU when idle).
         self.query_one("#pane-gpus").focus()
-        # The log pane titles itself on mount; put the numbered title back afterwards.
-        self.call_after_refresh(self._retitle_logs)
+        # After the first refresh every pane has composed its own children.
+        self.call_after_refresh(self._all_composed)
 
-    def _retitle_logs(self) -> None:
+    def _all_composed(self) -> None:
+        # The log pane titles itself on mount; put the numbered title back.
         self.query_one("#pane-logs").border_title = "6 Logs"
+        self._composed = True
+        early, self._early = self._early, []
+        for args in early:
+            self.apply(*args)
 
     # -- layout ----------------------------------------------------------------------------------------------------
     def on_resize(self, event: Resize) -> None:
@@ -116,6 +123,11 @@ class DashboardScreen(Screen[None]):
 
     # -- data --------------------------------------------------------------------------------------------------------
     def apply(self, frame: Frame, status: str, now: float) -> None:
+        if not self._composed:
+            # The poller's first frames can beat the panes' own compose (under CPU load: the log pane had no Log
+            # yet and amdtop died at start, the tmux test's flake). Keep them, with their log lines, for later.
+            self._early.append((frame, status, now))
+            return
         self.last_frame = frame
         with self.app.batch_update():
             if status != self._status:
