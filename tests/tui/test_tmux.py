@@ -15,7 +15,10 @@ import pytest
 
 from amdtop.procinfo import list_pids, read_cmdline
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
+    pytest.mark.serial,  # the demo's fixed ports (18080-18082) and a real terminal's timing
+]
 
 AMDTOP = Path(sys.executable).with_name("amdtop")
 
