@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Container
+from textual.containers import Container, Vertical
 from textual.events import Resize
 from textual.screen import Screen
 from textual.widget import Widget
@@ -15,6 +15,7 @@ from textual.widgets import Footer, Static, Tab, Tabs
 
 from tui import views
 from tui.frame import Frame
+from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
 from widgets.log_tail import LogTailPane
 from widgets.render_pane import RenderPane
@@ -57,13 +58,15 @@ class DashboardScreen(Screen[None]):
             yield Static(self.banner, id="banner")
         yield Tabs(*(Tab(label, id=f"tab-{key}") for key, label in PANES), id="tabs")
         with Container(id="body"):
-            # Grid order (two columns): gpus | groups, topo | numa, logs | workers.
+            # Wide grid (app.tcss), in order: gpus | topo; history | groups over numa; workers; logs.
             yield self._titled(GpuTable(id="pane-gpus"), "1 GPUs")
-            yield self._titled(RenderPane(id="pane-groups"), "3 TP groups")
             yield self._titled(TopoMatrix(id="pane-topo"), "2 Topology")
-            yield self._titled(RenderPane(id="pane-numa"), "4 NUMA binding")
-            yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
+            yield self._titled(GpuHistory(id="pane-history"), "GPU history")
+            with Vertical(id="side"):
+                yield self._titled(RenderPane(id="pane-groups"), "3 TP groups")
+                yield self._titled(RenderPane(id="pane-numa"), "4 NUMA binding")
             yield self._titled(WorkersTable(id="pane-workers"), "5 Workers")
+            yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
         yield Footer()
 
     @staticmethod
@@ -101,6 +104,8 @@ class DashboardScreen(Screen[None]):
         self.active_pane = key
         for pane_key, _ in PANES:
             self.query_one(f"#pane-{pane_key}").set_class(pane_key == key, "active")
+        # On a narrow terminal the side stack shows only while one of its panes is the active tab.
+        self.query_one("#side").set_class(key in ("groups", "numa"), "active")
         tabs = self.query_one("#tabs", Tabs)
         if tabs.active != f"tab-{key}":
             try:
@@ -135,6 +140,7 @@ class DashboardScreen(Screen[None]):
                 self._status = status
                 self.query_one("#status", Static).update(status, layout=False)
             self.query_one("#pane-gpus", GpuTable).show(views.gpu_rows(frame))
+            self.query_one("#pane-history", GpuHistory).push(frame.snapshot, getattr(self.app, "interval", None))
             self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.bandwidth, self.show_gbps)
             self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", RenderPane).view = views.numa_view(frame)
