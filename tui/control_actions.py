@@ -156,13 +156,15 @@ class ControlActions:
 
         self.push_screen(ConfirmScreen(question, yes="Probe"), done)
 
-    def action_launch(self: AmdtopApp) -> None:
-        name = self.dashboard.selected_worker()
+    def action_launch(self: AmdtopApp, name: str | None = None) -> None:
+        name = name or self.dashboard.selected_worker()
         if name:
             self._call("launch", name, lambda: self.control.launch(name))
 
-    def _confirmed(self: AmdtopApp, verb: str, question: str, fn: Callable[[str], Any]) -> None:
-        name = self.dashboard.selected_worker()
+    def _confirmed(
+        self: AmdtopApp, verb: str, question: str, fn: Callable[[str], Any], name: str | None = None
+    ) -> None:
+        name = name or self.dashboard.selected_worker()
         if not name:
             return
 
@@ -172,25 +174,30 @@ class ControlActions:
 
         self.push_screen(ConfirmScreen(question.format(name=name), yes=verb.capitalize()), done)
 
-    def action_restart(self: AmdtopApp) -> None:
-        self._confirmed("restart", "Restart worker {name}? Its requests in flight are lost.", self.control.restart)
+    def action_restart(self: AmdtopApp, name: str | None = None) -> None:
+        question = "Restart worker {name}? Its requests in flight are lost."
+        self._confirmed("restart", question, self.control.restart, name)
 
-    def action_stop(self: AmdtopApp) -> None:
-        self._confirmed("stop", "Stop worker {name}? Every process of its group is terminated.", self.control.stop)
+    def action_stop(self: AmdtopApp, name: str | None = None) -> None:
+        question = "Stop worker {name}? Every process of its group is terminated."
+        self._confirmed("stop", question, self.control.stop, name)
 
-    def action_retune(self: AmdtopApp) -> None:
-        name = self.dashboard.selected_worker()
+    def action_retune(self: AmdtopApp, name: str | None = None, changes: Mapping[str, str] | None = None) -> None:
+        name = name or self.dashboard.selected_worker()
         if not name:
             return
+        if changes:
+            self._retune_diff(name, changes)  # straight to the diff and its confirmation
+            return
 
-        def done(changes: dict[str, str] | None) -> None:
-            if changes:
-                self._retune_diff(name, changes)
+        def done(typed: dict[str, str] | None) -> None:
+            if typed:
+                self._retune_diff(name, typed)
 
         self.push_screen(RetuneScreen(name), done)
 
-    def action_ramp(self: AmdtopApp) -> None:
-        name = self.dashboard.selected_worker()
+    def action_ramp(self: AmdtopApp, name: str | None = None) -> None:
+        name = name or self.dashboard.selected_worker()
         frame = self.dashboard.last_frame
         worker = next((w for w in frame.workers if w.name == name), None) if frame else None
         if worker is None:

@@ -11,9 +11,11 @@ from textual.containers import Container, Vertical
 from textual.events import Resize
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static, Tab, Tabs
+from textual.widgets import Footer, Input, Static, Tab, Tabs
 
 from tui import views
+from tui.command_mode import CommandBar, run_command
+from tui.filter import FilterBar, filter_rows
 from tui.frame import Frame
 from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
@@ -50,6 +52,11 @@ class DashboardScreen(Screen[None]):
         """Last failed control action per worker, shown on its row until an action on it succeeds."""
         self._worker_rows: dict[str, tuple[object, ...]] = {}
         self._composed = False
+        self.filter_term = ""
+        """``/`` filter: GPU and worker rows must mention every word of it."""
+        self._gpu_rows: dict[str, tuple[object, ...]] = {}
+        self._worker_flags: dict[str, str] = {}
+        self._focus_before: Widget | None = None
         self._early: list[tuple[Frame, str, float]] = []
 
     def compose(self) -> ComposeResult:
@@ -67,6 +74,8 @@ class DashboardScreen(Screen[None]):
                 yield self._titled(RenderPane(id="pane-numa"), "4 NUMA binding")
             yield self._titled(WorkersTable(id="pane-workers"), "5 Workers")
             yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
+        yield FilterBar(id="filter")
+        yield CommandBar(id="command")
         yield Footer()
 
     @staticmethod
@@ -139,7 +148,9 @@ class DashboardScreen(Screen[None]):
                 # Fixed one-line bar: no layout pass (a layout pass repaints every scrollbar on screen).
                 self._status = status
                 self.query_one("#status", Static).update(status, layout=False)
-            self.query_one("#pane-gpus", GpuTable).show(views.gpu_rows(frame))
+            self._gpu_rows = views.gpu_rows(frame)
+            self._worker_flags = {f"w-{f.worker}": f.kind.value for f in frame.flags if f.worker}
+            self._show_gpus()
             self.query_one("#pane-history", GpuHistory).push(frame.snapshot, getattr(self.app, "interval", None))
             self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.bandwidth, self.show_gbps)
             self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
@@ -154,10 +165,14 @@ class DashboardScreen(Screen[None]):
                 self._log_summary = frame.log_summary
                 logs.set_summary(frame.log_summary)
 
+    def _show_gpus(self) -> None:
+        self.query_one("#pane-gpus", GpuTable).show(filter_rows(self._gpu_rows, self.filter_term))
+
     def _show_workers(self) -> None:
         before = self.selected_worker()
         table = self.query_one("#pane-workers", WorkersTable)
-        table.show(with_errors(self._worker_rows, self.worker_errors, len(table.COLUMNS)))
+        rows = filter_rows(self._worker_rows, self.filter_term, self._worker_flags)
+        table.show(with_errors(rows, self.worker_errors, len(table.COLUMNS)))
         if self.selected_worker() != before:
             self.refresh_bindings()  # control keys are enabled only with a selected worker
 
@@ -176,6 +191,45 @@ class DashboardScreen(Screen[None]):
             self.worker_errors[worker] = text
         if self._worker_rows:
             self._show_workers()
+
+    # -- / filter and : command mode -------------------------------------------------------------------------------
+    def open_filter(self) -> None:
+        self._focus_before = self.focused
+        bar = self.query_one("#filter", FilterBar)
+        bar.value = self.filter_term
+        bar.open()
+
+    @on(FilterBar.FilterChanged)
+    def _filter_changed(self, event: FilterBar.FilterChanged) -> None:
+        self.filter_term = event.term.strip()
+        subtitle = f"/{self.filter_term}" if self.filter_term else ""
+        for pane in ("#pane-gpus", "#pane-workers"):
+            self.query_one(pane).border_subtitle = subtitle
+        if self._composed:
+            self._show_gpus()
+            self._show_workers()
+        if event.done:
+            self._refocus()
+
+    def open_command(self) -> None:
+        self._focus_before = self.focused
+        workers = [w.name for w in self.last_frame.workers] if self.last_frame else []
+        self.query_one("#command", CommandBar).open(workers)
+
+    @on(CommandBar.Run)
+    def _run_command(self, event: CommandBar.Run) -> None:
+        run_command(self.app, event.command)
+
+    @on(CommandBar.Closed)
+    def _command_closed(self) -> None:
+        self._refocus()
+
+    def _refocus(self) -> None:
+        # Keep a pane focused (see on_mount): back to where the prompt was opened from.
+        target = self._focus_before
+        if target is None or not target.is_attached or isinstance(target, (FilterBar, Input)):
+            target = self.query_one("#pane-gpus")
+        target.focus()
 
     def on_screen_resume(self) -> None:
         show_pending = getattr(self.app, "show_pending", None)
