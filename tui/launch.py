@@ -162,10 +162,15 @@ def run(args: argparse.Namespace) -> int:
     # workers are never stopped on exit). An inherited blocked mask would hide it: unblock it.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     previous = signal.signal(signal.SIGHUP, loss.on_sighup)
+    # SIGTERM (kill, a job runner, a benchmark) likewise: the demo's workers held their ports after it, and the next
+    # `amdtop --demo` found every launch refused.
+    previous_term = signal.signal(signal.SIGTERM, loss.on_sighup) if autostart is not None else None
     try:
         result = app.run()
     finally:
         signal.signal(signal.SIGHUP, previous)
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
         if autostart is not None:
             autostart.stop()
     return int(result or 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.tui.conftest import make_app, settle
-from widgets.gpu_history import GpuHistory, spark
+from widgets.gpu_history import GpuHistory, spark, sweep
 
 HISTORY_STEPS = 40
 
@@ -36,7 +36,11 @@ async def test_history_strips_as_wide_as_the_pane() -> None:
         assert wide >= 25  # three strips share the pane: each far wider than the table's 12-cell column
         lines = str(pane.render()).splitlines()
         assert len(lines) == 8 + 2  # header, one line per GPU, the time axis
-        assert "now" in lines[-1] and f"-{wide}s" in lines[-1]
+        assert f"{wide - 1}s per sweep" in lines[-1]  # the time axis: one column per poll
+        # Sweeping: the newest sample sits at the head, the column after it is the blank "now" mark.
+        head = (pane._pushes - 1) % wide
+        strip = lines[1][4 : 4 + wide]
+        assert strip[head] != " " and strip[(head + 1) % wide] == " "
         await pilot.resize_terminal(240, 50)
         await settle(pilot)
         assert pane.strip_width() > wide  # wider pane, longer history shown
@@ -61,3 +65,9 @@ async def test_panes_sized_to_content_logs_take_the_rest() -> None:
 def test_spark_gaps_and_scale() -> None:
     assert spark([0.0, 50.0, 100.0, None], 6, 100.0) == "  ▁▄█ "
     assert spark([], 3, 100.0) == "   "
+
+
+def test_sweep_writes_at_the_head_and_keeps_a_gap() -> None:
+    assert sweep([10.0, 20.0, 30.0], 5, 3, 100.0) == "▁▂▃  "
+    # Seven samples into a 5-column strip: 4 kept (6, 7 wrapped to the start), the gap after the newest.
+    assert sweep([float(v) * 10 for v in range(1, 8)], 5, 7, 100.0) == "▅▆ ▄▄"

@@ -200,3 +200,42 @@ def test_demo_without_numactl_runs_every_worker_unpinned(tmux: Tmux) -> None:
         screen = tmux.screen()
     assert len(ready) == 3, screen
     assert "✗" not in screen, screen  # no launch failed
+
+
+def test_cropped_partial_updates_leave_the_screen_right(tmux: Tmux) -> None:
+    # tui/tty_crop.py sends only the changed cells of each update: after a minute of them, the terminal must show what
+    # a full repaint of the same (paused) frame shows.
+    tmux.start(200, 50)
+    tmux.wait_for("GPU history", "llama-70b")
+    deadline = time.monotonic() + 20
+    while "ready" not in tmux.screen() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(8)  # 16 ticks at --interval 0.5 of partial updates
+    tmux.keys("p")
+    tmux.wait_for("refresh paused")
+    tmux.wait_without("refresh paused")  # the toast's own repaints are done
+    time.sleep(0.5)
+    partial = tmux.screen().splitlines()
+    tmux.run("resize-window", "-t", "t", "-x", "201")
+    time.sleep(1.0)
+    tmux.run("resize-window", "-t", "t", "-x", "200")
+    time.sleep(1.5)
+    full = tmux.screen().splitlines()
+    diff = [(i, a, b) for i, (a, b) in enumerate(zip(partial, full, strict=False)) if a != b]
+    assert not diff, "\n".join(f"row {i}:\n  partial {a!r}\n  full    {b!r}" for i, a, b in diff[:6])
+
+
+def test_sigterm_stops_the_demo_workers(tmux: Tmux) -> None:
+    tmux.start(80, 24)
+    tmux.wait_for("GPUs")
+    deadline = time.monotonic() + 20
+    while len(demo_worker_pids(tmux.tmp / "state")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert demo_worker_pids(tmux.tmp / "state"), "the demo did not launch its simulated workers"
+    pid = tmux.pid()
+    os.kill(pid, signal.SIGTERM)
+    assert gone(pid, 20), "amdtop kept running after SIGTERM"
+    deadline = time.monotonic() + 15
+    while demo_worker_pids(tmux.tmp / "state") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert demo_worker_pids(tmux.tmp / "state") == []  # their ports are free for the next demo

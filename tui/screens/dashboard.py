@@ -7,13 +7,13 @@ from typing import Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Container, Vertical
+from textual.containers import Container, Horizontal, Vertical
 from textual.events import Resize
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, Tab, Tabs
 
-from tui import views
+from tui import tty_crop, views
 from tui.command_mode import CommandBar, run_command
 from tui.filter import FilterBar, filter_rows
 from tui.frame import Frame
@@ -60,7 +60,9 @@ class DashboardScreen(Screen[None]):
         self._early: list[tuple[Frame, str, float]] = []
 
     def compose(self) -> ComposeResult:
-        yield Static("amdtop", id="status")
+        with Horizontal(id="status-bar"):
+            yield Static("amdtop", id="status")
+            yield Static("", id="clock")
         if self.banner:
             yield Static(self.banner, id="banner")
         yield Tabs(*(Tab(label, id=f"tab-{key}") for key, label in PANES), id="tabs")
@@ -85,6 +87,7 @@ class DashboardScreen(Screen[None]):
         return widget
 
     def on_mount(self) -> None:
+        tty_crop.install()  # partial updates send the changed cells only (the bytes over SSH)
         self._select("gpus")
         # Keep a widget focused: with focus on nothing, each Footer recompose prunes nodes, which resets focus,
         # which refreshes bindings, which recomposes the Footer again (a loop that cost ~1% CPU when idle).
@@ -144,10 +147,13 @@ class DashboardScreen(Screen[None]):
             return
         self.last_frame = frame
         with self.app.batch_update():
-            if status != self._status:
+            head, clock = split_clock(status)
+            if head != self._status:
                 # Fixed one-line bar: no layout pass (a layout pass repaints every scrollbar on screen).
-                self._status = status
-                self.query_one("#status", Static).update(status, layout=False)
+                self._status = head
+                self.query_one("#status", Static).update(head, layout=False)
+            # The clock has its own 10 cells: a tick repaints those, not the 200-cell bar.
+            self.query_one("#clock", Static).update(clock, layout=False)
             self._gpu_rows = views.gpu_rows(frame)
             self._worker_flags = {f"w-{f.worker}": f.kind.value for f in frame.flags if f.worker}
             self._show_gpus()
@@ -256,3 +262,11 @@ def with_errors(
         pad = ("",) * max(0, width - len(cells) - 1)
         out[key] = (*cells[: width - 1], *pad, note)
     return out
+
+
+def split_clock(status: str) -> tuple[str, str]:
+    """``"... · 10:32:25Z"`` -> (the rest, ``"10:32:25Z"``); a line without a trailing clock stays whole."""
+    head, sep, tail = status.rpartition(" · ")
+    if sep and tail.endswith("Z") and len(tail) <= 12:
+        return head, tail
+    return status, ""
