@@ -103,8 +103,17 @@ def gone(pid: int, timeout: float = 10.0) -> bool:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
+        if _zombie(pid):  # exited; tmux keeps a dead pane (remain-on-exit) and may reap it later
+            return True
         time.sleep(0.1)
     return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
 
 
 @pytest.fixture
@@ -234,7 +243,13 @@ def test_sigterm_stops_the_demo_workers(tmux: Tmux) -> None:
     assert demo_worker_pids(tmux.tmp / "state"), "the demo did not launch its simulated workers"
     pid = tmux.pid()
     os.kill(pid, signal.SIGTERM)
-    assert gone(pid, 20), "amdtop kept running after SIGTERM"
+    if not gone(pid, 20):
+        state = Path(f"/proc/{pid}/status").read_text() if Path(f"/proc/{pid}/status").exists() else "gone"
+        threads = [
+            (t.name, (t / "wchan").read_text(), (t / "comm").read_text().strip())
+            for t in Path(f"/proc/{pid}/task").iterdir()
+        ] if Path(f"/proc/{pid}/task").exists() else []
+        raise AssertionError(f"amdtop kept running after SIGTERM: {state}\n{threads}\n{tmux.screen()}")
     deadline = time.monotonic() + 15
     while demo_worker_pids(tmux.tmp / "state") and time.monotonic() < deadline:
         time.sleep(0.2)
