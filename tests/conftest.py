@@ -22,10 +22,10 @@ pts.SVGImageExtension = TopLevelSVGExtension  # snap_compare looks this name up 
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # run-tests runs `-m "not serial"` on two xdist workers, then `-m serial` alone: real vLLM on the CPU, timing
-    # against its own counters, needs the machine to itself.
+    # run-tests runs `-m "not serial and not quiet"` on two xdist workers, then `-m "serial and not quiet"` one at a
+    # time, then `-m quiet` alone: real vLLM on the CPU, timing against its own counters, needs the machine to itself.
     e2e = Path(__file__).resolve().parent / "e2e"
     for item in items:
         if e2e in Path(str(item.path)).parents:
-            item.add_marker(pytest.mark.serial)
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.quiet)
