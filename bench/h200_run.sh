@@ -80,10 +80,10 @@ fi
 if [ "$MODE" = tui ] || [ "$MODE" = final ] || [ -f tui/launch.py ]; then
   step tui-cpu
   SECS=${TUI_SECONDS:-60}
-  for i in 1 2; do
-    python3 bench/tui_cpu_pty.py --label amdtop --seconds $SECS --expect nvml --save $R/bench/amdtop_screen_$i.bin -- python3 -m amdtop --backend nvml --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
-    python3 bench/tui_cpu_pty.py --label nvitop --seconds $SECS --expect H200 --save $R/bench/nvitop_screen_$i.bin -- python3 -m nvitop --interval 1 | tee -a $R/bench/tui_cpu.jsonl $LOG
-  done
+  # Two interleaved rounds: CPU and tty bytes/s of amdtop and nvitop on the same GPU, size and interval.
+  python3 bench/tui_cpu.py --runs 2 --seconds $SECS --marker nvml --save $R/bench --markdown \
+    --peer 'python3 -m nvitop --interval 1' --peer-marker H200 \
+    -- python3 -m amdtop --backend nvml --interval 1 2>>$R/bench/tui_cpu.jsonl | tee -a $LOG
 fi
 step pack
 tar -C $R -czf $OUT/results.tgz . && ls -la $OUT >>$LOG

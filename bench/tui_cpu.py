@@ -1,13 +1,17 @@
-"""Dashboard cost: CPU of a terminal program at steady state, and time from start to first full paint.
+"""Dashboard cost over SSH: CPU and terminal bytes/s of a terminal program at steady state, and its first paint.
 
 Runs the command in a pseudo-terminal of the given size (``TERM=xterm-256color``), drains its output like a terminal,
 records when ``--marker`` first appears in the output (first full paint: amdtop writes its status line, with the
-backend name, in the same batched update as every pane), waits ``--warmup`` seconds, then counts user+system CPU
-ticks of the process tree over ``--seconds``. Repeats ``--runs`` times, interleaving ``--peer`` commands measured the
-same way, and prints medians (JSON on stdout, a Markdown table with ``--markdown``).
+backend name, in the same batched update as every pane; the marker also proves the screen drew real data), waits
+``--warmup`` seconds, then counts user+system CPU ticks of the process tree and the bytes written to the tty (what
+SSH carries before compression) over ``--seconds``. Repeats ``--runs`` times, interleaving ``--peer`` commands
+measured the same way, and prints medians (JSON on stdout, per-run JSON lines on stderr, a Markdown table with
+``--markdown``). ``--save DIR`` keeps each run's last 256 KiB of terminal output. (This merges the former
+``tui_cpu_pty.py``, whose single runs are ``--runs 1``.)
 
-    .venv/bin/python bench/tui_cpu.py --runs 3 --seconds 60 -- .venv/bin/amdtop --demo --interval 1
-    python3 bench/tui_cpu.py --peer 'python3 -m nvitop --interval 1' --peer-marker MiB \\
+    .venv/bin/python bench/tui_cpu.py --runs 3 --seconds 60 --peer "top -d 1" --markdown \\
+        -- .venv/bin/amdtop --demo --interval 1
+    python3 bench/tui_cpu.py --marker nvml --peer 'python3 -m nvitop --interval 1' --peer-marker H200 \\
         -- python3 -m amdtop --backend nvml --interval 1
 
 Options go before ``--``; everything after it is the measured command.
@@ -72,6 +76,8 @@ class PtyRun:
         os.close(slave)
         self.buf = b""
         self.bytes = 0
+        self.tail = bytearray()
+        """The last 256 KiB written (for ``--save``)."""
 
     def pump(self, timeout: float) -> None:
         """Read whatever the program wrote within ``timeout`` seconds (a terminal never stops reading)."""
@@ -91,6 +97,8 @@ class PtyRun:
                 return
             self.bytes += len(data)
             self.buf = (self.buf + data)[-65536:]
+            self.tail += data
+            del self.tail[: max(0, len(self.tail) - 262144)]
 
     def stop(self) -> None:
         try:
@@ -105,7 +113,9 @@ class PtyRun:
         os.close(self.master)
 
 
-def measure(argv: list[str], marker: str, cols: int, rows: int, warmup: float, seconds: float) -> dict[str, Any]:
+def measure(
+    argv: list[str], marker: str, cols: int, rows: int, warmup: float, seconds: float, save: str | None = None
+) -> dict[str, Any]:
     run = PtyRun(argv, cols, rows)
     try:
         paint = None
@@ -122,10 +132,15 @@ def measure(argv: list[str], marker: str, cols: int, rows: int, warmup: float, s
             run.pump(min(1.0, seconds - (time.monotonic() - t0)))
         wall = time.monotonic() - t0
         cpu = (tree_ticks(run.proc.pid) - c0) / TICK
+        if save:
+            with open(save, "wb") as fh:
+                fh.write(bytes(run.tail))
         return {
             "first_paint_s": paint,
             "cpu_pct_one_core": 100.0 * cpu / wall,
             "tty_bytes_per_s": (run.bytes - b0) / wall,
+            "marker_seen": paint is not None,
+            "alive_at_end": run.proc.poll() is None,
         }
     finally:
         run.stop()
@@ -142,6 +157,7 @@ def main() -> int:
     ap.add_argument("--peer", action="append", default=[], help="peer command (shell-quoted), measured interleaved")
     ap.add_argument("--peer-marker", action="append", default=[], help="marker for each --peer (default: any output)")
     ap.add_argument("--markdown", action="store_true", help="also print a Markdown table of medians")
+    ap.add_argument("--save", default=None, help="folder for each run's last 256 KiB of terminal output")
     ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND... (the program to measure)")
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -153,9 +169,12 @@ def main() -> int:
         marker = args.peer_marker[i] if i < len(args.peer_marker) else ""
         targets.append((shlex.split(peer)[0].rsplit("/", 1)[-1], shlex.split(peer), marker))
     results: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in targets}
-    for _ in range(args.runs):
+    if args.save:
+        os.makedirs(args.save, exist_ok=True)
+    for run in range(args.runs):
         for label, argv, marker in targets:
-            r = measure(argv, marker, cols, rows, args.warmup, args.seconds)
+            save = os.path.join(args.save, f"{label}_screen_{run}.bin") if args.save else None
+            r = measure(argv, marker, cols, rows, args.warmup, args.seconds, save)
             results[label].append(r)
             print(json.dumps({"label": label, **r}), file=sys.stderr)
     summary = {}

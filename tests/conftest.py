@@ -1,9 +1,10 @@
-"""Shared test setup: SVG snapshots live in <repo>/snapshots/<test module>/<test>.svg."""
+"""Shared test setup: SVG snapshots live in <repo>/snapshots/<test module>/<test>.svg; e2e tests run serially."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import pytest_textual_snapshot as pts
 
 SNAPSHOT_ROOT = Path(__file__).resolve().parents[1] / "snapshots"
@@ -18,3 +19,13 @@ class TopLevelSVGExtension(pts.SVGImageExtension):
 
 
 pts.SVGImageExtension = TopLevelSVGExtension  # snap_compare looks this name up at call time
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # run-tests runs `-m "not serial and not quiet"` on two xdist workers, then `-m "serial and not quiet"` one at a
+    # time, then `-m quiet` alone: real vLLM on the CPU, timing against its own counters, needs the machine to itself.
+    e2e = Path(__file__).resolve().parent / "e2e"
+    for item in items:
+        if e2e in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.quiet)

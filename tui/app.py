@@ -48,6 +48,8 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("b", "probe", "Probe", id="probe", tooltip="measure p2p and all-reduce bandwidth (confirm)"),
         Binding("m", "matrix_mode", "Link/GB/s", id="matrix-mode", tooltip="topology: link type or measured GB/s"),
         Binding("p", "pause", "Pause", id="pause", tooltip="pause/resume refresh"),
+        Binding("colon", "command_mode", "Command", id="command", tooltip="command mode: launch, ramp, retune NAME"),
+        Binding("slash", "filter", "Filter", id="filter", tooltip="filter GPU and worker rows by GPU, worker or flag"),
         *(Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}") for i, (key, label) in enumerate(PANES, start=1)),
     ]
 
@@ -163,6 +165,8 @@ class AmdtopApp(ControlActions, App[int]):
             self._show(self.dashboard.last_frame)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if not self.is_running:
+            return  # shutting down: the screen stack may already be empty (self.screen would raise)
         self.poll_error = None
         self._pending = message.frame
         # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
@@ -245,6 +249,12 @@ class AmdtopApp(ControlActions, App[int]):
                 (binding.key.replace("question_mark", "?"), binding.tooltip or binding.description, bool(enabled))
             )
         self.push_screen(HelpScreen(keys))
+
+    def action_command_mode(self) -> None:
+        self.dashboard.open_command()
+
+    def action_filter(self) -> None:
+        self.dashboard.open_filter()
 
     def action_pane(self, key: str) -> None:
         self.dashboard.show_pane(key)

@@ -6,6 +6,8 @@ Supervisor calls block (processes, HTTP), so they run in thread workers and repo
 from __future__ import annotations
 
 import os
+import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +32,37 @@ PROBE_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
 """All-reduce sizes of the TUI's probe, as ``amdtop probe``'s default."""
 
 
+class FailureInbox:
+    """Control failures reported from threads that may run before the app's loop does (the demo's autostart); the
+    dashboard drains them on its next frame. ``deque`` appends and pops are atomic, so no lock is needed."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[str, str]] = deque()
+
+    def put(self, worker: str, text: str) -> None:
+        self._items.append((worker, text))
+
+    def drain(self) -> list[tuple[str, str]]:
+        out = []
+        while self._items:
+            out.append(self._items.popleft())
+        return out
+
+
+_INBOX_LOCK = threading.Lock()
+
+
 class ControlActions:
     """Actions that act on the selected worker or on the node's services."""
+
+    @property
+    def failures(self) -> FailureInbox:
+        """Where threads report a worker's failed launch; shown on the worker's row and as a notification."""
+        with _INBOX_LOCK:
+            inbox = self.__dict__.get("_failure_inbox")
+            if inbox is None:
+                inbox = self.__dict__["_failure_inbox"] = FailureInbox()
+        return inbox  # type: ignore[no-any-return]
 
     def _control_enabled(self: AmdtopApp, action: str) -> bool | None:
         """``check_action`` helper: False hides the key, None shows it disabled."""
@@ -50,7 +81,7 @@ class ControlActions:
         try:
             result = fn()
         except Exception as exc:  # the supervisor reports bad input and runtime failures as one line
-            self.post_message(ControlDone(f"{verb} {name}: {exc}", error=True))
+            self.post_message(ControlDone(f"{verb} {name}: {one_line(exc)}", error=True, worker=name))
             return
         if isinstance(result, StopReport):
             text = result.message
@@ -58,7 +89,7 @@ class ControlActions:
             text = f"{verb} {name}: {result.state.value}"
         else:
             text = str(result) or f"{verb} {name}: done"
-        self.post_message(ControlDone(text))
+        self.post_message(ControlDone(text, worker=name))
         self.wake_poller()
 
     @work(thread=True, group="control", exit_on_error=False, description="retune diff")
@@ -66,7 +97,7 @@ class ControlActions:
         try:
             diff = self.control.retune_diff(name, changes)
         except Exception as exc:
-            self.post_message(ControlDone(f"retune {name}: {exc}", error=True))
+            self.post_message(ControlDone(f"retune {name}: {one_line(exc)}", error=True, worker=name))
             return
         self.post_message(RetuneDiffReady(name, changes, diff))
 
@@ -94,6 +125,9 @@ class ControlActions:
         self.dashboard.show_gbps = True
 
     def on_control_done(self: AmdtopApp, message: ControlDone) -> None:
+        if message.worker is not None:
+            # The row keeps the error until an action on that worker succeeds.
+            self.dashboard.set_worker_error(message.worker, message.text if message.error else None)
         self.notify(message.text, severity="error" if message.error else "information", timeout=6)
 
     def on_retune_diff_ready(self: AmdtopApp, message: RetuneDiffReady) -> None:
@@ -129,13 +163,15 @@ class ControlActions:
 
         self.push_screen(ConfirmScreen(question, yes="Probe"), done)
 
-    def action_launch(self: AmdtopApp) -> None:
-        name = self.dashboard.selected_worker()
+    def action_launch(self: AmdtopApp, name: str | None = None) -> None:
+        name = name or self.dashboard.selected_worker()
         if name:
             self._call("launch", name, lambda: self.control.launch(name))
 
-    def _confirmed(self: AmdtopApp, verb: str, question: str, fn: Callable[[str], Any]) -> None:
-        name = self.dashboard.selected_worker()
+    def _confirmed(
+        self: AmdtopApp, verb: str, question: str, fn: Callable[[str], Any], name: str | None = None
+    ) -> None:
+        name = name or self.dashboard.selected_worker()
         if not name:
             return
 
@@ -145,25 +181,30 @@ class ControlActions:
 
         self.push_screen(ConfirmScreen(question.format(name=name), yes=verb.capitalize()), done)
 
-    def action_restart(self: AmdtopApp) -> None:
-        self._confirmed("restart", "Restart worker {name}? Its requests in flight are lost.", self.control.restart)
+    def action_restart(self: AmdtopApp, name: str | None = None) -> None:
+        question = "Restart worker {name}? Its requests in flight are lost."
+        self._confirmed("restart", question, self.control.restart, name)
 
-    def action_stop(self: AmdtopApp) -> None:
-        self._confirmed("stop", "Stop worker {name}? Every process of its group is terminated.", self.control.stop)
+    def action_stop(self: AmdtopApp, name: str | None = None) -> None:
+        question = "Stop worker {name}? Every process of its group is terminated."
+        self._confirmed("stop", question, self.control.stop, name)
 
-    def action_retune(self: AmdtopApp) -> None:
-        name = self.dashboard.selected_worker()
+    def action_retune(self: AmdtopApp, name: str | None = None, changes: Mapping[str, str] | None = None) -> None:
+        name = name or self.dashboard.selected_worker()
         if not name:
             return
+        if changes:
+            self._retune_diff(name, changes)  # straight to the diff and its confirmation
+            return
 
-        def done(changes: dict[str, str] | None) -> None:
-            if changes:
-                self._retune_diff(name, changes)
+        def done(typed: dict[str, str] | None) -> None:
+            if typed:
+                self._retune_diff(name, typed)
 
         self.push_screen(RetuneScreen(name), done)
 
-    def action_ramp(self: AmdtopApp) -> None:
-        name = self.dashboard.selected_worker()
+    def action_ramp(self: AmdtopApp, name: str | None = None) -> None:
+        name = name or self.dashboard.selected_worker()
         frame = self.dashboard.last_frame
         worker = next((w for w in frame.workers if w.name == name), None) if frame else None
         if worker is None:
@@ -206,3 +247,9 @@ class ControlActions:
             self.notify(f"exporter: {exc}", severity="error")
             return
         self.notify(f"exporter serving {self.exporter.url}")
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's text (a traceback or a tool's usage text never reaches a row)."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

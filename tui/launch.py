@@ -35,9 +35,14 @@ def open_control(args: argparse.Namespace, backend: TelemetryBackend, demo: bool
             sim=sim,
             readonly=bool(args.readonly),
         )
-        return sup, None
     except Exception as exc:  # a broken profile must not keep the dashboard from opening
         return None, f"supervisor: {exc}"
+    note = None
+    if demo:
+        from amdtop.supervisor.demo import demo_pinning_note
+
+        note = demo_pinning_note([sup.profile(n) for n in sup.names()], sup.topology, os.environ)
+    return sup, note
 
 
 def open_backend_or_sim(args: argparse.Namespace) -> tuple[TelemetryBackend, str | None, bool]:
@@ -52,9 +57,12 @@ class DemoAutostart:
     """Launches the stopped demo workers in the background (the demo should show a busy node at once) and stops,
     on the way out, exactly the ones it launched."""
 
-    def __init__(self, control: WorkerControl) -> None:
+    def __init__(self, control: WorkerControl, on_failure: Callable[[str, str], None] | None = None) -> None:
         self.control = control
+        self.on_failure = on_failure
+        """Called (from the autostart thread) with the worker's name and the launch's one-line error."""
         self.launched: list[str] = []
+        self.failed: dict[str, str] = {}
         self._cancel = threading.Event()
         self.thread = threading.Thread(target=self._go, name="demo-autostart", daemon=True)
 
@@ -70,8 +78,10 @@ class DemoAutostart:
                 try:
                     self.control.launch(st.name)
                     self.launched.append(st.name)
-                except Exception:  # a busy port shows as a stopped worker; the dashboard still opens
-                    continue
+                except Exception as exc:  # a busy port, a missing command: the dashboard opens and says so
+                    self.failed[st.name] = f"launch {st.name}: {exc}"
+                    if self.on_failure is not None:
+                        self.on_failure(st.name, self.failed[st.name])
 
     def stop(self) -> None:
         """Stop the demo workers launched so far, side by side (a lost terminal leaves seconds, not minutes)."""
@@ -139,17 +149,22 @@ def run(args: argparse.Namespace) -> int:
     )
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:
-        autostart = DemoAutostart(control).start()
+        autostart = DemoAutostart(control, on_failure=app.failures.put).start()
     loss = TerminalLoss(autostart.stop if autostart is not None else lambda: None)
     app.on_terminal_lost = loss.lost
     # A closed terminal sends SIGHUP, whose default action kills us before the demo workers are stopped (real
     # workers are never stopped on exit). An inherited blocked mask would hide it: unblock it.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     previous = signal.signal(signal.SIGHUP, loss.on_sighup)
+    # SIGTERM (kill, a job runner, a benchmark) likewise: the demo's workers held their ports after it, and the next
+    # `amdtop --demo` found every launch refused.
+    previous_term = signal.signal(signal.SIGTERM, loss.on_sighup) if autostart is not None else None
     try:
         result = app.run()
     finally:
         signal.signal(signal.SIGHUP, previous)
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
         if autostart is not None:
             autostart.stop()
     return int(result or 0)

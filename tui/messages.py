@@ -29,12 +29,13 @@ class PollFailed(Message):
 
 
 class ControlDone(Message):
-    """A worker control action finished (``error`` true when it failed)."""
+    """A worker control action finished (``error`` true when it failed; ``worker`` the worker it acted on)."""
 
-    def __init__(self, text: str, *, error: bool = False) -> None:
+    def __init__(self, text: str, *, error: bool = False, worker: str | None = None) -> None:
         super().__init__()
         self.text = text
         self.error = error
+        self.worker = worker
 
 
 class RetuneDiffReady(Message):

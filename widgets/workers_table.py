@@ -21,4 +21,5 @@ class WorkersTable(DiffTable):
         ("kv", "KV"),
         ("tps", "tok/s"),
         ("source", "Src"),
+        ("note", ""),  # last: long, and empty unless a control action on the worker failed
     )

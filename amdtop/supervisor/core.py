@@ -199,9 +199,10 @@ class Supervisor:
 
     def _numa_for(self, profile: Profile) -> int | None:
         node = resolve_numa(profile, self.topology)
-        if self.demo and node is not None and not Path(f"/sys/devices/system/node/node{node}").is_dir():
-            # The simulated node has NUMA nodes this host lacks; demo workers then run unpinned.
-            return None
+        if self.demo:
+            from amdtop.supervisor.demo import demo_pinning
+
+            node, _why = demo_pinning(node, os.environ)  # pinned where this host allows (the TUI says why not)
         return node
 
     def _start(self, profile: Profile, *, restarts: int) -> WorkerRecord:

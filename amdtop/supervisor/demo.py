@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from amdtop.errors import InputError
 from amdtop.hip_devices import hip_devices, is_partitioned
 from amdtop.model import Topology, WorkerState, WorkerStatus
-from amdtop.supervisor.profiles import Profile
+from amdtop.supervisor.launchspec import HOST_NODES, command_path, host_numa_nodes
+from amdtop.supervisor.profiles import Profile, resolve_numa
 from amdtop.telemetry.sim import GpuDemand, SimBackend
 
 DEMO_FILE = "demo-profiles.toml"
@@ -94,3 +96,36 @@ def feed_demand(
             total = info.vram_total_bytes if info and info.vram_total_bytes else 0
             demand[g] = GpuDemand(util, int(total * frac * 0.97), st.pid, st.name)
         sim.set_demand(st.name, demand)
+
+
+def demo_pinning(node: int | None, env: Mapping[str, str], node_root: Path = HOST_NODES) -> tuple[int | None, str]:
+    """(node to pin a demo worker to, why it runs unpinned): pin where this host allows, else run unpinned.
+
+    The simulated node has NUMA nodes a laptop or container lacks, and numactl is often not installed there; a demo
+    that stays stopped for that shows nothing. Real workers never take this path: their launch fails with the reason.
+    """
+    if node is None:
+        return None, ""
+    if command_path("numactl", env) is None:
+        return None, "numactl is not installed"
+    if node not in host_numa_nodes(node_root):
+        return None, f"NUMA node {node} is not on this host"
+    return node, ""
+
+
+def demo_pinning_note(
+    profiles: Sequence[Profile], topology: Topology, env: Mapping[str, str], node_root: Path = HOST_NODES
+) -> str | None:
+    """One line saying which demo workers run unpinned and why (``None`` when all are pinned as their profile asks)."""
+    why: dict[str, list[str]] = {}
+    for p in profiles:
+        try:
+            node = resolve_numa(p, topology)
+        except InputError:  # a profile error is reported by its launch
+            continue
+        _pinned, reason = demo_pinning(node, env, node_root)
+        if reason:
+            why.setdefault(reason, []).append(p.name)
+    if not why:
+        return None
+    return "demo workers run unpinned: " + "; ".join(f"{', '.join(names)} ({reason})" for reason, names in why.items())

@@ -159,16 +159,45 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def preflight(profile: Profile, numa_node: int | None, env: Mapping[str, str], *, check_port: bool = True) -> None:
-    """Launch-time checks: numactl present when pinning, command found, port free. Raises InputError.
+HOST_NODES = Path("/sys/devices/system/node")
+"""Where the kernel lists this host's NUMA nodes (``node0``, ``node1``...)."""
 
-    A restart checks everything but the port before stopping the running worker (which holds the port itself).
+
+def host_numa_nodes(root: Path = HOST_NODES) -> list[int]:
+    """This host's NUMA node ids (empty where the kernel exposes none, e.g. some containers)."""
+    try:
+        names = [p.name for p in root.iterdir()]
+    except OSError:
+        return []
+    return sorted(int(n[4:]) for n in names if n.startswith("node") and n[4:].isdigit())
+
+
+def preflight(
+    profile: Profile,
+    numa_node: int | None,
+    env: Mapping[str, str],
+    *,
+    check_port: bool = True,
+    node_root: Path = HOST_NODES,
+) -> None:
+    """Launch-time checks: numactl present when pinning, the node on this host, command found, port free.
+
+    Raises InputError. A restart checks everything but the port before stopping the running worker (which holds the
+    port itself).
     """
     field = f"worker[{profile.name}]"
     if numa_node is not None and command_path("numactl", env) is None:
         raise InputError(
             f"{field}.numa_node: numactl is not installed but pinning to node {numa_node} is asked; "
             'install numactl or set numa_node = "none"'
+        )
+    if numa_node is not None and numa_node not in (nodes := host_numa_nodes(node_root)):
+        # The profile was checked against the telemetry's topology (simulated on a sim backend); numactl would end
+        # with its usage text on a node this host lacks.
+        have = f"has NUMA nodes {', '.join(map(str, nodes))}" if nodes else "lists no NUMA nodes"
+        raise InputError(
+            f"{field}.numa_node: pinning to NUMA node {numa_node} is asked but this host {have}; "
+            'set numa_node to one of them or "none"'
         )
     if command_path(profile.command[0], env) is None:
         raise InputError(f"{field}.command: {profile.command[0]!r} not found on PATH; install it or give the full path")

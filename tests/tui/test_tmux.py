@@ -15,7 +15,10 @@ import pytest
 
 from amdtop.procinfo import list_pids, read_cmdline
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
+    pytest.mark.serial,  # the demo's fixed ports (18080-18082) and a real terminal's timing
+]
 
 AMDTOP = Path(sys.executable).with_name("amdtop")
 
@@ -38,13 +41,18 @@ class Tmux:
             ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20, preexec_fn=self._preexec
         )
 
-    def start(self, width: int = 200, height: int = 50) -> None:
+    def start(self, width: int = 200, height: int = 50, path: str | None = None) -> None:
         cmd = (
             f"unset COLUMNS LINES; echo $$ > {self.pidfile}; exec {AMDTOP} --demo --interval 0.5 "
             f"--state-dir {self.tmp / 'state'} --config {self.tmp / 'none.toml'}"
         )
+        if path is not None:
+            cmd = f"export PATH={path}; {cmd}"
         env = {"TERM": "xterm-256color"}
-        self.run("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
+        # A pane whose amdtop died stays, with its last words, for diagnose().
+        conf = self.tmp / "tmux.conf"
+        conf.write_text("set -g remain-on-exit on\n")
+        self.run("-f", str(conf), "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
                  *(f"-e{k}={v}" for k, v in env.items()), "sh", "-c", cmd)  # fmt: skip
 
     def screen(self) -> str:
@@ -58,7 +66,19 @@ class Tmux:
             if all(text in screen for text in texts):
                 return screen
             time.sleep(0.2)
-        raise AssertionError(f"{texts!r} not on screen:\n{screen}")
+        raise AssertionError(f"{texts!r} not on screen ({self.diagnose()}):\n{screen}")
+
+    def diagnose(self) -> str:
+        """Why a screen can be empty: the session gone, the pane dead, amdtop gone (said in the failure)."""
+        pane = self.run(
+            "display-message", "-p", "-t", "t", "dead #{pane_dead} status #{pane_dead_status} signal #{pane_dead_signal}"
+        )
+        try:
+            pid = self.pid()
+            alive = Path(f"/proc/{pid}").exists()
+        except (OSError, ValueError):
+            pid, alive = 0, False
+        return f"pane: {pane.stdout.strip() or pane.stderr.strip()!r}; amdtop pid {pid} alive: {alive}"
 
     def wait_without(self, text: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -83,8 +103,17 @@ def gone(pid: int, timeout: float = 10.0) -> bool:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
+        if _zombie(pid):  # exited; tmux keeps a dead pane (remain-on-exit) and may reap it later
+            return True
         time.sleep(0.1)
     return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
 
 
 @pytest.fixture
@@ -144,3 +173,84 @@ def test_terminal_going_away_ends_amdtop(tmux: Tmux, block_sighup: bool) -> None
     while demo_worker_pids(tmux.tmp / "state") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert demo_worker_pids(tmux.tmp / "state") == []
+
+
+def path_without(tmp: Path, *tools: str) -> str:
+    """A PATH holding every command of this PATH but ``tools`` (links in one folder), as on a host without them."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            entries = list(Path(folder).iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            link = bin_dir / entry.name
+            if entry.name not in tools and not link.exists() and os.access(entry, os.X_OK):
+                link.symlink_to(entry)
+    return str(bin_dir)
+
+
+@pytest.mark.skipif(not Path("/sys/devices/system/node/node0").is_dir(), reason="host lists no NUMA node")
+def test_demo_without_numactl_runs_every_worker_unpinned(tmux: Tmux) -> None:
+    path = path_without(tmux.tmp, "numactl")
+    assert shutil.which("numactl", path=path) is None
+    tmux.start(200, 50, path=path)
+    # The banner says once what was not pinned and why; every worker still comes up.
+    screen = tmux.wait_for("demo workers run unpinned", "numactl is not installed")
+    screen = tmux.wait_for("llama-70b", "qwen-32b", "mistral-7b")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rows = [line for line in screen.splitlines() if any(n in line for n in ("llama-70b ", "qwen-32b ", "mistral-7b "))]
+        ready = {n for n in ("llama-70b", "qwen-32b", "mistral-7b") for line in rows if n in line and "ready" in line}
+        if len(ready) == 3:
+            break
+        time.sleep(0.5)
+        screen = tmux.screen()
+    assert len(ready) == 3, screen
+    assert "✗" not in screen, screen  # no launch failed
+
+
+def test_cropped_partial_updates_leave_the_screen_right(tmux: Tmux) -> None:
+    # tui/tty_crop.py sends only the changed cells of each update: after a minute of them, the terminal must show what
+    # a full repaint of the same (paused) frame shows.
+    tmux.start(200, 50)
+    tmux.wait_for("GPU history", "llama-70b")
+    deadline = time.monotonic() + 20
+    while "ready" not in tmux.screen() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(8)  # 16 ticks at --interval 0.5 of partial updates
+    tmux.keys("p")
+    tmux.wait_for("refresh paused")
+    tmux.wait_without("refresh paused")  # the toast's own repaints are done
+    time.sleep(0.5)
+    partial = tmux.screen().splitlines()
+    tmux.run("resize-window", "-t", "t", "-x", "201")
+    time.sleep(1.0)
+    tmux.run("resize-window", "-t", "t", "-x", "200")
+    time.sleep(1.5)
+    full = tmux.screen().splitlines()
+    diff = [(i, a, b) for i, (a, b) in enumerate(zip(partial, full, strict=False)) if a != b]
+    assert not diff, "\n".join(f"row {i}:\n  partial {a!r}\n  full    {b!r}" for i, a, b in diff[:6])
+
+
+def test_sigterm_stops_the_demo_workers(tmux: Tmux) -> None:
+    tmux.start(80, 24)
+    tmux.wait_for("GPUs")
+    deadline = time.monotonic() + 20
+    while len(demo_worker_pids(tmux.tmp / "state")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert demo_worker_pids(tmux.tmp / "state"), "the demo did not launch its simulated workers"
+    pid = tmux.pid()
+    os.kill(pid, signal.SIGTERM)
+    if not gone(pid, 20):
+        state = Path(f"/proc/{pid}/status").read_text() if Path(f"/proc/{pid}/status").exists() else "gone"
+        threads = [
+            (t.name, (t / "wchan").read_text(), (t / "comm").read_text().strip())
+            for t in Path(f"/proc/{pid}/task").iterdir()
+        ] if Path(f"/proc/{pid}/task").exists() else []
+        raise AssertionError(f"amdtop kept running after SIGTERM: {state}\n{threads}\n{tmux.screen()}")
+    deadline = time.monotonic() + 15
+    while demo_worker_pids(tmux.tmp / "state") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert demo_worker_pids(tmux.tmp / "state") == []  # their ports are free for the next demo

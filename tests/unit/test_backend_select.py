@@ -129,3 +129,15 @@ def test_unreadable_sysfs_root_exit_2(
     assert main(["snapshot", "--backend", "sysfs", "--sysfs-root", str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("amdtop: error: --sysfs-root:") and "not readable" in err
+
+
+def test_amd_extra_installs_amdsmi() -> None:
+    """``pip install amdtop[amd]`` brings the amdsmi bindings (pyproject's ``amd`` extra, as installed)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(r) for r in requires("amdtop") or []]
+    amd = [r for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "amd"})]
+    assert [r.name for r in amd] == ["amdsmi"], reqs
+    assert not any(r.name == "amdsmi" and r.marker is None for r in reqs)  # the base install does not need it

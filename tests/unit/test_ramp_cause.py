@@ -35,9 +35,9 @@ def _ramp(port: int, tmp_path: Path, **kw: Any) -> dict[str, Any]:
 def test_kv_bound_knee_is_kv_cache(tmp_path: Path) -> None:
     # 64 batch slots but a KV cache of 4 blocks of 16 tokens: a sequence of 9 prompt + 8 output tokens needs 2 blocks
     # at its end, so at most 4 start and the cache preempts as they grow.
-    with simserver(18120, "--capacity", "64", "--tokens-per-s", "100", "--ttft-ms", "10", "--kv-cache-tokens", "64",
+    with simserver(18140, "--capacity", "64", "--tokens-per-s", "100", "--ttft-ms", "10", "--kv-cache-tokens", "64",
                    "--block-size", "16"):  # fmt: skip
-        doc = _ramp(18120, tmp_path)
+        doc = _ramp(18140, tmp_path)
     knee = doc["knee"]
     assert knee["cause"] == "kv_cache", knee
     # The cache holds 2 whole sequences and starts 4: the knee sits at 4 (8 when a busy box slows the 4-step below 90 %
@@ -57,8 +57,8 @@ def test_kv_bound_knee_is_kv_cache(tmp_path: Path) -> None:
 def test_compute_bound_knee_is_compute(tmp_path: Path) -> None:
     # 4 batch slots and a KV cache far larger than 16 short sequences: throughput stops at 4 with the cache nearly
     # empty and nothing preempted.
-    with simserver(18121, "--capacity", "4", "--tokens-per-s", "100", "--ttft-ms", "10"):
-        doc = _ramp(18121, tmp_path, goodput=(("ttft", 60.0),))
+    with simserver(18141, "--capacity", "4", "--tokens-per-s", "100", "--ttft-ms", "10"):
+        doc = _ramp(18141, tmp_path, goodput=(("ttft", 60.0),))
     knee = doc["knee"]
     assert knee["cause"] == "compute", knee
     assert knee["concurrency"] == 4
@@ -80,8 +80,8 @@ def test_compute_bound_knee_is_compute(tmp_path: Path) -> None:
 
 
 def test_cli_goodput_and_cause_in_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with simserver(18122, "--capacity", "2", "--tokens-per-s", "200", "--ttft-ms", "5"):
-        rc = main(["ramp", "--url", "http://127.0.0.1:18122", "--concurrency", "1,2,4", "--step-seconds", "0.6",
+    with simserver(18142, "--capacity", "2", "--tokens-per-s", "200", "--ttft-ms", "5"):
+        rc = main(["ramp", "--url", "http://127.0.0.1:18142", "--concurrency", "1,2,4", "--step-seconds", "0.6",
                    "--input-len", "4", "--output-len", "4", "--no-refine", "--goodput", "ttft:1000", "e2el:2000",
                    "--backend", "sim", "--gpus", "0,1", "--json", "-", "--state-dir", str(tmp_path)])  # fmt: skip
     out = capsys.readouterr()
@@ -176,8 +176,8 @@ def test_cache_config_of_real_vllm_scrape() -> None:
 def test_observer_feeds_gpu_spread(tmp_path: Path) -> None:
     seen = [GpuObservation(0, util_pct=90.0, power_w=700.0, power_cap_w=750.0),
             GpuObservation(1, util_pct=50.0, power_w=400.0, power_cap_w=750.0)]  # fmt: skip
-    with simserver(18123, "--capacity", "4", "--tokens-per-s", "200", "--ttft-ms", "5"):
-        cfg = RampConfig(url="http://127.0.0.1:18123", concurrencies=(1,), step_seconds=1.2, warmup_seconds=0.1,
+    with simserver(18143, "--capacity", "4", "--tokens-per-s", "200", "--ttft-ms", "5"):
+        cfg = RampConfig(url="http://127.0.0.1:18143", concurrencies=(1,), step_seconds=1.2, warmup_seconds=0.1,
                          input_len=4, output_len=4, refine_points=0)  # fmt: skip
         doc = asyncio.run(Ramp(cfg, tmp_path, observer=lambda: seen).run()).to_json()
     s = doc["steps"][0]

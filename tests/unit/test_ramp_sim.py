@@ -25,6 +25,7 @@ def _cfg(port: int, **kw: object) -> RampConfig:
     return RampConfig(**base)  # type: ignore[arg-type]
 
 
+@pytest.mark.quiet  # throughput against a simulated server: its margins assume the CPU is not shared
 @pytest.mark.parametrize(("port", "capacity"), [(18110, 3), (18111, 6)])
 def test_knee_found_within_one_step_of_capacity(tmp_path: Path, port: int, capacity: int) -> None:
     with simserver(port, "--capacity", str(capacity), "--tokens-per-s", "100", "--ttft-ms", "10"):

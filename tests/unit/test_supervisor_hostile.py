@@ -242,8 +242,8 @@ def test_forged_state_file_naming_a_foreign_process_harms_nothing(
         (state / "workers").mkdir(parents=True)
         forged = {
             "name": "w", "launch_id": "abc", "pid": victim.pid, "pgid": victim.pid, "start_ticks": ticks,
-            "started_at": 0, "argv": ["x"], "env": {}, "log": str(precious), "port": 18020,
-            "url": "http://127.0.0.1:18020", "gpus": [0], "numa_node": None, "known": [[victim.pid, ticks]],
+            "started_at": 0, "argv": ["x"], "env": {}, "log": str(precious), "port": 18029,
+            "url": "http://127.0.0.1:18029", "gpus": [0], "numa_node": None, "known": [[victim.pid, ticks]],
             "shm": [str(precious)], "dist_ids": [],
         }  # fmt: skip
         (state / "workers" / "w.json").write_text(json.dumps(forged))

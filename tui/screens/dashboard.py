@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Container
+from textual.containers import Container, Horizontal, Vertical
 from textual.events import Resize
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static, Tab, Tabs
+from textual.widgets import Footer, Input, Static, Tab, Tabs
 
 from amdtop.pipeline import NodeFrame
-from tui import views
+from tui import tty_crop, views
+from tui.command_mode import CommandBar, run_command
+from tui.filter import FilterBar, filter_rows
+from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
 from widgets.log_tail import LogTailPane
 from widgets.render_pane import RenderPane
@@ -40,20 +44,36 @@ class DashboardScreen(Screen[None]):
         self.show_gbps = False
         self.last_frame: NodeFrame | None = None
         self._status = ""
+        self.worker_errors: dict[str, str] = {}
+        """Last failed control action per worker, shown on its row until an action on it succeeds."""
+        self._worker_rows: dict[str, tuple[object, ...]] = {}
+        self._composed = False
+        self.filter_term = ""
+        """``/`` filter: GPU and worker rows must mention every word of it."""
+        self._gpu_rows: dict[str, tuple[object, ...]] = {}
+        self._worker_flags: dict[str, str] = {}
+        self._focus_before: Widget | None = None
+        self._early: list[tuple[NodeFrame, str, float]] = []
 
     def compose(self) -> ComposeResult:
-        yield Static("amdtop", id="status")
+        with Horizontal(id="status-bar"):
+            yield Static("amdtop", id="status")
+            yield Static("", id="clock")
         if self.banner:
             yield Static(self.banner, id="banner")
         yield Tabs(*(Tab(label, id=f"tab-{key}") for key, label in PANES), id="tabs")
         with Container(id="body"):
-            # Grid order (two columns): gpus | groups, topo | numa, logs | workers.
+            # Wide grid (app.tcss), in order: gpus | topo; history | groups over numa; workers; logs.
             yield self._titled(GpuTable(id="pane-gpus"), "1 GPUs")
-            yield self._titled(RenderPane(id="pane-groups"), "3 TP groups")
             yield self._titled(TopoMatrix(id="pane-topo"), "2 Topology")
-            yield self._titled(RenderPane(id="pane-numa"), "4 NUMA binding")
-            yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
+            yield self._titled(GpuHistory(id="pane-history"), "GPU history")
+            with Vertical(id="side"):
+                yield self._titled(RenderPane(id="pane-groups"), "3 TP groups")
+                yield self._titled(RenderPane(id="pane-numa"), "4 NUMA binding")
             yield self._titled(WorkersTable(id="pane-workers"), "5 Workers")
+            yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
+        yield FilterBar(id="filter")
+        yield CommandBar(id="command")
         yield Footer()
 
     @staticmethod
@@ -63,15 +83,21 @@ class DashboardScreen(Screen[None]):
         return widget
 
     def on_mount(self) -> None:
+        tty_crop.install()  # partial updates send the changed cells only (the bytes over SSH)
         self._select("gpus")
         # Keep a widget focused: with focus on nothing, each Footer recompose prunes nodes, which resets focus,
         # which refreshes bindings, which recomposes the Footer again (a loop that cost ~1% CPU when idle).
         self.query_one("#pane-gpus").focus()
-        # The log pane titles itself on mount; put the numbered title back afterwards.
-        self.call_after_refresh(self._retitle_logs)
+        # After the first refresh every pane has composed its own children.
+        self.call_after_refresh(self._all_composed)
 
-    def _retitle_logs(self) -> None:
+    def _all_composed(self) -> None:
+        # The log pane titles itself on mount; put the numbered title back.
         self.query_one("#pane-logs").border_title = "6 Logs"
+        self._composed = True
+        early, self._early = self._early, []
+        for args in early:
+            self.apply(*args)
 
     # -- layout ----------------------------------------------------------------------------------------------------
     def on_resize(self, event: Resize) -> None:
@@ -86,6 +112,8 @@ class DashboardScreen(Screen[None]):
         self.active_pane = key
         for pane_key, _ in PANES:
             self.query_one(f"#pane-{pane_key}").set_class(pane_key == key, "active")
+        # On a narrow terminal the side stack shows only while one of its panes is the active tab.
+        self.query_one("#side").set_class(key in ("groups", "numa"), "active")
         tabs = self.query_one("#tabs", Tabs)
         if tabs.active != f"tab-{key}":
             try:
@@ -108,22 +136,98 @@ class DashboardScreen(Screen[None]):
 
     # -- data --------------------------------------------------------------------------------------------------------
     def apply(self, frame: NodeFrame, status: str, now: float) -> None:
+        if not self._composed:
+            # The poller's first frames can beat the panes' own compose (under CPU load: the log pane had no Log
+            # yet and amdtop died at start, the tmux test's flake). Keep them, with their log lines, for later.
+            self._early.append((frame, status, now))
+            return
         self.last_frame = frame
         with self.app.batch_update():
-            if status != self._status:
+            head, clock = split_clock(status)
+            if head != self._status:
                 # Fixed one-line bar: no layout pass (a layout pass repaints every scrollbar on screen).
-                self._status = status
-                self.query_one("#status", Static).update(status, layout=False)
-            self.query_one("#pane-gpus", GpuTable).show(views.gpu_rows(frame))
+                self._status = head
+                self.query_one("#status", Static).update(head, layout=False)
+            # The clock has its own 10 cells: a tick repaints those, not the 200-cell bar.
+            self.query_one("#clock", Static).update(clock, layout=False)
+            self._gpu_rows = views.gpu_rows(frame)
+            self._worker_flags = {f"w-{f.worker}": f.kind.value for f in frame.flags if f.worker}
+            self._show_gpus()
+            self.query_one("#pane-history", GpuHistory).push(frame.history, getattr(self.app, "interval", None))
             self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.show_gbps)
             self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", RenderPane).view = views.numa_view(frame)
-            before = self.selected_worker()
-            self.query_one("#pane-workers", WorkersTable).show(views.worker_rows(frame, now))
-            if self.selected_worker() != before:
-                self.refresh_bindings()  # control keys are enabled only with a selected worker
+            self._drain_failures()
+            self._worker_rows = views.worker_rows(frame, now)
+            self._show_workers()
             if frame.logs is not None:
                 self.query_one("#pane-logs", LogTailPane).show_update(frame.logs)
+
+    def _show_gpus(self) -> None:
+        self.query_one("#pane-gpus", GpuTable).show(filter_rows(self._gpu_rows, self.filter_term))
+
+    def _show_workers(self) -> None:
+        before = self.selected_worker()
+        table = self.query_one("#pane-workers", WorkersTable)
+        rows = filter_rows(self._worker_rows, self.filter_term, self._worker_flags)
+        table.show(with_errors(rows, self.worker_errors, len(table.COLUMNS)))
+        if self.selected_worker() != before:
+            self.refresh_bindings()  # control keys are enabled only with a selected worker
+
+    def _drain_failures(self) -> None:
+        inbox = getattr(self.app, "failures", None)
+        for worker, text in inbox.drain() if inbox is not None else ():
+            self.set_worker_error(worker, text)
+            self.notify(text, severity="error", timeout=10)
+
+    def set_worker_error(self, worker: str, text: str | None) -> None:
+        """Show ``text`` on the worker's row (``None`` clears it)."""
+        if text is None:
+            if self.worker_errors.pop(worker, None) is None:
+                return
+        else:
+            self.worker_errors[worker] = text
+        if self._worker_rows:
+            self._show_workers()
+
+    # -- / filter and : command mode -------------------------------------------------------------------------------
+    def open_filter(self) -> None:
+        self._focus_before = self.focused
+        bar = self.query_one("#filter", FilterBar)
+        bar.value = self.filter_term
+        bar.open()
+
+    @on(FilterBar.FilterChanged)
+    def _filter_changed(self, event: FilterBar.FilterChanged) -> None:
+        self.filter_term = event.term.strip()
+        subtitle = f"/{self.filter_term}" if self.filter_term else ""
+        for pane in ("#pane-gpus", "#pane-workers"):
+            self.query_one(pane).border_subtitle = subtitle
+        if self._composed:
+            self._show_gpus()
+            self._show_workers()
+        if event.done:
+            self._refocus()
+
+    def open_command(self) -> None:
+        self._focus_before = self.focused
+        workers = [w.name for w in self.last_frame.workers] if self.last_frame else []
+        self.query_one("#command", CommandBar).open(workers)
+
+    @on(CommandBar.Run)
+    def _run_command(self, event: CommandBar.Run) -> None:
+        run_command(self.app, event.command)
+
+    @on(CommandBar.Closed)
+    def _command_closed(self) -> None:
+        self._refocus()
+
+    def _refocus(self) -> None:
+        # Keep a pane focused (see on_mount): back to where the prompt was opened from.
+        target = self._focus_before
+        if target is None or not target.is_attached or isinstance(target, (FilterBar, Input)):
+            target = self.query_one("#pane-gpus")
+        target.focus()
 
     def on_screen_resume(self) -> None:
         from tui.app import AmdtopApp  # the app imports this screen: resolve the name at call time
@@ -138,3 +242,24 @@ class DashboardScreen(Screen[None]):
     def selected_worker(self) -> str | None:
         key = self.query_one("#pane-workers", WorkersTable).selected_key()
         return None if key is None else key.removeprefix("w-")
+
+
+def with_errors(
+    rows: dict[str, tuple[object, ...]], errors: dict[str, str], width: int
+) -> dict[str, tuple[object, ...]]:
+    """Rows padded to ``width`` cells, the last one holding the worker's last error (empty when none)."""
+    out: dict[str, tuple[object, ...]] = {}
+    for key, cells in rows.items():
+        error = errors.get(key.removeprefix("w-"))
+        note = Text(f"✗ {error}", style="bold red") if error else ""
+        pad = ("",) * max(0, width - len(cells) - 1)
+        out[key] = (*cells[: width - 1], *pad, note)
+    return out
+
+
+def split_clock(status: str) -> tuple[str, str]:
+    """``"... · 10:32:25Z"`` -> (the rest, ``"10:32:25Z"``); a line without a trailing clock stays whole."""
+    head, sep, tail = status.rpartition(" · ")
+    if sep and tail.endswith("Z") and len(tail) <= 12:
+        return head, tail
+    return status, ""

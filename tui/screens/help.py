@@ -9,6 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+KEY_NAMES = {"colon": ":", "slash": "/", "question_mark": "?"}
+
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
@@ -26,7 +28,9 @@ class HelpScreen(ModalScreen[None]):
         table.add_column("Key", style="bold cyan", no_wrap=True)
         table.add_column("Action")
         for key, desc, enabled in self.keys:
-            table.add_row(key, desc if enabled else f"[dim]{desc} (disabled)[/dim]")
+            table.add_row(KEY_NAMES.get(key, key), desc if enabled else f"[dim]{desc} (disabled)[/dim]")
+        table.add_row(": … Tab", "in command mode: complete the command, worker or retune key; Enter runs, Esc closes")
+        table.add_row("/ … Enter", "keep the filter (GPU rows, worker rows); Esc clears it")
         table.add_row("ctrl+p", "command palette")
         table.add_row("tab / shift+tab", "move focus between panes")
         table.add_row("e t w / p c", "inside the log pane: errors, transport, worker, search, pause, clear")

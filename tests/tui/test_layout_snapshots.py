@@ -1,0 +1,73 @@
+"""The dashboard's layout at a large and a small terminal (new layout: history strips, panes sized to content)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.tui.conftest import make_app, settle
+from widgets.gpu_history import GpuHistory, spark, sweep
+
+HISTORY_STEPS = 40
+
+
+async def _history(pilot: Any) -> None:
+    await pilot.pause()
+    pilot.app.step(HISTORY_STEPS)  # one poll each; the history strips fill from the right
+    for _ in range(HISTORY_STEPS - 1):
+        pilot.app.step(1)
+    await settle(pilot)
+
+
+def test_layout_200x50(snap_compare: Any) -> None:
+    assert snap_compare(make_app(), terminal_size=(200, 50), run_before=_history)
+
+
+def test_layout_80x24(snap_compare: Any) -> None:
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=_history)
+
+
+async def test_history_strips_as_wide_as_the_pane() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _history(pilot)
+        pane = app.dashboard.query_one("#pane-history", GpuHistory)
+        assert pane.display and pane.size.width > 100
+        wide = pane.strip_width()
+        assert wide >= 25  # three strips share the pane: each far wider than the table's 12-cell column
+        lines = str(pane.render()).splitlines()
+        assert len(lines) == 8 + 2  # header, one line per GPU, the time axis
+        assert f"{wide - 1}s per sweep" in lines[-1]  # the time axis: one column per poll
+        # Sweeping: the newest sample sits at the head, the column after it is the blank "now" mark.
+        head = (pane._pushes - 1) % wide
+        strip = lines[1][4 : 4 + wide]
+        assert strip[head] != " " and strip[(head + 1) % wide] == " "
+        await pilot.resize_terminal(240, 50)
+        await settle(pilot)
+        assert pane.strip_width() > wide  # wider pane, longer history shown
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        await _history(pilot)
+        assert not pilot.app.dashboard.query_one("#pane-history").display  # 80x24 keeps the tabs
+
+
+async def test_panes_sized_to_content_logs_take_the_rest() -> None:
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _history(pilot)
+        board = app.dashboard
+        workers = board.query_one("#pane-workers")
+        assert workers.outer_size.height == 3 + 1 + 2  # the demo's three workers, header, border: no empty box
+        logs = board.query_one("#pane-logs")
+        # The rest of the screen: from under the workers down to the footer.
+        assert logs.region.y == workers.region.bottom and logs.region.bottom == board.size.height - 1
+        assert logs.size.width > 190  # the whole width
+
+
+def test_spark_gaps_and_scale() -> None:
+    assert spark([0.0, 50.0, 100.0, None], 6, 100.0) == "  ▁▄█ "
+    assert spark([], 3, 100.0) == "   "
+
+
+def test_sweep_writes_at_the_head_and_keeps_a_gap() -> None:
+    assert sweep([10.0, 20.0, 30.0], 5, 3, 100.0) == "▁▂▃  "
+    # Seven samples into a 5-column strip: 4 kept (6, 7 wrapped to the start), the gap after the newest.
+    assert sweep([float(v) * 10 for v in range(1, 8)], 5, 7, 100.0) == "▅▆ ▄▄"

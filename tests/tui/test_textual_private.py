@@ -1,0 +1,55 @@
+"""amdtop leans on three private parts of Textual for CPU and terminal bytes; these fail, by name, when they move.
+
+- ``widgets/diff_table.py``: ``DataTable._render_cell`` (a per-cell render cache), ``DataTable._data`` and
+  ``_update_count`` (a changed cell repaints that cell, not the table).
+- ``tui/tty_crop.py``: ``ChopsUpdate.render_segments`` (partial updates cropped to the changed cells).
+"""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+
+from rich.console import Console
+from rich.segment import Segment
+from textual import _compositor
+from textual.strip import Strip
+from textual.widgets import DataTable
+
+from tui import tty_crop
+
+TEXTUAL = version("textual")
+WHY = f"textual {TEXTUAL}: amdtop was written against {tty_crop.PATCHED_FOR}; re-check and re-measure (docs/benchmarks.md)"
+
+
+def test_textual_version_is_the_one_patched() -> None:
+    assert TEXTUAL == tty_crop.PATCHED_FOR, WHY
+
+
+def test_datatable_private_parts_diff_table_uses() -> None:
+    params = list(inspect.signature(DataTable._render_cell).parameters)
+    assert params == ["self", "row_index", "column_index", "base_style", "width", "cursor", "hover"], (
+        f"{WHY}: DataTable._render_cell changed, widgets/diff_table.py overrides it"
+    )
+    table: DataTable[str] = DataTable()
+    assert isinstance(table._data, dict) and isinstance(table._update_count, int), (
+        f"{WHY}: DataTable._data/_update_count moved, widgets/diff_table.py writes them"
+    )
+    source = inspect.getsource(DataTable.update_cell)
+    assert "self._data[row_key][column_key] = value" in source and "self._update_count += 1" in source, (
+        f"{WHY}: DataTable.update_cell no longer does what DiffTable._set_cell repeats"
+    )
+
+
+def test_partial_update_is_cropped_to_the_changed_cells() -> None:
+    assert "TODO: crop to x extents" in inspect.getsource(_compositor.ChopsUpdate), (
+        f"{WHY}: Textual's partial update changed; tui/tty_crop.py may be unneeded or wrong"
+    )
+    strip = Strip([Segment("0123456789")])
+    update = _compositor.ChopsUpdate([{0: strip}], [(0, 4, 7)], [[10]])
+    console = Console(width=20, legacy_windows=False, force_terminal=True, color_system=None)
+    textual_out = tty_crop.ORIGINAL(update, console)
+    assert textual_out.endswith("0123456")  # Textual's own: from the strip's start up to the span's end
+    assert tty_crop.render_segments(update, console) == "\x1b[1;5H456"  # the changed cells only
+    assert tty_crop.install()
+    assert _compositor.ChopsUpdate.render_segments is tty_crop.render_segments

@@ -1,0 +1,55 @@
+"""Send only the changed cells of a partial screen update, not each widget's line up to them.
+
+Textual 8.2.8 writes a partial update (``ChopsUpdate.render_segments`` in ``textual/_compositor.py``) from the start of
+every widget strip that a dirty span touches up to the span's end ("TODO: crop to x extents" there): a changed number
+at column 60 of a table resends columns 1-60 of its line, so a per-cell refresh saves nothing on the wire. This
+crops each strip to the span's start as well. Over SSH that is most of amdtop's bytes (docs/benchmarks.md).
+
+It replaces a private method: :func:`install` patches only the Textual version it was written against, and
+tests/tui/test_textual_private.py fails, naming the version, when Textual changes.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Any
+
+from rich.console import Console
+from textual import _compositor
+
+PATCHED_FOR = "8.2.8"
+ORIGINAL = _compositor.ChopsUpdate.render_segments
+"""Textual's own method (kept for the test that compares both)."""
+
+
+def render_segments(self: Any, console: Console) -> str:
+    """``ChopsUpdate.render_segments`` with each strip cropped to the dirty span on both sides."""
+    sequences: list[str] = []
+    append = sequences.append
+    move_to = _compositor.Control.move_to
+    chops = self.chops
+    chop_ends = self.chop_ends
+    last_y = self.spans[-1][0]
+    for y, x1, x2 in self.spans:
+        line = chops[y]
+        ends = chop_ends[y]
+        for end, (x, strip) in zip(ends, line.items(), strict=False):
+            if strip is None or x > x2 or end <= x1:
+                continue
+            start = max(x, x1)
+            stop = min(end, x2)
+            if start != x or stop != end:
+                strip = strip.crop(start - x, stop - x)
+            append(move_to(start, y).segment.text)
+            append(strip.render(console))
+        if y != last_y:
+            append("\n")
+    return "".join(sequences)
+
+
+def install() -> bool:
+    """Patch Textual's partial updates (only the version this was written for); True when patched."""
+    if version("textual") != PATCHED_FOR:
+        return False
+    _compositor.ChopsUpdate.render_segments = render_segments  # type: ignore[method-assign]
+    return True

@@ -1,0 +1,138 @@
+"""Per-GPU history strips (utilization, VRAM, power) as wide as the pane, time running left to right."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.geometry import Region
+from textual.widget import Widget
+
+from amdtop.pipeline.frame import GpuHistory as PipelineHistory
+
+SPARK = "▁▂▃▄▅▆▇█"
+KEEP = 600
+"""Samples kept per GPU and metric: wider than any terminal's strip."""
+METRICS = (("util", "green"), ("vram", "magenta"), ("power", "yellow"))
+LABEL = 4  # "  3 "
+VALUE = 6  # " 100%" / " 610W"
+
+
+def spark(values: Sequence[float | None], width: int, top: float) -> str:
+    """The last ``width`` values as block characters against ``top``; gaps (unknown values) as spaces."""
+    tail = list(values)[-width:]
+    chars = [" " if v is None else SPARK[max(0, min(7, int(v / top * 7.999)))] for v in tail]
+    return "".join(chars).rjust(width)
+
+
+def sweep(values: Sequence[float | None], width: int, pushes: int, top: float) -> str:
+    """The strip after ``pushes`` samples, swept: sample ``i`` sits at column ``i % width``; the column after the
+    newest one is blank (the "now" mark); older columns hold the last sweep's samples."""
+    cells = [" "] * width
+    kept = list(values)[-(width - 1) :] if width > 1 else []
+    first = pushes - len(kept)
+    for offset, value in enumerate(kept):
+        if value is not None:
+            cells[(first + offset) % width] = SPARK[max(0, min(7, int(value / top * 7.999)))]
+    return "".join(cells)
+
+
+def _ago(seconds: float) -> str:
+    return f"-{seconds / 60:.0f}m" if seconds >= 120 else f"-{seconds:.0f}s"
+
+
+class GpuHistory(Widget):
+    """Feed it every frame's history with :meth:`push`; it draws one line per GPU.
+
+    Each line holds three strips (utilization %, VRAM used %, power W against the highest power seen), each a third
+    of the pane's width; the last line is the time axis. The strips sweep, like a patient monitor: each sample is
+    written at a head that moves right and wraps, a blank column after it marks "now", and the rest of the strip
+    stays where it was. Over SSH a tick then repaints two columns per strip and the numbers, not the whole pane (a
+    scrolling strip changes every cell every tick). A resize redraws from the kept samples.
+    """
+
+    DEFAULT_CSS = """
+    GpuHistory { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._gpus: list[int] = []
+        self._series: dict[tuple[int, str], deque[float | None]] = {}
+        self._power_top = 1.0
+        self._pushes = 0
+        self._power_top_changed = False
+        self.interval = 1.0
+        """Seconds between two pushes (for the time axis)."""
+
+    def push(self, history: Sequence[PipelineHistory], interval: float | None = None) -> None:
+        """Take the newest point of each GPU's history from the frame (the pipeline keeps the series; this widget
+        keeps only what it has drawn, for its sweep)."""
+        if interval is not None:
+            self.interval = interval
+        gpus = [h.index for h in history]
+        if gpus != self._gpus:
+            self._gpus = gpus
+            self.refresh(layout=True)
+        for h in history:
+            util = h.util_pct[-1] if h.util_pct else None
+            vram = h.vram_pct[-1] if h.vram_pct else None
+            power = h.power_w[-1] if h.power_w else None
+            if power is not None and power > self._power_top:
+                self._power_top = power
+                self._power_top_changed = True
+            for key, value in (("util", util), ("vram", vram), ("power", power)):
+                self._series.setdefault((h.index, key), deque(maxlen=KEEP)).append(value)
+        self._pushes += 1
+        self._refresh_head()
+
+    def _refresh_head(self) -> None:
+        if not self.size.width or self._pushes < 2 or self._power_top_changed:
+            # A new highest power rescales every power cell: repaint all (rare: the top only grows).
+            self._power_top_changed = False
+            self.refresh()
+            return
+        width = self.strip_width()
+        head = (self._pushes - 1) % width
+        rows = len(self._gpus)
+        left, top = 0, 1  # content coordinates (Textual adds the border); line 0 is the header
+        for block in range(len(METRICS)):
+            x = left + LABEL + block * (width + VALUE + 1)
+            # The new sample, the "now" gap after it (wrapping to the strip's start), and the value.
+            self.refresh(Region(x + head, top, 2, rows))
+            if head + 1 >= width:
+                self.refresh(Region(x, top, 1, rows))
+            self.refresh(Region(x + width, top, VALUE, rows))
+
+    def get_content_height(self, container: object, viewport: object, width: int) -> int:
+        return len(self._gpus) + 2 if self._gpus else 1
+
+    def strip_width(self) -> int:
+        return max(4, (self.size.width - LABEL) // len(METRICS) - VALUE - 1)
+
+    def render(self) -> Text:
+        if not self._gpus:
+            return Text("No GPU history yet.", style="dim")
+        width = self.strip_width()
+        head = Text(" " * LABEL)
+        for name, style in METRICS:
+            top = "" if name != "power" else f" (top {self._power_top:.0f}W)"
+            head.append(f"{name}{top}".ljust(width + VALUE + 1), style=f"bold {style}")
+        lines = [head]
+        for index in self._gpus:
+            line = Text(f"{index:>3} ", style="bold")
+            for name, style in METRICS:
+                values = self._series.get((index, name), ())
+                top = self._power_top if name == "power" else 100.0
+                line.append(sweep(values, width, self._pushes, top), style=style)
+                last = values[-1] if values else None
+                unit = "W" if name == "power" else "%"
+                line.append(("   N/A" if last is None else f"{last:5.0f}{unit}").ljust(VALUE) + " ")
+            lines.append(line)
+        axis = Text(" " * LABEL, style="dim")
+        span = f"{_ago((width - 1) * self.interval).lstrip('-')} per sweep"
+        for _ in METRICS:
+            axis.append(f"|{span.center(width - 2, '-')}>".ljust(width + VALUE + 1))
+        lines.append(axis)
+        return Text("\n").join(lines)
