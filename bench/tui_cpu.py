@@ -113,8 +113,35 @@ class PtyRun:
         os.close(self.master)
 
 
+def tree_size(root: int) -> int:
+    """Live descendants of ``root`` (the demo's simulated workers under amdtop)."""
+    stats = {int(e): s for e in os.listdir("/proc") if e.isdigit() and (s := _ppid_ticks(int(e)))}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    count, todo = 0, list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        count += 1
+        todo.extend(children.get(pid, ()))
+    return count
+
+
+def self_ticks(root: int) -> int:
+    """utime+stime ticks of ``root`` alone."""
+    found = _ppid_ticks(root)
+    return 0 if found is None else found[1]
+
+
 def measure(
-    argv: list[str], marker: str, cols: int, rows: int, warmup: float, seconds: float, save: str | None = None
+    argv: list[str],
+    marker: str,
+    cols: int,
+    rows: int,
+    warmup: float,
+    seconds: float,
+    save: str | None = None,
+    self_only: bool = False,
 ) -> dict[str, Any]:
     run = PtyRun(argv, cols, rows)
     try:
@@ -127,11 +154,13 @@ def measure(
             if run.proc.poll() is not None:
                 raise SystemExit(f"{argv[0]} exited early: {run.buf[-400:]!r}")
         run.pump(warmup)
-        t0, c0, b0 = time.monotonic(), tree_ticks(run.proc.pid), run.bytes
+        ticks = self_ticks if self_only else tree_ticks
+        t0, c0, b0 = time.monotonic(), ticks(run.proc.pid), run.bytes
         while time.monotonic() - t0 < seconds:
             run.pump(min(1.0, seconds - (time.monotonic() - t0)))
         wall = time.monotonic() - t0
-        cpu = (tree_ticks(run.proc.pid) - c0) / TICK
+        cpu = (ticks(run.proc.pid) - c0) / TICK
+        descendants = tree_size(run.proc.pid)
         if save:
             with open(save, "wb") as fh:
                 fh.write(bytes(run.tail))
@@ -141,6 +170,7 @@ def measure(
             "tty_bytes_per_s": (run.bytes - b0) / wall,
             "marker_seen": paint is not None,
             "alive_at_end": run.proc.poll() is None,
+            "descendants_at_end": descendants,
         }
     finally:
         run.stop()

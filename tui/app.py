@@ -46,7 +46,13 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("a", "ramp", "Ramp", id="ramp", tooltip="load ramp against the selected worker"),
         Binding("x", "exporter", "Exporter", id="exporter", tooltip="start/stop the Prometheus exporter"),
         Binding("b", "probe", "Probe", id="probe", tooltip="measure p2p and all-reduce bandwidth (confirm)"),
-        Binding("m", "matrix_mode", "Link/GB/s", id="matrix-mode", tooltip="topology: link type or measured GB/s"),
+        Binding(
+            "m",
+            "matrix_mode",
+            "Link/GB/s/traffic",
+            id="matrix-mode",
+            tooltip="topology: link type, measured GB/s, or live fabric traffic with GPU health",
+        ),
         Binding("p", "pause", "Pause", id="pause", tooltip="pause/resume refresh"),
         Binding("colon", "command_mode", "Command", id="command", tooltip="command mode: launch, ramp, retune NAME"),
         Binding("slash", "filter", "Filter", id="filter", tooltip="filter GPU and worker rows by GPU, worker or flag"),
@@ -266,11 +272,17 @@ class AmdtopApp(ControlActions, App[int]):
         self.notify("refresh paused" if self.paused else "refresh resumed", timeout=2)
 
     def action_matrix_mode(self) -> None:
+        """Topology pane: link classes, then the probe's measured GB/s (when a probe ran), then live fabric traffic
+        with GPU health (throttling, ECC), then back."""
         board = self.dashboard
         frame = board.last_frame
-        if frame is None or not frame.bandwidth:
-            self.notify("no probe results: run the link probe first", severity="warning")
-            return
-        board.show_gbps = not board.show_gbps
+        if board.show_traffic:
+            board.show_traffic = board.show_gbps = False
+        elif board.show_gbps or frame is None or not frame.bandwidth:
+            if frame is not None and not frame.bandwidth and not board.show_gbps:
+                self.notify("no probe results (run the link probe for GB/s): showing live traffic", timeout=3)
+            board.show_gbps, board.show_traffic = False, True
+        else:
+            board.show_gbps = True
         if frame is not None:
             self._show(frame)

@@ -115,12 +115,24 @@ def gpu_rows(frame: NodeFrame) -> dict[str, tuple[object, ...]]:
     return rows
 
 
-def topo_view(frame: NodeFrame, show_gbps: bool) -> TopoView:
+def topo_view(frame: NodeFrame, show_gbps: bool, show_traffic: bool = False) -> TopoView:
     warned = {(f.worker, f.gpus) for f in frame.flags_of(FlagKind.TP_PLACEMENT)}
     groups = tuple((g.worker, g.gpus, (g.worker, g.gpus) in warned) for g in frame.groups if len(g.gpus) > 1)
     lost = tuple(s.index for s in frame.snapshot.gpus if s.lost)
     bandwidth = tuple((bw.a, bw.b, bw.gbps) for bw in frame.bandwidth) or None
-    return TopoView(frame.snapshot.topology, groups, lost, bandwidth, show_gbps and bandwidth is not None)
+    return TopoView(
+        frame.snapshot.topology,
+        groups,
+        lost,
+        bandwidth,
+        show_gbps and bandwidth is not None and not show_traffic,
+        # Only the traffic view carries the per-tick values: the link view stays equal from tick to tick, so the pane
+        # is not redrawn (a redraw of the matrix is ~1 KB on the terminal).
+        frame.fabric if show_traffic else None,
+        show_traffic,
+        frame.snapshot if show_traffic else None,
+        frame.throttle if show_traffic else (),
+    )
 
 
 def _pct(value: float | None) -> str:

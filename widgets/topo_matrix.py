@@ -10,9 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from amdtop.cpulist import format_cpulist
+from amdtop.health.throttle import ThrottleShare
 from amdtop.health.traffic import FabricTraffic
-from amdtop.model import GpuInfo, Link, LinkType, Topology
-from widgets.fabric_view import render_traffic_matrix
+from amdtop.model import GpuInfo, Link, LinkType, NodeSnapshot, Topology
+from widgets.fabric_view import render_health, render_traffic_matrix
 from widgets.render_pane import RenderPane
 
 SHORT = {LinkType.XGMI: "XG", LinkType.NVLINK: "NV", LinkType.PCIE: "PX", LinkType.UNKNOWN: "??"}
@@ -31,6 +32,10 @@ class TopoView:
     """Live fabric rates (``amdtop.health.traffic.latest_traffic``); drawn instead of the link classes when
     ``show_traffic``."""
     show_traffic: bool = False
+    snapshot: NodeSnapshot | None = None
+    """The sample the health table under the traffic matrix reads (throttle reasons now, ECC counts)."""
+    throttle: tuple[ThrottleShare, ...] = ()
+    """Share of the last window each GPU spent throttled."""
 
 
 def partition_label(info: GpuInfo) -> str:
@@ -84,7 +89,10 @@ class TopoMatrix(RenderPane):
         if not topo.gpus:
             return Text("No GPUs in the topology.", style="dim")
         if view.show_traffic:
-            return render_traffic_matrix(topo, view.traffic, view.groups)
+            # Live fabric traffic, and beside it what holds the GPUs back (throttling) and their ECC counts.
+            return Group(
+                render_traffic_matrix(topo, view.traffic, view.groups), Text(""), render_health(view.snapshot, view.throttle)
+            ) if view.snapshot is not None else render_traffic_matrix(topo, view.traffic, view.groups)
         group_of: dict[int, tuple[str, bool]] = {}
         for name, gpus, flagged in view.groups:
             for g in gpus:

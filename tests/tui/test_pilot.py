@@ -200,26 +200,38 @@ async def test_exporter_key_starts_and_stops_exporter() -> None:
         assert app.exporter is None
 
 
-async def test_matrix_mode_needs_probe_results_then_toggles(tmp_path: Any) -> None:
+async def test_matrix_mode_cycles_link_gbps_and_live_traffic(tmp_path: Any) -> None:
     from amdtop.probe.cache import save_results
     from amdtop.probe.model import CopyResult, ProbeResults
+
+    def topo_text() -> str:
+        topo = app.dashboard.query_one("#pane-topo", TopoMatrix)
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(topo.render_view(topo.view))
+        return console.export_text()
 
     app = make_app(state_dir=tmp_path)
     async with app.run_test(size=(200, 50)) as pilot:
         await _ready(pilot)
+        await pilot.press("m")  # no probe yet: straight to live traffic and GPU health
+        await pilot.pause()
+        assert (app.dashboard.show_gbps, app.dashboard.show_traffic) == (False, True)
+        text = topo_text()
+        assert "throttled now" in text and "ECC" in text
         await pilot.press("m")
         await pilot.pause()
-        assert app.dashboard.show_gbps is False
-        save_results(tmp_path, ProbeResults(1.0, "h", (0, 1), (CopyResult(0, 1, 1 << 30, (1 << 30) / 48.5e9), CopyResult(1, 0, 1 << 30, (1 << 30) / 48.5e9))))
+        assert (app.dashboard.show_gbps, app.dashboard.show_traffic) == (False, False)
+        copy = (1 << 30) / 48.5e9
+        save_results(tmp_path, ProbeResults(1.0, "h", (0, 1), (CopyResult(0, 1, 1 << 30, copy), CopyResult(1, 0, 1 << 30, copy))))
         app.pipeline.request_state_files()
         app.step(1)
         await pilot.press("m")
         await pilot.pause()
         assert app.dashboard.show_gbps is True
-        topo = app.dashboard.query_one("#pane-topo", TopoMatrix)
-        console = Console(width=200, record=True, file=io.StringIO())
-        console.print(topo.render_view(topo.view))
-        assert "48GB/s" in console.export_text()
+        assert "48GB/s" in topo_text()
+        await pilot.press("m")
+        await pilot.pause()
+        assert app.dashboard.show_traffic is True and app.dashboard.show_gbps is False
 
 
 async def test_pause_freezes_the_view() -> None:

@@ -42,6 +42,8 @@ class DashboardScreen(Screen[None]):
         self.banner = banner
         self.active_pane = "gpus"
         self.show_gbps = False
+        self.show_traffic = False
+        """Topology pane: live XGMI/NVLink traffic and GPU health instead of link classes (key m cycles)."""
         self.last_frame: NodeFrame | None = None
         self._status = ""
         self.worker_errors: dict[str, str] = {}
@@ -154,7 +156,7 @@ class DashboardScreen(Screen[None]):
             self._worker_flags = {f"w-{f.worker}": f.kind.value for f in frame.flags if f.worker}
             self._show_gpus()
             self.query_one("#pane-history", GpuHistory).push(frame.history, getattr(self.app, "interval", None))
-            self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.show_gbps)
+            self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.show_gbps, self.show_traffic)
             self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", RenderPane).view = views.numa_view(frame)
             self._drain_failures()

@@ -1,0 +1,90 @@
+"""CPU of the amdtop process alone (not its simulated workers) on the demo node, read-only against with its three
+workers, each with and without N unrelated sleeping processes on the host; terminal bytes/s beside ``top -d 1``.
+
+Cases are interleaved round by round (one sitting); each run gets a fresh state dir, so the workers case launches
+the demo workers anew (``descendants_at_end`` says they ran). Prints medians and ratios as JSON.
+
+    .venv/bin/python bench/tui_cpu_host.py --rounds 3 --seconds 30 --procs 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tui_cpu import measure
+
+AMDTOP = str(Path(sys.executable).with_name("amdtop"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=8.0)
+    ap.add_argument("--procs", type=int, default=2000)
+    ap.add_argument("--size", default="200x50")
+    a = ap.parse_args()
+    cols, rows = (int(x) for x in a.size.split("x"))
+    results: dict[str, list[dict[str, object]]] = {}
+    sleepers: list[subprocess.Popen[bytes]] = []
+
+    def amdtop(readonly: bool) -> list[str]:
+        state = tempfile.mkdtemp(prefix="amdtop-cpu-")
+        argv = [AMDTOP, "--demo", "--interval", "1", "--state-dir", state, "--config", f"{state}/none.toml"]
+        return [*argv, "--readonly"] if readonly else argv
+
+    try:
+        for _ in range(a.rounds):
+            for busy in (False, True):
+                if busy:
+                    sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(a.procs)]
+                suffix = f"+{a.procs}procs" if busy else ""
+                for name, argv in (("readonly", amdtop(True)), ("workers", amdtop(False))):
+                    run = measure(argv, "amdtop", cols, rows, a.warmup, a.seconds, self_only=True)
+                    results.setdefault(name + suffix, []).append(run)
+                    print(name + suffix, json.dumps(run), file=sys.stderr)
+                if not busy:
+                    run = measure(["top", "-d", "1"], "load average", cols, rows, a.warmup, a.seconds)
+                    results.setdefault("top -d 1", []).append(run)
+                    print("top", json.dumps(run), file=sys.stderr)
+                for p in sleepers:
+                    p.kill()
+                for p in sleepers:
+                    p.wait()
+                sleepers = []
+    finally:
+        for p in sleepers:
+            p.kill()
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(float(r[key]) for r in results[name])  # type: ignore[arg-type]
+
+    busy = f"+{a.procs}procs"
+    out = {
+        "cpu_pct_one_core": {k: round(med(k, "cpu_pct_one_core"), 3) for k in results},
+        "tty_bytes_per_s": {k: round(med(k, "tty_bytes_per_s")) for k in results},
+        "workers_seen": {k: [r["descendants_at_end"] for r in v] for k, v in results.items()},
+        "ratios": {
+            "workers/readonly": round(med("workers", "cpu_pct_one_core") / med("readonly", "cpu_pct_one_core"), 2),
+            f"readonly{busy}/readonly": round(
+                med(f"readonly{busy}", "cpu_pct_one_core") / med("readonly", "cpu_pct_one_core"), 2
+            ),
+            f"workers{busy}/workers": round(
+                med(f"workers{busy}", "cpu_pct_one_core") / med("workers", "cpu_pct_one_core"), 2
+            ),
+            "workers bytes/top bytes": round(med("workers", "tty_bytes_per_s") / med("top -d 1", "tty_bytes_per_s"), 2),
+        },
+    }
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
