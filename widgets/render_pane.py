@@ -19,6 +19,8 @@ class RenderPane(Static):
     view: reactive[Any] = reactive(None)
     """The value drawn; equal values cause no repaint."""
 
+    _height: int | None = None
+
     def render_view(self, view: Any) -> RenderableType:
         if view is None:
             return ""
@@ -26,7 +28,20 @@ class RenderPane(Static):
             return Group(*view)
         return view  # type: ignore[no-any-return]
 
+    def _lines(self, renderable: RenderableType) -> int | None:
+        """Lines ``renderable`` takes at the pane's width once wrapped (``None`` before the pane has a width)."""
+        width = self.content_size.width
+        if width <= 0 or not self.is_attached:
+            return None
+        console = self.app.console
+        return len(console.render_lines(renderable, console.options.update_width(width), pad=False))
+
     def watch_view(self, old: Any, view: Any) -> None:
-        # Same number of lines: repaint in place, skipping the layout pass (which repaints every scrollbar).
-        same_height = isinstance(old, tuple) and isinstance(view, tuple) and len(old) == len(view)
-        self.update(self.render_view(view), layout=not same_height)
+        # Same wrapped height: repaint in place, skipping the layout pass (which repaints every scrollbar). Counting the
+        # view's items is not enough: a message that wraps onto one more line grows the pane (a stale row was left
+        # on screen when the pane kept its old height).
+        renderable = self.render_view(view)
+        height = self._lines(renderable)
+        same_height = height is not None and height == self._height
+        self._height = height
+        self.update(renderable, layout=not same_height)
