@@ -83,7 +83,7 @@ if [ "$MODE" = tui ] || [ "$MODE" = final ] || [ -f tui/launch.py ]; then
   # Two interleaved rounds: CPU and tty bytes/s of amdtop and nvitop on the same GPU, size and interval.
   python3 bench/tui_cpu.py --runs 2 --seconds $SECS --marker nvml --save $R/bench --markdown \
     --peer 'python3 -m nvitop --interval 1' --peer-marker H200 \
-    -- python3 -m amdtop --backend nvml --interval 1 2>>$R/bench/tui_cpu.jsonl | tee -a $LOG
+    -- python3 -m tui --backend nvml --interval 1 2>>$R/bench/tui_cpu.jsonl | tee -a $LOG
 fi
 step pack
 tar -C $R -czf $OUT/results.tgz . && ls -la $OUT >>$LOG

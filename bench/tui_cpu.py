@@ -12,7 +12,7 @@ measured the same way, and prints medians (JSON on stdout, per-run JSON lines on
     .venv/bin/python bench/tui_cpu.py --runs 3 --seconds 60 --peer "top -d 1" --markdown \\
         -- .venv/bin/amdtop --demo --interval 1
     python3 bench/tui_cpu.py --marker nvml --peer 'python3 -m nvitop --interval 1' --peer-marker H200 \\
-        -- python3 -m amdtop --backend nvml --interval 1
+        -- python3 -m tui --backend nvml --interval 1
 
 Options go before ``--``; everything after it is the measured command.
 """
