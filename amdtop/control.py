@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from amdtop.model import WorkerStatus
+
+DemoLoad = Callable[[Sequence[WorkerStatus]], None]
+"""Sets the simulated GPUs' load from the demo workers' status (demo mode only): the supervisor makes one, the node
+pipeline calls it each tick."""
 
 
 class StopResult(Protocol):

@@ -16,11 +16,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
-from amdtop.control import WorkerControl
+from amdtop.control import DemoLoad, WorkerControl
 from amdtop.exporter import Exporter
 from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
 from amdtop.pipeline.frame import FrameMailbox
-from amdtop.pipeline.producer import DemoLoad
 from amdtop.rccl.monitor import LogMonitor
 from amdtop.telemetry.base import TelemetryBackend
 from tui.control_actions import ControlActions

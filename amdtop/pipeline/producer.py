@@ -21,6 +21,7 @@ from amdtop.analysis import (
     worker_binding,
 )
 from amdtop.analysis.imbalance import GroupJudgement
+from amdtop.control import DemoLoad
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import health_flags
 from amdtop.health.throttle import throttle_shares
@@ -49,8 +50,6 @@ class WorkerSource(Protocol):
     def status(self) -> list[WorkerStatus]: ...
 
 
-DemoLoad = Callable[[Sequence[WorkerStatus]], None]
-"""Sets the simulated GPUs' load from the demo workers' status (demo mode only)."""
 
 
 def _dedupe(flags: Sequence[Flag]) -> tuple[Flag, ...]:

@@ -6,12 +6,13 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import tomlkit
 
+from amdtop.control import DemoLoad
 from amdtop.errors import AmdtopError, InputError
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.secrets import mask_argv, mask_command_line, mask_env
@@ -32,8 +33,6 @@ from amdtop.supervisor.state import StateStore, WorkerRecord, io_error, make_dir
 from amdtop.supervisor.stopper import StopReport, stop_run
 from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import REDISCOVER_EVERY_S
-
-DemoLoad = Callable[[Sequence[WorkerStatus]], None]
 
 
 class Supervisor:
