@@ -291,6 +291,8 @@ class NodeSnapshot:
 
     def sample(self, index: int) -> GpuSample | None:
         """Return the sample of GPU ``index``."""
+        if 0 <= index < len(self.gpus) and self.gpus[index].index == index:
+            return self.gpus[index]  # samples are in index order: the usual case needs no scan
         for s in self.gpus:
             if s.index == index:
                 return s

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from widgets.diff_table import DiffTable
+from widgets.row_table import RowTable
 
 
-class GpuTable(DiffTable):
-    DEFAULT_CSS = """
-    GpuTable { height: auto; max-height: 100%; }
-    """
+class GpuTable(RowTable):
     COLUMNS = (
         ("gpu", "GPU"),
         ("util", "Util"),

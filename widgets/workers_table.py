@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from widgets.diff_table import DiffTable
+from widgets.row_table import RowTable
 
 
-class WorkersTable(DiffTable):
-    DEFAULT_CSS = """
-    WorkersTable { height: auto; max-height: 100%; }
-    """
+class WorkersTable(RowTable):
     COLUMNS = (
         ("name", "Worker"),
         ("state", "State"),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 
 from amdtop.health.counters import window
-from amdtop.model import EccCount, Flag, FlagKind, NodeSnapshot
+from amdtop.model import EccCount, Flag, FlagKind, GpuSample, NodeSnapshot
 
 DEFAULT_WINDOW_S = 60.0
 
@@ -15,11 +15,24 @@ def _by_block(ecc: tuple[EccCount, ...] | None) -> dict[str, int]:
     return {e.block: e.uncorrectable for e in ecc or () if e.uncorrectable is not None}
 
 
-def ecc_flags(history: Sequence[NodeSnapshot], window_s: float = DEFAULT_WINDOW_S) -> list[Flag]:
+def ecc_rises(old: GpuSample, new: GpuSample) -> dict[str, int]:
+    """Per block, how much the uncorrectable count rose between two samples of one GPU (a fall is a new baseline)."""
+    if old.ecc == new.ecc:
+        return {}
+    before = _by_block(old.ecc)
+    return {b: c - before[b] for b, c in _by_block(new.ecc).items() if b in before and c > before[b]}
+
+
+def ecc_flags(
+    history: Sequence[NodeSnapshot],
+    window_s: float = DEFAULT_WINDOW_S,
+    rises_of: Callable[[GpuSample, GpuSample], dict[str, int]] = ecc_rises,
+) -> list[Flag]:
     """One flag per GPU whose uncorrectable count in some block is higher now than at the window's start.
 
     A count that went down (driver reload, counters cleared) is a new baseline, not an error; a GPU with no ECC data
-    at either end raises nothing.
+    at either end raises nothing. ``rises_of`` computes one interval (a :class:`~amdtop.health.pairs.PairMemo` of
+    :func:`ecc_rises` computes each interval once while the window slides).
     """
     snaps = window(history, window_s)
     if len(snaps) < 2:
@@ -31,10 +44,8 @@ def ecc_flags(history: Sequence[NodeSnapshot], window_s: float = DEFAULT_WINDOW_
             old, new = old_snap.sample(latest.index), new_snap.sample(latest.index)
             if old is None or new is None or old.lost or new.lost:
                 continue
-            before = _by_block(old.ecc)
-            for block, count in _by_block(new.ecc).items():
-                if block in before and count > before[block]:
-                    rises[block] = rises.get(block, 0) + count - before[block]
+            for block, rise in rises_of(old, new).items():
+                rises[block] = rises.get(block, 0) + rise
         if not rises:
             continue
         now = _by_block(latest.ecc)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from amdtop.health.ecc import ecc_flags
-from amdtop.health.throttle import ThrottleShare, throttle_flags
+from amdtop.health.ecc import ecc_flags, ecc_rises
+from amdtop.health.pairs import PairMemo
+from amdtop.health.throttle import ThrottleShare, counter_step, flags_from_shares, throttle_flags, throttle_shares
 from amdtop.health.traffic import FabricTraffic
 from amdtop.model import Flag, GpuSample, NodeSnapshot
 
@@ -49,3 +50,21 @@ def fabric_json(traffic: FabricTraffic | None) -> dict[str, Any] | None:
 def health_flags(history: Sequence[NodeSnapshot]) -> list[Flag]:
     """Every health flag for a history (oldest first): ``gpu_throttled`` over 10 s, ``ecc_uncorrectable`` over 60 s."""
     return [*throttle_flags(history), *ecc_flags(history)]
+
+
+class HealthWindow:
+    """The health judgements of a pipeline that adds one snapshot per tick: each interval's counter deltas are
+    computed once (:class:`PairMemo`), the shares once per tick for both the flags and the frame."""
+
+    def __init__(self) -> None:
+        self._steps = PairMemo(counter_step)
+        self._rises = PairMemo(ecc_rises)
+
+    def judge(self, history: Sequence[NodeSnapshot]) -> tuple[list[ThrottleShare], list[Flag]]:
+        """(throttle shares, health flags) of ``history``: the same as :func:`throttle_shares` and
+        :func:`health_flags`."""
+        shares = throttle_shares(history, step=self._steps)
+        flags = [*flags_from_shares(shares), *ecc_flags(history, rises_of=self._rises)]
+        self._steps.sweep()
+        self._rises.sweep()
+        return shares, flags

@@ -8,7 +8,7 @@ ended with the reason active.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -71,27 +71,41 @@ class ThrottleShare:
         return limits[0] if limits else None
 
 
-def _from_counters(samples: list[tuple[float, GpuSample]]) -> dict[str, float] | None:
+CounterStep = tuple[float, dict[str, float]] | None
+"""One interval of residency counters: (clock delta, delta per reason), or ``None`` when the interval is unknown."""
+
+
+def counter_step(old: GpuSample, new: GpuSample) -> CounterStep:
+    """The residency-counter deltas between two samples of one GPU (``None``: no counters, a reset, no clock tick)."""
+    if old.throttle_clock is None or new.throttle_clock is None or not old.throttle_acc or not new.throttle_acc:
+        return None
+    dclock = counter_delta(old.throttle_clock, new.throttle_clock)
+    if not dclock:
+        return None  # reset, or the firmware did not tick
+    before = dict(old.throttle_acc)
+    deltas = {}
+    for reason, value in new.throttle_acc:
+        if reason in before:
+            d = counter_delta(before[reason], value)
+            if d is None:
+                return None  # one counter reset: the whole interval is unknown
+            deltas[reason] = d
+    return dclock, deltas
+
+
+def _from_counters(
+    samples: list[tuple[float, GpuSample]], step: Callable[[GpuSample, GpuSample], CounterStep] = counter_step
+) -> dict[str, float] | None:
     clock_total = 0.0
     sums: dict[str, float] = {}
     for (_, old), (_, new) in pairwise(samples):
-        if old.throttle_clock is None or new.throttle_clock is None or not old.throttle_acc or not new.throttle_acc:
+        found = step(old, new)
+        if found is None:
             continue
-        dclock = counter_delta(old.throttle_clock, new.throttle_clock)
-        if not dclock:
-            continue  # reset, or the firmware did not tick
-        before = dict(old.throttle_acc)
-        deltas = {}
-        for reason, value in new.throttle_acc:
-            if reason in before:
-                d = counter_delta(before[reason], value)
-                if d is None:
-                    break  # one counter reset: the whole interval is unknown
-                deltas[reason] = d
-        else:
-            clock_total += dclock
-            for reason, d in deltas.items():
-                sums[reason] = sums.get(reason, 0.0) + d
+        dclock, deltas = found
+        clock_total += dclock
+        for reason, d in deltas.items():
+            sums[reason] = sums.get(reason, 0.0) + d
     if clock_total <= 0:
         return None
     return {r: min(1.0, max(0.0, v / clock_total)) for r, v in sums.items()}
@@ -111,8 +125,15 @@ def _from_polls(samples: list[tuple[float, GpuSample]]) -> dict[str, float] | No
     return {r: v / total for r, v in sums.items()}
 
 
-def throttle_shares(history: Sequence[NodeSnapshot], window_s: float = DEFAULT_WINDOW_S) -> list[ThrottleShare]:
-    """Per GPU, the share of the last ``window_s`` seconds spent throttled per reason (GPUs with no data left out)."""
+def throttle_shares(
+    history: Sequence[NodeSnapshot],
+    window_s: float = DEFAULT_WINDOW_S,
+    step: Callable[[GpuSample, GpuSample], CounterStep] = counter_step,
+) -> list[ThrottleShare]:
+    """Per GPU, the share of the last ``window_s`` seconds spent throttled per reason (GPUs with no data left out).
+
+    ``step`` computes one interval's counter deltas: a :class:`~amdtop.health.pairs.PairMemo` of
+    :func:`counter_step` lets a caller that slides the window tick by tick compute each interval once."""
     snaps = window(history, window_s)
     if len(snaps) < 2:
         return []
@@ -120,7 +141,7 @@ def throttle_shares(history: Sequence[NodeSnapshot], window_s: float = DEFAULT_W
     out: list[ThrottleShare] = []
     for latest in snaps[-1].gpus:
         samples = [(snap.timestamp, s) for snap in snaps if (s := snap.sample(latest.index)) is not None and not s.lost]
-        shares, source = _from_counters(samples), "counters"
+        shares, source = _from_counters(samples, step), "counters"
         if shares is None:
             shares, source = _from_polls(samples), "polls"
         if shares is None:
@@ -137,8 +158,13 @@ def throttle_flags(
 ) -> list[Flag]:
     """A ``gpu_throttled`` flag for each GPU that spent at least ``threshold`` of the last window at a limit, e.g.
     ``GPU 3 power-capped 38 % of the last 10 s``."""
+    return flags_from_shares(throttle_shares(history, window_s), threshold)
+
+
+def flags_from_shares(shares: Sequence[ThrottleShare], threshold: float = DEFAULT_THRESHOLD) -> list[Flag]:
+    """The ``gpu_throttled`` flags of shares already computed (see :func:`throttle_flags`)."""
     flags: list[Flag] = []
-    for share in throttle_shares(history, window_s):
+    for share in shares:
         worst = share.worst
         if worst is None or worst[1] < threshold:
             continue

@@ -23,8 +23,7 @@ from amdtop.analysis import (
 from amdtop.analysis.imbalance import GroupJudgement
 from amdtop.control import DemoLoad
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
-from amdtop.health.report import health_flags
-from amdtop.health.throttle import throttle_shares
+from amdtop.health.report import HealthWindow
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
 from amdtop.hip_devices import physical_worker
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
@@ -123,6 +122,7 @@ class NodePipeline:
         self._tick = 0
         # Counters (throttle residency, ECC, fabric traffic) are judged over the last minute of snapshots.
         self._snaps: deque[NodeSnapshot] = deque()
+        self._health = HealthWindow()
         self.monitor = monitor
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
@@ -259,7 +259,8 @@ class NodePipeline:
         flags += tp_placement_flags(snap.topology, [physical_worker(w, snap.topology) for w in running])
         flags += partition_split_flags(snap.topology, running)
         snaps = self._remember(snap)
-        flags += health_flags(snaps)
+        throttle, health = self._health.judge(snaps)
+        flags += health
         fabric = latest_traffic(snaps)
         logs, counts, log_error = self._logs()
         if logs is not None:
@@ -281,7 +282,7 @@ class NodePipeline:
             bandwidth=self._bandwidth,
             ramp_knees=self._knees,
             fabric=fabric,
-            throttle=tuple(throttle_shares(snaps)),
+            throttle=tuple(throttle),
             errors=errors,
             tick=self._tick,
         )

@@ -75,9 +75,12 @@ def observe(
         known = set(rec.known) | {(p, table[p].start_ticks) for p in pids}
         if known != set(rec.known):
             changed["known"] = tuple(sorted(known))
-        shm = set(rec.shm) | procs.mapped_shm(pids)
-        if shm != set(rec.shm):
-            changed["shm"] = tuple(sorted(shm))
+        # vLLM maps its shared-memory segments while it starts; a ready server's maps (thousands of lines with torch)
+        # are read again only when its processes change or it first turns ready.
+        if state is not WorkerState.READY or changed:
+            shm = set(rec.shm) | procs.mapped_shm(pids)
+            if shm != set(rec.shm):
+                changed["shm"] = tuple(sorted(shm))
     if changed:
         rec = store.merge(rec, changed)
     rotate_log(Path(rec.log), log_max_bytes, log_backups)

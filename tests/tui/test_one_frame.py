@@ -24,7 +24,7 @@ from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
 from tests.fixtures.rccl.make_logs import rccl_rank_lines
 from tests.tui.conftest import NO_PROC, settle
 from tui.app import AmdtopApp
-from widgets.render_pane import RenderPane
+from widgets.text_pane import TextPane
 
 NODE0 = tuple(range(0, 32)) + tuple(range(64, 96))
 
@@ -70,7 +70,7 @@ def tui_text(frame: NodeFrame) -> str:
             await settle(pilot)
             console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
             for pane in ("#pane-groups", "#pane-numa"):
-                widget = app.dashboard.query_one(pane, RenderPane)
+                widget = app.dashboard.query_one(pane, TextPane)
                 console.print(widget.render_view(widget.view))
             return console.export_text()
 

@@ -1,7 +1,7 @@
-"""amdtop leans on three private parts of Textual for CPU and terminal bytes; these fail, by name, when they move.
+"""amdtop leans on one private part of Textual for terminal bytes; these fail, by name, when it moves.
 
-- ``widgets/diff_table.py``: ``DataTable._render_cell`` (a per-cell render cache), ``DataTable._data`` and
-  ``_update_count`` (a changed cell repaints that cell, not the table).
+(The tables no longer override ``DataTable`` internals: ``widgets/row_table.py`` draws through the public line API.)
+
 - ``tui/tty_crop.py``: ``ChopsUpdate.render_segments`` (partial updates cropped to the changed cells).
 """
 
@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.segment import Segment
 from textual import _compositor
 from textual.strip import Strip
-from textual.widgets import DataTable
 
 from tui import tty_crop
 
@@ -24,21 +23,6 @@ WHY = f"textual {TEXTUAL}: amdtop was written against {tty_crop.PATCHED_FOR}; re
 
 def test_textual_version_is_the_one_patched() -> None:
     assert TEXTUAL == tty_crop.PATCHED_FOR, WHY
-
-
-def test_datatable_private_parts_diff_table_uses() -> None:
-    params = list(inspect.signature(DataTable._render_cell).parameters)
-    assert params == ["self", "row_index", "column_index", "base_style", "width", "cursor", "hover"], (
-        f"{WHY}: DataTable._render_cell changed, widgets/diff_table.py overrides it"
-    )
-    table: DataTable[str] = DataTable()
-    assert isinstance(table._data, dict) and isinstance(table._update_count, int), (
-        f"{WHY}: DataTable._data/_update_count moved, widgets/diff_table.py writes them"
-    )
-    source = inspect.getsource(DataTable.update_cell)
-    assert "self._data[row_key][column_key] = value" in source and "self._update_count += 1" in source, (
-        f"{WHY}: DataTable.update_cell no longer does what DiffTable._set_cell repeats"
-    )
 
 
 def test_partial_update_is_cropped_to_the_changed_cells() -> None:

@@ -152,3 +152,33 @@ def test_json_shapes() -> None:
     json.dumps(fabric_json(fabric_traffic(old, new)))
     assert fabric_json(None) is None
     assert health_flags([old, new]) == []
+
+
+def test_sliding_health_window_matches_the_reference_and_forgets_old_intervals() -> None:
+    """The pipeline's memoised window gives, tick after tick, exactly what the stateless functions give, including
+    across counter resets, a lost GPU and an ECC rise; intervals that left the window are dropped."""
+    from amdtop.health.report import HealthWindow, health_flags
+
+    def gpu(i: int, t: int) -> GpuSample:
+        if i == 2 and t in (7, 8):
+            return GpuSample(i, lost=True)
+        clock = 1000.0 * t if t < 30 else 1000.0 * (t - 30)  # a driver reload at t=30 resets every counter
+        ue = 1 if i == 1 and t >= 20 else 0
+        return GpuSample(
+            i,
+            throttle_acc=(("power_cap", clock * (0.1 + 0.2 * i)), ("thermal", clock * 0.05 * (t % 3))),
+            throttle_clock=clock,
+            ecc=(EccCount("umc", t, ue), EccCount("gfx", 0, 0)),
+        )
+
+    health = HealthWindow()
+    history: list[NodeSnapshot] = []
+    for t in range(100):
+        history.append(snap(float(t), [gpu(i, t) for i in range(4)]))
+        recent = window(history, 60.0)
+        shares, flags = health.judge(recent)
+        assert shares == throttle_shares(recent)
+        assert flags == health_flags(recent)
+    assert any(f.kind is FlagKind.ECC_UNCORRECTABLE for f in health_flags(window(history[:40], 60.0)))
+    # Only the intervals of the last window are kept (10 s of throttle steps + 60 s of ECC rises, for 4 GPUs).
+    assert len(health._steps) <= 4 * 11 and len(health._rises) <= 4 * 61

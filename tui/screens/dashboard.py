@@ -18,7 +18,7 @@ from tui.filter import FilterBar, filter_rows
 from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
 from widgets.log_tail import LogTailPane
-from widgets.render_pane import RenderPane
+from widgets.text_pane import TextPane
 from widgets.topo_matrix import TopoMatrix
 from widgets.workers_table import WorkersTable
 
@@ -70,8 +70,8 @@ class DashboardScreen(Screen[None]):
             yield self._titled(TopoMatrix(id="pane-topo"), "2 Topology")
             yield self._titled(GpuHistory(id="pane-history"), "GPU history")
             with Vertical(id="side"):
-                yield self._titled(RenderPane(id="pane-groups"), "3 TP groups")
-                yield self._titled(RenderPane(id="pane-numa"), "4 NUMA binding")
+                yield self._titled(TextPane(id="pane-groups"), "3 TP groups")
+                yield self._titled(TextPane(id="pane-numa"), "4 NUMA binding")
             yield self._titled(WorkersTable(id="pane-workers"), "5 Workers")
             yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
         yield FilterBar(id="filter")
@@ -157,8 +157,8 @@ class DashboardScreen(Screen[None]):
             self._show_gpus()
             self.query_one("#pane-history", GpuHistory).push(frame.history, getattr(self.app, "interval", None))
             self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.show_gbps, self.show_traffic)
-            self.query_one("#pane-groups", RenderPane).view = views.groups_view(frame)
-            self.query_one("#pane-numa", RenderPane).view = views.numa_view(frame)
+            self.query_one("#pane-groups", TextPane).view = views.groups_view(frame)
+            self.query_one("#pane-numa", TextPane).view = views.numa_view(frame)
             self._drain_failures()
             self._worker_rows = views.worker_rows(frame, now)
             self._show_workers()

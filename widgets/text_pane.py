@@ -1,0 +1,114 @@
+"""A pane of Text lines drawn through the line API: a tick repaints the lines that changed, not the pane."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.geometry import Region, Size
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from widgets.segments import text_segments
+
+
+class TextPane(ScrollView):
+    """Assign ``view`` a tuple of :class:`~rich.text.Text`; each wraps to the pane's width.
+
+    A Static re-renders its whole renderable (and here also measured it, to know its wrapped height) on every change;
+    the TP groups pane changes every tick (its spreads move). This keeps the wrapped strips of each Text and rebuilds
+    only the Texts that differ from the last view, then refreshes just their lines; the layout is redone only when
+    the number of lines changes.
+    """
+
+    DEFAULT_CSS = """
+    TextPane { height: auto; }
+    """
+
+    view: reactive[tuple[Text, ...] | None] = reactive(None, always_update=False)
+    """The lines drawn; an equal view causes no repaint."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._width = 0
+        self._items: list[tuple[Text, list[Strip]]] = []
+        """Per Text of the view: the Text and its wrapped strips at ``_width``."""
+        self._strips: list[Strip] = []
+        self._base: Style | None = None
+
+    def render_view(self, view: Any) -> Any:
+        """The view as one renderable (for tests that print what the pane shows)."""
+        from rich.console import Group
+
+        return Group(*view) if view else ""
+
+    def _wrap(self, text: Text, width: int) -> list[Strip]:
+        console = self.app.console
+        return [Strip(text_segments(line, console)) for line in text.wrap(console, max(1, width))]
+
+    def _build(self, width: int) -> list[int]:
+        """Wrap the view at ``width``, reusing the strips of unchanged Texts; returns the changed line numbers."""
+        view = self.view or ()
+        if width != self._width:
+            self._items = []
+            self._width = width
+        changed: list[int] = []
+        items: list[tuple[Text, list[Strip]]] = []
+        strips: list[Strip] = []
+        for i, text in enumerate(view):
+            old = self._items[i] if i < len(self._items) else None
+            if old is not None and old[0] == text:
+                lines = old[1]
+            else:
+                lines = self._wrap(text, width)
+                changed.extend(range(len(strips), len(strips) + len(lines)))
+            items.append((text, lines))
+            strips.extend(lines)
+        self._items = items
+        self._strips = strips
+        return changed
+
+    def watch_view(self, old: tuple[Text, ...] | None, view: tuple[Text, ...] | None) -> None:
+        width = self.scrollable_content_region.width
+        if width <= 0 or not self.is_attached:
+            # Hidden (a narrow terminal shows one pane): wrap when shown; the show itself lays the screen out.
+            self._width = -1
+            return
+        count = len(self._strips)
+        changed = self._build(width)
+        if len(self._strips) != count:
+            self.virtual_size = Size(width, len(self._strips))
+            self.refresh(layout=True)
+            return
+        top = round(self.scroll_offset.y)
+        for y in changed:
+            self.refresh(Region(0, y - top, width, 1))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if width != self._width or not self._strips:
+            self._build(width)
+        self.virtual_size = Size(width, len(self._strips))
+        return len(self._strips)
+
+    def on_resize(self, event: events.Resize) -> None:
+        width = self.scrollable_content_region.width
+        if width != self._width:
+            self._build(width)
+            self.virtual_size = Size(width, len(self._strips))
+            self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base = None
+
+    def render_line(self, y: int) -> Strip:
+        if self._base is None:
+            self._base = self.rich_style  # resolving it walks the DOM: once per style change, not per line
+        width = self.scrollable_content_region.width
+        index = y + round(self.scroll_offset.y)
+        if not 0 <= index < len(self._strips):
+            return Strip.blank(width, self._base)
+        return self._strips[index].apply_style(self._base).crop(0, width).extend_cell_length(width, self._base)
