@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from itertools import islice
 
 from rich.segment import Segment
 from rich.style import Style
@@ -36,7 +37,8 @@ def sweep(values: Sequence[float | None], width: int, pushes: int, top: float) -
     """The strip after ``pushes`` samples, swept: sample ``i`` sits at column ``i % width``; the column after the
     newest one is blank (the "now" mark); older columns hold the last sweep's samples."""
     cells = [" "] * width
-    kept = list(values)[-(width - 1) :] if width > 1 else []
+    # islice, not list(values)[-n:]: a deque of 600 samples per strip, three strips per GPU line, every tick.
+    kept = list(islice(values, max(0, len(values) - (width - 1)), None)) if width > 1 else []
     first = pushes - len(kept)
     for offset, value in enumerate(kept):
         if value is not None:
@@ -73,6 +75,7 @@ class GpuHistory(Widget):
         """Seconds between two pushes (for the time axis)."""
         self._strips: dict[int, tuple[tuple[float, ...], Strip]] = {}
         self._base: Style | None = None
+        self._styled: dict[Style | None, Style] = {}
 
     def push(self, history: Sequence[PipelineHistory], interval: float | None = None) -> None:
         """Take the newest point of each GPU's history from the frame (the pipeline keeps the series; this widget
@@ -105,13 +108,15 @@ class GpuHistory(Widget):
         head = (self._pushes - 1) % width
         rows = len(self._gpus)
         left, top = 0, 1  # content coordinates (Textual adds the border); line 0 is the header
+        regions: list[Region] = []
         for block in range(len(METRICS)):
             x = left + LABEL + block * (width + VALUE + 1)
             # The new sample, the "now" gap after it (wrapping to the strip's start), and the value.
-            self.refresh(Region(x + head, top, 2, rows))
+            regions.append(Region(x + head, top, 2, rows))
             if head + 1 >= width:
-                self.refresh(Region(x, top, 1, rows))
-            self.refresh(Region(x + width, top, VALUE, rows))
+                regions.append(Region(x, top, 1, rows))
+            regions.append(Region(x + width, top, VALUE, rows))
+        self.refresh(*regions)
 
     def get_content_height(self, container: object, viewport: object, width: int) -> int:
         return len(self._gpus) + 2 if self._gpus else 1
@@ -133,11 +138,26 @@ class GpuHistory(Widget):
         hit = self._strips.get(y)
         if hit is not None and hit[0] == key:
             return hit[1]
-        segments = self._line(y)
         if self._base is None:
             self._base = self.rich_style  # resolving it walks the DOM: once per style change, not per line
+            self._styled = {}
         base = self._base
-        strip = Strip(segments).apply_style(base).crop(0, width).extend_cell_length(width, base)
+        # One Strip per line, built styled and to length: every character here is one cell wide (ASCII, block
+        # elements), so the length is counted, not measured, and no intermediate strips are made.
+        segments: list[Segment] = []
+        used = 0
+        for seg in self._line(y):
+            text = seg.text[: width - used]
+            if not text:
+                break
+            styled = self._styled.get(seg.style)
+            if styled is None:
+                styled = self._styled[seg.style] = base + seg.style if seg.style is not None else base
+            segments.append(Segment(text, styled))
+            used += len(text)
+        if used < width:
+            segments.append(Segment(" " * (width - used), base))
+        strip = Strip(segments, width)
         self._strips[y] = (key, strip)
         return strip
 
@@ -156,8 +176,8 @@ class GpuHistory(Widget):
             line = [Segment(f"{index:>3} ", _LABEL)]
             for name, style in METRICS:
                 values = self._series.get((index, name), ())
-                top = self._power_top if name == "power" else 100.0
-                line.append(Segment(sweep(values, width, self._pushes, top), _PLAIN[style]))
+                scale = self._power_top if name == "power" else 100.0
+                line.append(Segment(sweep(values, width, self._pushes, scale), _PLAIN[style]))
                 last = values[-1] if values else None
                 unit = "W" if name == "power" else "%"
                 line.append(Segment(("   N/A" if last is None else f"{last:5.0f}{unit}").ljust(VALUE) + " "))

@@ -106,10 +106,10 @@ class RowTable(ScrollView, can_focus=True):
         self._widths: list[int] = [cell_len(label) for _, label in self.COLUMNS]
         self._looks: dict[str, tuple[object, ...]] = {}
         """Row key -> :func:`cell_key` of each cell, to find the cells that changed."""
-        self._cells: dict[tuple[object, int], list[Segment]] = {}
-        self._lines: dict[str, tuple[tuple[object, ...], bool, Strip]] = {}
+        self._cells: dict[tuple[object, int, Style], list[Segment]] = {}
+        self._lines: dict[str, tuple[tuple[object, ...], bool, tuple[int, int], Strip]] = {}
         """Row key -> (cells, cursor, strip) last drawn; a row is rebuilt when its cells or cursor change."""
-        self._header: Strip | None = None
+        self._header: tuple[tuple[int, int], Strip] | None = None
         self._styles: dict[str, Style] = {}
         """Base, header and cursor styles: resolving one walks the DOM (~20 us), and each line needs one."""
         self.cursor_row = 0
@@ -141,7 +141,7 @@ class RowTable(ScrollView, can_focus=True):
             self._widths = [cell_len(label) for _, label in self.COLUMNS]
             self._lines.clear()
             self._grow(self._rows.values())
-            self.cursor_row = keys.index(selected) if selected in rows else min(self.cursor_row, max(0, len(keys) - 1))
+            self.cursor_row = keys.index(selected) if selected is not None and selected in rows else min(self.cursor_row, max(0, len(keys) - 1))
             self._resize()
             self.refresh()
             return
@@ -162,11 +162,24 @@ class RowTable(ScrollView, can_focus=True):
             starts.append(x)
             x += width + 2 * PAD
         top = 1 - round(self.scroll_offset.y)
+        regions: list[Region] = []
         for key in changed:
             y = self._keys.index(key) + top
+            run: list[int] = []  # adjacent changed columns: one region (fewer regions, same cells on the wire)
             for col, (new, old) in enumerate(zip(looks[key], previous[key], strict=True)):
                 if new != old and col < len(starts):
-                    self.refresh(Region(starts[col], y, self._widths[col] + 2 * PAD, 1))
+                    run.append(col)
+                    continue
+                if run:
+                    regions.append(self._run_region(run, starts, y))
+                    run = []
+            if run:
+                regions.append(self._run_region(run, starts, y))
+        self.refresh(*regions)  # one call: each refresh() call costs more than the region it adds
+
+    def _run_region(self, run: list[int], starts: list[int], y: int) -> Region:
+        end = starts[run[-1]] + self._widths[run[-1]] + 2 * PAD
+        return Region(starts[run[0]], y, end - starts[run[0]], 1)
 
     def _grow(self, rows: Any) -> bool:
         """Widen columns to fit ``rows``; True when one grew."""
@@ -216,9 +229,9 @@ class RowTable(ScrollView, can_focus=True):
             self._styles[part] = style
         return style
 
-    def _cell(self, cell: Any, width: int) -> list[Segment]:
-        """A cell's padded segments; unchanged cells (most of a row) are looked up, not rendered."""
-        key = (cell_key(cell), width)
+    def _cell(self, cell: Any, width: int, base: Style) -> list[Segment]:
+        """A cell's padded segments, styled on ``base``; unchanged cells (most of a row) are looked up."""
+        key = (cell_key(cell), width, base)
         hit = self._cells.get(key)
         if hit is not None:
             return hit
@@ -227,45 +240,51 @@ class RowTable(ScrollView, can_focus=True):
         text = cell if isinstance(cell, Text) else Text(str(cell))
         pad = Segment(" " * PAD)
         body = Segment.adjust_line_length(text_segments(text, self.app.console), width)
-        segments = [pad, *(seg for seg in body if seg.text), pad]
+        segments = list(Segment.apply_style([pad, *(seg for seg in body if seg.text), pad], base))
         self._cells[key] = segments
         return segments
 
     def _strip(self, cells: Sequence[Any], base: Style) -> Strip:
+        # Each cell is exactly its column's width plus padding: the row's length is known, not measured.
         segments: list[Segment] = []
         for col, width in enumerate(self._widths):
-            segments.extend(self._cell(cells[col] if col < len(cells) else "", width))
-        return Strip(segments).apply_style(base).simplify()
+            segments.extend(self._cell(cells[col] if col < len(cells) else "", width, base))
+        return Strip(segments, sum(self._widths) + 2 * PAD * len(self._widths))
+
+    def _fit(self, strip: Strip, base: Style) -> Strip:
+        """``strip`` scrolled and cut or padded to the pane's width."""
+        width, x = self.size.width, round(self.scroll_offset.x)
+        if x or strip.cell_length > width:
+            strip = strip.crop(x, x + width)
+        return strip.extend_cell_length(width, base) if strip.cell_length < width else strip
 
     def _header_strip(self) -> Strip:
-        if self._header is None:
-            self._header = self._strip([label for _, label in self.COLUMNS], self._style("row-table--header"))
-        return self._header
+        fit = (self.size.width, round(self.scroll_offset.x))
+        if self._header is None or self._header[0] != fit:
+            base = self._style("row-table--header")
+            self._header = (fit, self._fit(self._strip([label for _, label in self.COLUMNS], base), base))
+        return self._header[1]
 
     def _row_strip(self, index: int) -> Strip:
         key = self._keys[index]
         look = self._looks[key]
         cursor = index == self.cursor_row
+        fit = (self.size.width, round(self.scroll_offset.x))
         hit = self._lines.get(key)
-        if hit is not None and hit[0] == look and hit[1] == cursor:
-            return hit[2]
-        strip = self._strip(self._rows[key], self._style("row-table--cursor" if cursor else ""))
-        self._lines[key] = (look, cursor, strip)
+        if hit is not None and hit[0] == look and hit[1] == cursor and hit[2] == fit:
+            return hit[3]
+        base = self._style("row-table--cursor" if cursor else "")
+        strip = self._fit(self._strip(self._rows[key], base), self._style(""))
+        self._lines[key] = (look, cursor, fit, strip)
         return strip
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
         if y == 0:
-            strip = self._header_strip()
-            base = self._style("row-table--header")
-        else:
-            index = y - 1 + self.scroll_offset.y
-            if not 0 <= index < len(self._keys):
-                return Strip.blank(width, self._style(""))
-            strip = self._row_strip(index)
-            base = self._style("")
-        x = self.scroll_offset.x
-        return strip.crop(x, x + width).extend_cell_length(width, base)
+            return self._header_strip()
+        index = y - 1 + round(self.scroll_offset.y)
+        if not 0 <= index < len(self._keys):
+            return Strip.blank(self.size.width, self._style(""))
+        return self._row_strip(index)
 
     # -- cursor ------------------------------------------------------------------------------------------------------
     def move_cursor(self, *, row: int) -> None:

@@ -84,8 +84,8 @@ class TextPane(ScrollView):
             self.refresh(layout=True)
             return
         top = round(self.scroll_offset.y)
-        for y in changed:
-            self.refresh(Region(0, y - top, width, 1))
+        if changed:
+            self.refresh(*(Region(0, y - top, width, 1) for y in changed))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if width != self._width or not self._strips:

@@ -59,12 +59,30 @@ class HealthWindow:
     def __init__(self) -> None:
         self._steps = PairMemo(counter_step)
         self._rises = PairMemo(ecc_rises)
+        self._ecc_changed_at: float | None = None
+        """Timestamp of the newest snapshot whose ECC counts differed from the one before it."""
+        self._newest: NodeSnapshot | None = None
 
     def judge(self, history: Sequence[NodeSnapshot]) -> tuple[list[ThrottleShare], list[Flag]]:
-        """(throttle shares, health flags) of ``history``: the same as :func:`throttle_shares` and
-        :func:`health_flags`."""
+        """(throttle shares, health flags) of ``history`` (oldest first, one snapshot added since the last call): the
+        same as :func:`throttle_shares` and :func:`health_flags`."""
         shares = throttle_shares(history, step=self._steps)
-        flags = [*flags_from_shares(shares), *ecc_flags(history, rises_of=self._rises)]
+        flags = flags_from_shares(shares)
+        if history:
+            newest = history[-1]
+            if newest is not self._newest:
+                # The first history is judged whole; after that, one new interval per call tells whether ECC moved.
+                if self._newest is None or _ecc_changed(self._newest, newest):
+                    self._ecc_changed_at = newest.timestamp
+                self._newest = newest
+            # ECC counts that never changed within the history cannot have risen: skip the minute of intervals.
+            if self._ecc_changed_at is not None and self._ecc_changed_at > history[0].timestamp:
+                flags += ecc_flags(history, rises_of=self._rises)
         self._steps.sweep()
         self._rises.sweep()
         return shares, flags
+
+
+def _ecc_changed(old: NodeSnapshot, new: NodeSnapshot) -> bool:
+    before = {g.index: g.ecc for g in old.gpus}
+    return any(g.ecc != before.get(g.index) for g in new.gpus)

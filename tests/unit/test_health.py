@@ -168,12 +168,12 @@ def test_sliding_health_window_matches_the_reference_and_forgets_old_intervals()
             i,
             throttle_acc=(("power_cap", clock * (0.1 + 0.2 * i)), ("thermal", clock * 0.05 * (t % 3))),
             throttle_clock=clock,
-            ecc=(EccCount("umc", t, ue), EccCount("gfx", 0, 0)),
+            ecc=(EccCount("umc", min(t, 60) // 25, ue), EccCount("gfx", 0, 0)),  # ECC still for stretches: the skip path
         )
 
     health = HealthWindow()
     history: list[NodeSnapshot] = []
-    for t in range(100):
+    for t in range(160):
         history.append(snap(float(t), [gpu(i, t) for i in range(4)]))
         recent = window(history, 60.0)
         shares, flags = health.judge(recent)
