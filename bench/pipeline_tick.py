@@ -1,6 +1,10 @@
 """CPU of one node-pipeline tick on the demo node: read-only (no workers) against the three demo workers, each with and
 without N unrelated sleeping processes on the host; the old full procfs walk per status and discovery as the peer.
 
+The read-only case runs what ``amdtop --demo --readonly`` runs: a read-only supervisor as the worker source (it still
+looks for launches of its state dir). ``full_walk_ms`` is one status pass with the full procfs walk the supervisor
+makes every 30 s (the table of every process, and the search for lost launches by environment marker), median of 5.
+
 The demo workers are real processes (``python -m amdtop.simserver`` under the supervisor); the tick is what the TUI,
 the exporter and ``snapshot`` run. Each case ticks ``--ticks`` times at ``--interval`` and reports the median CPU
 (``time.process_time``) per tick; cases are interleaved ``--rounds`` times.
@@ -57,8 +61,11 @@ def main() -> int:
         sup.launch(name)
     for name in sup.names():
         sup.wait_ready(name, timeout=60)
+    ro_state = Path(tempfile.mkdtemp(prefix="amdtop-bench-ro-"))
+    ro_sup = Supervisor(ro_state / "none.toml", ro_state, topology=sim.topology(), demo=True, sim=sim, readonly=True)
     sleepers: list[subprocess.Popen[bytes]] = []
     results: dict[str, list[float]] = {}
+    walks: dict[str, list[float]] = {}
     try:
         for _ in range(a.rounds):
             for busy in (False, True):
@@ -71,7 +78,7 @@ def main() -> int:
                         p.wait()
                     sleepers = []
                 suffix = f"+{a.procs}procs" if busy else ""
-                readonly = NodePipeline(sim, None, discover=True, workers_every_s=0.0)
+                readonly = NodePipeline(sim, ro_sup, discover=True)
                 workers = NodePipeline(sim, sup, discover=True, demo_load=sup.demo_load(), follow_logs=True)
                 results.setdefault(f"readonly{suffix}", []).append(tick_cpu(readonly, a.ticks, a.interval))
                 results.setdefault(f"workers{suffix}", []).append(tick_cpu(workers, a.ticks, a.interval))
@@ -79,6 +86,12 @@ def main() -> int:
                     tick_cpu(workers, a.ticks, a.interval, old_walks)
                 )
                 workers.close()
+                for name, who in (("readonly", ro_sup), ("workers", sup)):
+                    for _ in range(5):
+                        who._full_scan_at = None  # the 30 s cadence's walk, now
+                        start = time.process_time()
+                        who.status()
+                        walks.setdefault(f"{name}{suffix}", []).append(time.process_time() - start)
     finally:
         for p in sleepers:
             p.kill()
@@ -88,6 +101,7 @@ def main() -> int:
     med = {k: statistics.median(v) * 1e3 for k, v in results.items()}
     out = {"ms_per_tick": {k: round(v, 3) for k, v in med.items()}, "runs": {k: [round(x * 1e3, 3) for x in v] for k, v in results.items()}}
     busy = f"+{a.procs}procs"
+    out["full_walk_ms"] = {k: round(statistics.median(v) * 1e3, 2) for k, v in walks.items()}
     out["ratios"] = {
         "workers/readonly": round(med["workers"] / med["readonly"], 2),
         f"workers{busy}/workers": round(med[f"workers{busy}"] / med["workers"], 2),
