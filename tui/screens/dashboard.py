@@ -17,6 +17,7 @@ from tui.command_mode import CommandBar, run_command
 from tui.filter import FilterBar, filter_rows
 from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
+from widgets.line_label import LineLabel
 from widgets.log_tail import LogTailPane
 from widgets.text_pane import TextPane
 from widgets.topo_matrix import TopoMatrix
@@ -60,7 +61,7 @@ class DashboardScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with Horizontal(id="status-bar"):
             yield Static("amdtop", id="status")
-            yield Static("", id="clock")
+            yield LineLabel(id="clock")
         if self.banner:
             yield Static(self.banner, id="banner")
         yield Tabs(*(Tab(label, id=f"tab-{key}") for key, label in PANES), id="tabs")
@@ -151,7 +152,7 @@ class DashboardScreen(Screen[None]):
                 self._status = head
                 self.query_one("#status", Static).update(head, layout=False)
             # The clock has its own 10 cells: a tick repaints those, not the 200-cell bar.
-            self.query_one("#clock", Static).update(clock, layout=False)
+            self.query_one("#clock", LineLabel).set_text(clock)
             self._gpu_rows = views.gpu_rows(frame)
             self._worker_flags = {f"w-{f.worker}": f.kind.value for f in frame.flags if f.worker}
             self._show_gpus()
