@@ -14,8 +14,11 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import Any
 
+from rich.cells import cell_len
+from rich.color import ColorSystem
 from rich.console import Console
 from textual import _compositor
+from textual.strip import Strip
 
 PATCHED_FOR = "8.2.8"
 ORIGINAL = _compositor.ChopsUpdate.render_segments
@@ -37,14 +40,38 @@ def render_segments(self: Any, console: Console) -> str:
                 continue
             start = max(x, x1)
             stop = min(end, x2)
-            if start != x or stop != end:
-                strip = strip.crop(start - x, stop - x)
             # Control.move_to(start, y) writes this; building the Control object cost a tenth of an idle dashboard.
             append(f"\x1b[{y + 1};{start + 1}H")
-            append(strip.render(console))
+            if start != x or stop != end:
+                append(render_cells(strip, start - x, stop - x, console))
+            else:
+                append(strip.render(console))
         if y != last_y:
             append("\n")
     return "".join(sequences)
+
+
+def render_cells(strip: Strip, start: int, end: int, console: Console) -> str:
+    """``strip.crop(start, end).render(console)`` without the intermediate Strip: a Strip builds seven caches when it
+    is made, and a tick crops one per changed span (that was most of the dashboard's output cost)."""
+    color_system = console._color_system or ColorSystem.TRUECOLOR
+    render = Strip.render_style
+    out: list[str] = []
+    pos = 0
+    for segment in strip:
+        text, style, _control = segment
+        seg_start, pos = pos, pos + cell_len(text)
+        if pos <= start:
+            continue
+        if seg_start >= end:
+            break
+        if seg_start < start:
+            segment = segment.split_cells(start - seg_start)[1]
+        if pos > end:
+            segment = segment.split_cells(cell_len(segment.text) - (pos - end))[0]
+        if segment.text:
+            out.append(segment.text if style is None else render(style, segment.text, color_system=color_system))
+    return "".join(out)
 
 
 def install() -> bool:

@@ -37,3 +37,17 @@ def test_partial_update_is_cropped_to_the_changed_cells() -> None:
     assert tty_crop.render_segments(update, console) == "\x1b[1;5H456"  # the changed cells only
     assert tty_crop.install()
     assert _compositor.ChopsUpdate.render_segments is tty_crop.render_segments
+
+
+def test_render_cells_is_crop_then_render() -> None:
+    from rich.style import Style
+
+    console = Console(width=40, legacy_windows=False, force_terminal=True, color_system="truecolor")
+    red, bold = Style(color="red"), Style(bold=True)
+    strip = Strip([Segment("ab", red), Segment("界x", bold), Segment("  ", None), Segment("yz", red)])
+    for start in range(strip.cell_length + 1):
+        for end in range(start, strip.cell_length + 2):
+            assert tty_crop.render_cells(strip, start, end, console) == strip.crop(start, end).render(console), (
+                start,
+                end,
+            )
