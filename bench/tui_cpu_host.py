@@ -5,6 +5,10 @@ Cases are interleaved round by round (one sitting); each run gets a fresh state 
 the demo workers anew (``descendants_at_end`` says they ran). Prints medians and ratios as JSON.
 
     .venv/bin/python bench/tui_cpu_host.py --rounds 3 --seconds 30 --procs 2000
+
+``--baseline DIR`` also measures the read-only and workers cases of another checkout of the code (``git archive REV |
+tar -x -C DIR``), run through the same console script with ``PYTHONPATH=DIR``, in the same rounds: a before/after in
+one sitting.
 """
 
 from __future__ import annotations
@@ -30,14 +34,17 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=8.0)
     ap.add_argument("--procs", type=int, default=2000)
     ap.add_argument("--size", default="200x50")
+    ap.add_argument("--baseline", default=None, help="another checkout of the code, measured as a peer")
     a = ap.parse_args()
     cols, rows = (int(x) for x in a.size.split("x"))
     results: dict[str, list[dict[str, object]]] = {}
     sleepers: list[subprocess.Popen[bytes]] = []
 
-    def amdtop(readonly: bool) -> list[str]:
+    def amdtop(readonly: bool, code: str | None = None) -> list[str]:
         state = tempfile.mkdtemp(prefix="amdtop-cpu-")
         argv = [AMDTOP, "--demo", "--interval", "1", "--state-dir", state, "--config", f"{state}/none.toml"]
+        if code is not None:
+            argv = ["env", f"PYTHONPATH={code}", *argv]  # env execs: the measured pid is amdtop's
         return [*argv, "--readonly"] if readonly else argv
 
     try:
@@ -50,6 +57,14 @@ def main() -> int:
                     run = measure(argv, "amdtop", cols, rows, a.warmup, a.seconds, self_only=True)
                     results.setdefault(name + suffix, []).append(run)
                     print(name + suffix, json.dumps(run), file=sys.stderr)
+                if not busy and a.baseline:
+                    for name, argv in (
+                        ("baseline readonly", amdtop(True, a.baseline)),
+                        ("baseline workers", amdtop(False, a.baseline)),
+                    ):
+                        run = measure(argv, "amdtop", cols, rows, a.warmup, a.seconds, self_only=True)
+                        results.setdefault(name, []).append(run)
+                        print(name, json.dumps(run), file=sys.stderr)
                 if not busy:
                     run = measure(["top", "-d", "1"], "load average", cols, rows, a.warmup, a.seconds)
                     results.setdefault("top -d 1", []).append(run)
@@ -82,6 +97,13 @@ def main() -> int:
             "workers bytes/top bytes": round(med("workers", "tty_bytes_per_s") / med("top -d 1", "tty_bytes_per_s"), 2),
         },
     }
+    if a.baseline:
+        out["ratios"].update(  # type: ignore[attr-defined]
+            {
+                f"{k}/baseline {k}": round(med(k, "cpu_pct_one_core") / med(f"baseline {k}", "cpu_pct_one_core"), 2)
+                for k in ("readonly", "workers")
+            }
+        )
     print(json.dumps(out, indent=1))
     return 0
 
