@@ -62,10 +62,27 @@ def read_cmdline(pid: int, proc: Path = PROC) -> tuple[str, ...]:
     return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
 
 
+def read_proc_bytes(pid: int, name: str, proc: Path = PROC) -> bytes:
+    """``/proc/PID/<name>`` as bytes; ``OSError`` when gone, ``PermissionError`` for another user's process.
+
+    ``os.open``/``os.read`` on a str path: a full walk reads a file per process on the host, and pathlib's
+    ``read_text`` cost 3.4x as much (``bench/proc_scan.py``: 48 against 14 ms for 2065 stat files). procfs answers a
+    read with all it has up to the buffer, so a short read is the end.
+    """
+    fd = os.open(f"{proc}/{pid}/{name}", os.O_RDONLY)
+    try:
+        chunks = [os.read(fd, 65536)]
+        while len(chunks[-1]) == 65536:
+            chunks.append(os.read(fd, 65536))
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def read_environ(pid: int, proc: Path = PROC) -> dict[str, str]:
     """Environment of ``pid`` (empty without permission or when gone)."""
     try:
-        raw = (proc / str(pid) / "environ").read_bytes()
+        raw = read_proc_bytes(pid, "environ", proc)
     except OSError:
         return {}
     env: dict[str, str] = {}

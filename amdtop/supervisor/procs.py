@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ
+from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ, read_proc_bytes
 from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
 
 VLLM_TITLE = "VLLM::"
@@ -37,14 +37,8 @@ class ProcStat:
 
 def read_stat(pid: int, proc: Path = PROC) -> ProcStat | None:
     """Parse ``/proc/PID/stat`` (``None`` when gone)."""
-    # os.open/os.read on a str path: a full walk reads one of these per process on the host, and pathlib's
-    # read_text cost 2.2x as much per file (bench/proc_scan.py).
     try:
-        fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY)
-        try:
-            text = os.read(fd, 4096).decode("utf-8", "replace")
-        finally:
-            os.close(fd)
+        text = read_proc_bytes(pid, "stat", proc).decode("utf-8", "replace")
     except OSError:
         return None
     lpar, rpar = text.find("("), text.rfind(")")
@@ -227,8 +221,7 @@ def _session_is_ours(members_: list[ProcStat], want: str, proc: Path) -> bool:
     """Whether the first readable environment among ``members_`` (in order) names state dir ``want``."""
     for st in members_:
         try:
-            with open(f"{proc}/{st.pid}/environ", "rb") as fh:
-                raw = fh.read()
+            raw = read_proc_bytes(st.pid, "environ", proc)
         except PermissionError:
             return False  # another user's session: never one of our launches
         except OSError:

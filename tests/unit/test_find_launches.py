@@ -48,21 +48,21 @@ def test_one_environ_per_foreign_session_and_lost_launches_found(
         reads.append(pid)
         return real(pid, root)
 
-    opened: list[str] = []
-    real_open = open
+    opened: list[tuple[int, str]] = []
+    real_bytes = procs.read_proc_bytes
 
-    def counting_open(path: str, *a: object, **k: object):  # type: ignore[no-untyped-def]
-        opened.append(str(path))
-        return real_open(path, *a, **k)  # type: ignore[call-overload]
+    def counting_bytes(pid: int, name: str, root: Path = proc) -> bytes:
+        opened.append((pid, name))
+        return real_bytes(pid, name, root)
 
     monkeypatch.setattr(procs, "read_environ", counting)
-    monkeypatch.setattr("builtins.open", counting_open)
+    monkeypatch.setattr(procs, "read_proc_bytes", counting_bytes)
     table = procs.scan(proc)
     found = procs.find_launches(state, table, proc)
     assert sorted(found) == ["llama", "qwen"]
     assert found["llama"].launch_id == "abc" and found["llama"].marked == (501,)
     assert found["qwen"].pid == 601
     # The 301-process login session cost one environ read; the titled leader's empty environment did not decide.
-    environ_opens = [p for p in opened if p.endswith("/environ")]
-    assert sum(1 for p in environ_opens if int(p.split("/")[-2]) in range(100, 401)) == 1
+    environ_opens = [pid for pid, name in opened if name == "environ"]
+    assert sum(1 for pid in environ_opens if pid in range(100, 401)) == 1
     assert not any(pid in range(100, 401) for pid in reads)
