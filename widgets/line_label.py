@@ -21,10 +21,6 @@ class LineLabel(Widget):
         self._text = text
         self._base: Style | None = None
 
-    @property
-    def text(self) -> str:
-        return self._text
-
     def set_text(self, text: str) -> None:
         """Show ``text`` (no markup); the same text repaints nothing."""
         if text != self._text:

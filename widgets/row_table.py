@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from widgets.segments import text_segments
+from widgets.segments import cell_key, text_segments
 
 PAD = 1
 """Blank cells each side of a cell (as DataTable's ``cell_padding``)."""
@@ -31,13 +31,6 @@ PAD = 1
 def _plain(cell: object) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
-
-def cell_key(cell: object) -> object:
-    """What a cell looks like, as a hashable value: ``Text.__eq__`` ignores the base style (a GPU that turns red
-    when lost keeps its text), so Texts are compared by text, style and spans."""
-    if isinstance(cell, Text):
-        return (cell.plain, str(cell.style), tuple(cell.spans))
-    return cell
 
 
 class RowTable(ScrollView, can_focus=True):
@@ -108,7 +101,7 @@ class RowTable(ScrollView, can_focus=True):
         """Row key -> :func:`cell_key` of each cell, to find the cells that changed."""
         self._cells: dict[tuple[object, int, Style], list[Segment]] = {}
         self._lines: dict[str, tuple[tuple[object, ...], bool, tuple[int, int], Strip]] = {}
-        """Row key -> (cells, cursor, strip) last drawn; a row is rebuilt when its cells or cursor change."""
+        """Row key -> (looks, cursor, (width, scroll x), strip) last drawn; rebuilt when any of the first three change."""
         self._header: tuple[tuple[int, int], Strip] | None = None
         self._styles: dict[str, Style] = {}
         """Base, header and cursor styles: resolving one walks the DOM (~20 us), and each line needs one."""
@@ -145,12 +138,12 @@ class RowTable(ScrollView, can_focus=True):
             self._resize()
             self.refresh()
             return
-        changed = [key for key in keys if looks[key] != self._looks[key]]
+        changed = [(row, key) for row, key in enumerate(keys) if looks[key] != self._looks[key]]
         previous, self._looks = self._looks, looks
         self._rows = dict(rows)
         if not changed:
             return
-        if self._grow(rows[key] for key in changed):
+        if self._grow(rows[key] for _, key in changed):
             self._lines.clear()
             self._resize()
             self.refresh()
@@ -163,8 +156,8 @@ class RowTable(ScrollView, can_focus=True):
             x += width + 2 * PAD
         top = 1 - round(self.scroll_offset.y)
         regions: list[Region] = []
-        for key in changed:
-            y = self._keys.index(key) + top
+        for row, key in changed:
+            y = row + top
             run: list[int] = []  # adjacent changed columns: one region (fewer regions, same cells on the wire)
             for col, (new, old) in enumerate(zip(looks[key], previous[key], strict=True)):
                 if new != old and col < len(starts):
@@ -194,9 +187,11 @@ class RowTable(ScrollView, can_focus=True):
             self._header = None
         return grew
 
+    def _row_width(self) -> int:
+        return sum(self._widths) + 2 * PAD * len(self._widths)
+
     def _resize(self) -> None:
-        width = sum(self._widths) + 2 * PAD * len(self._widths)
-        size = Size(width, len(self._keys) + 1)
+        size = Size(self._row_width(), len(self._keys) + 1)
         if size != self.virtual_size:
             self.virtual_size = size
             self.refresh(layout=True)
@@ -250,7 +245,7 @@ class RowTable(ScrollView, can_focus=True):
         for col, width in enumerate(self._widths):
             segments.extend(self._cell(cells[col] if col < len(cells) else "", width, base))
         # Joined runs of one style: each segment is written with its own style codes (it was +25 % tty bytes).
-        return Strip(segments, sum(self._widths) + 2 * PAD * len(self._widths)).simplify()
+        return Strip(segments, self._row_width()).simplify()
 
     def _fit(self, strip: Strip, base: Style) -> Strip:
         """``strip`` scrolled and cut or padded to the pane's width."""

@@ -14,3 +14,11 @@ def text_segments(text: Text, console: Console) -> list[Segment]:
     if text.style:
         segments = list(Segment.apply_style(segments, console.get_style(text.style)))
     return segments
+
+
+def cell_key(cell: object) -> object:
+    """What a cell or line looks like, as a hashable value: ``Text.__eq__`` ignores the base style (a GPU that turns
+    red when lost keeps its text), so Texts are compared by text, style and spans."""
+    if isinstance(cell, Text):
+        return (cell.plain, str(cell.style), tuple(cell.spans))
+    return cell

@@ -12,7 +12,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from widgets.segments import text_segments
+from widgets.segments import cell_key, text_segments
 
 
 class TextPane(ScrollView):
@@ -28,14 +28,14 @@ class TextPane(ScrollView):
     TextPane { height: auto; }
     """
 
-    view: reactive[tuple[Text, ...] | None] = reactive(None, always_update=False)
-    """The lines drawn; an equal view causes no repaint."""
+    view: reactive[tuple[Text, ...] | None] = reactive(None, always_update=True)
+    """The lines drawn; lines that look the same (:func:`cell_key`: text, style, spans) are not repainted."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._width = 0
-        self._items: list[tuple[Text, list[Strip]]] = []
-        """Per Text of the view: the Text and its wrapped strips at ``_width``."""
+        self._items: list[tuple[object, list[Strip]]] = []
+        """Per Text of the view: its :func:`cell_key` and its wrapped strips at ``_width``."""
         self._strips: list[Strip] = []
         self._base: Style | None = None
 
@@ -58,16 +58,19 @@ class TextPane(ScrollView):
             self._items = []
             self._width = width
         changed: list[int] = []
-        items: list[tuple[Text, list[Strip]]] = []
+        items: list[tuple[object, list[Strip]]] = []
         strips: list[Strip] = []
+        old_top = 0  # where item i started in the last view
         for i, text in enumerate(view):
             old = self._items[i] if i < len(self._items) else None
-            if old is not None and old[0] == text:
-                lines = old[1]
-            else:
-                lines = self._wrap(text, width)
+            look = cell_key(text)
+            same = old is not None and old[0] == look
+            lines = old[1] if old is not None and same else self._wrap(text, width)
+            # Rebuilt, or moved by a Text above it that wrapped onto more or fewer lines: repaint its lines.
+            if not same or old_top != len(strips):
                 changed.extend(range(len(strips), len(strips) + len(lines)))
-            items.append((text, lines))
+            old_top += len(old[1]) if old is not None else 0
+            items.append((look, lines))
             strips.extend(lines)
         self._items = items
         self._strips = strips

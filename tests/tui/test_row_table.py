@@ -8,7 +8,8 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
-from widgets.row_table import RowTable, cell_key
+from widgets.row_table import RowTable
+from widgets.segments import cell_key
 
 
 class Table(RowTable):
@@ -101,3 +102,39 @@ async def test_changed_cells_repaint_only_their_cells_and_style_changes_count() 
         red = [seg for seg in table.render_line(1) if seg.text.strip() == "12%"]
         assert red and red[0].style is not None and red[0].style.color is not None
         assert red[0].style.color.name == "red"
+
+
+class PaneApp(App[None]):
+    def compose(self) -> ComposeResult:
+        from widgets.text_pane import TextPane
+
+        yield TextPane(id="p")
+
+
+async def test_text_pane_repaints_lines_that_moved_or_restyled() -> None:
+    from widgets.text_pane import TextPane
+
+    app = PaneApp()
+    async with app.run_test(size=(20, 10)) as pilot:
+        pane = app.query_one(TextPane)
+        long = "x" * 30  # two lines at width 20
+        pane.view = (Text("a"), Text("b"), Text(long))
+        await pilot.pause()
+        assert [pane.render_line(y).text.strip() for y in range(4)] == ["a", "b", "x" * 20, "x" * 10]
+        seen: list[int] = []
+        real = pane.refresh
+
+        def spy(*regions: Region, **kw: Any) -> Any:
+            seen.extend(r.y for r in regions)
+            return real(*regions, **kw)
+
+        pane.refresh = spy  # type: ignore[method-assign]
+        # Same number of lines: "a" grows to two, the long one shrinks to one; "b" moves down a line unchanged.
+        pane.view = (Text(long), Text("b"), Text("c"))
+        assert sorted(seen) == [0, 1, 2, 3]
+        seen.clear()
+        pane.view = (Text(long), Text("b", style="red"), Text("c"))  # a style-only change repaints its line
+        assert seen == [2]
+        seen.clear()
+        pane.view = (Text(long), Text("b", style="red"), Text("c"))
+        assert seen == []
