@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,22 +15,6 @@ from amdtop.report import snapshot_json
 from amdtop.telemetry.amdsmi_backend import AmdsmiBackend, load_amdsmi
 from amdtop.telemetry.sysfs import SysfsBackend
 from tests.fixtures.sysfs_tree import SysfsTree, build_mi300x_8, build_pcie_4
-
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
-
-
-@pytest.fixture
-def smi(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """The fake ``amdsmi``, imported through amdtop's guarded loader."""
-    for name in [m for m in sys.modules if m == "amdsmi" or m.startswith("amdsmi.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(str(FAKES))
-    module = load_amdsmi()
-    assert module.__file__ and module.__file__.startswith(str(FAKES))
-    yield module
-    module.amdsmi_interface._FAKE_FAIL.clear()
-    for name in [m for m in sys.modules if m == "amdsmi" or m.startswith("amdsmi.")]:
-        del sys.modules[name]
 
 
 def _point(monkeypatch: pytest.MonkeyPatch, tree: SysfsTree) -> None:

@@ -5,8 +5,6 @@ amdtop's v1.6 struct definition."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -15,23 +13,10 @@ import pytest
 from amdtop.health.throttle import throttle_flags
 from amdtop.health.traffic import fabric_traffic, group_traffic
 from amdtop.model import EccCount, FlagKind
-from amdtop.telemetry.amdsmi_backend import ECC_EVERY_POLLS, AmdsmiBackend, load_amdsmi
+from amdtop.telemetry.amdsmi_backend import ECC_EVERY_POLLS, AmdsmiBackend
 from amdtop.telemetry.gpu_metrics import pack_gpu_metrics
 from amdtop.telemetry.sysfs import SysfsBackend
 from tests.fixtures.sysfs_tree import MI300X_BDFS, SysfsTree, build_mi300x_8
-
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
-
-
-@pytest.fixture
-def smi(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    for name in [m for m in sys.modules if m == "amdsmi" or m.startswith("amdsmi.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(str(FAKES))
-    module = load_amdsmi()
-    yield module
-    for name in [m for m in sys.modules if m == "amdsmi" or m.startswith("amdsmi.")]:
-        del sys.modules[name]
 
 
 def _write(tree: SysfsTree, i: int, kb: int, acc: int, ppt: int) -> None:

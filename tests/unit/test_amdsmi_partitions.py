@@ -3,8 +3,6 @@ library does; amdtop must fold them back into physical GPUs and report the same 
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -12,25 +10,11 @@ from typing import Any
 import pytest
 
 from amdtop.report import snapshot_json
-from amdtop.telemetry.amdsmi_backend import AmdsmiBackend, load_amdsmi
+from amdtop.telemetry.amdsmi_backend import AmdsmiBackend
 from amdtop.telemetry.sysfs import SysfsBackend
 from tests.fixtures.sysfs_tree import GIB, SysfsTree, build_mi300x_8_partitioned
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
 CONTRACT = ("index", "kfd_node", "gpu_id", "render_minor", "hip_index", "numa_node")
-
-
-@pytest.fixture
-def smi(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    for name in [m for m in sys.modules if m == "amdsmi" or m.startswith("amdsmi.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(str(FAKES))
-    module = load_amdsmi()
-    assert module.__file__ and module.__file__.startswith(str(FAKES))
-    yield module
-    module.amdsmi_interface._FAKE_FAIL.clear()
-    for name in [m for m in sys.modules if m == "amdsmi" or m.startswith("amdsmi.")]:
-        del sys.modules[name]
 
 
 def _open(smi: ModuleType, tree: SysfsTree, monkeypatch: pytest.MonkeyPatch) -> AmdsmiBackend:
