@@ -28,8 +28,9 @@ class TextPane(ScrollView):
     TextPane { height: auto; }
     """
 
-    view: reactive[tuple[Text, ...] | None] = reactive(None, always_update=True)
-    """The lines drawn; lines that look the same (:func:`cell_key`: text, style, spans) are not repainted."""
+    view: reactive[tuple[Text, ...] | None] = reactive(None, always_update=True, repaint=False)
+    """The lines drawn; lines that look the same (:func:`cell_key`: text, style, spans) are not repainted. No
+    ``repaint``: the reactive's own repaint is the whole pane, every tick; :meth:`watch_view` refreshes the lines."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
