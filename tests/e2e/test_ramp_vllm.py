@@ -253,7 +253,12 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
     detail = "; ".join(rounds)
     if concurrency == 1:
         assert abs(thr - 1) <= 0.10, f"output throughput ratio {thr:.3f}: {detail}"
-        assert abs(ttft - 1) <= 0.10, f"mean TTFT ratio {ttft:.3f}: {detail}"
+        # TTFT at a client is the server's TTFT plus what that client adds. Paired, both tools measure the same
+        # server, and amdtop must not add more than vllm bench does (10 % slack); it may add less. A two-sided 10 %
+        # failed in CI stop 19: on a slowed VM vllm bench's client added 5.3-7.5 ms to the server's 24-30 ms and
+        # amdtop's 1.9-3.6 ms (ratio 0.877). The per-round check above keeps amdtop from reading below the server.
+        assert ttft <= 1.10, f"mean TTFT ratio {ttft:.3f}, amdtop above vllm bench: {detail}"
+        assert ttft >= 0.67, f"mean TTFT ratio {ttft:.3f}, not the same measure as vllm bench's: {detail}"
         return
     # C=4 runs alone, so the two tools see different servers: on this 2-core VM its speed moves between runs, and more
     # while vllm bench's heavier client shares the machine (raw throughput medians 1.03 in one CI run, 1.15 in the
@@ -265,6 +270,7 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
         f"medians {nthr:.3f}, {nttft:.3f}"
     )
     assert abs(nthr - 1) <= 0.10, f"amdtop's output throughput over the server's {nthr:.3f}: {detail}"
-    assert abs(nttft - 1) <= 0.10, f"TTFT over the server's, amdtop/vllm bench {nttft:.3f}: {detail}"
+    # One-sided for the reason given at C=1: a client may add less to the server's TTFT than vllm bench's does.
+    assert nttft <= 1.10, f"TTFT over the server's, amdtop/vllm bench {nttft:.3f}: {detail}"
     # The raw ratios only have to be of one size: a 2x slip (a wrong duration, chunks counted as tokens) fails here.
     assert 0.67 <= thr <= 1.5 and 0.67 <= ttft <= 1.5, f"raw ratios {thr:.3f}, {ttft:.3f}: {detail}"
