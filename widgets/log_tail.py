@@ -57,7 +57,7 @@ class LogTailPane(Widget, can_focus=True):
     LogTailPane > #logs-status { height: 1; color: $text-muted; padding: 0 1; }
     LogTailPane > #logs-search { display: none; height: 3; }
     LogTailPane > #logs-search.-open { display: block; }
-    LogTailPane > Log { height: 1fr; }
+    LogTailPane > Log { height: 1fr; scrollbar-size-horizontal: 0; }
     """
 
     BINDINGS = [
