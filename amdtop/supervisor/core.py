@@ -6,7 +6,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -133,10 +133,13 @@ class Supervisor:
         """The state record of ``name``'s current or last run (rebuilt from its processes when the file is bad)."""
         return self._recover(name, procs.scan()).record
 
-    def _recover(self, name: str, table: dict[int, procs.ProcStat], found: _Found | None = None) -> Recovery:
+    def _recover(
+        self, name: str, table: dict[int, procs.ProcStat], found: _Found | None = None, checked: Checked | None = None
+    ) -> Recovery:
         """``name``'s launch record: the state file when it describes the live (or last) launch, else rebuilt from
-        the processes that carry this state dir's marker, with the reason."""
-        rec, problem = self.store.load_checked(name)
+        the processes that carry this state dir's marker, with the reason. ``checked`` is the state file as a status
+        pass already read it (``StateStore.load_checked``)."""
+        rec, problem = self.store.load_checked(name) if checked is None else checked
         if (
             rec is not None
             and rec.pid in table
@@ -384,28 +387,21 @@ class Supervisor:
         whose state file broke is found again at the next full walk.
         """
         now = time.monotonic()
+        # Each state file is read once per pass: for the process roots and for each worker's record.
+        checked = {name: self.store.load_checked(name) for name in self.store.names()}
         if self._full_scan_at is None or now - self._full_scan_at >= self.full_scan_every_s:
             self._full_scan_at = now
             table = procs.scan()
         else:
-            table = procs.scan_tree(self._roots())
+            table = procs.scan_tree(_roots(checked.values()))
         found = _Found(self.state_dir)
-        out = [self._status(p.name, p, table, found) for p in self._profiles]
+        out = [self._status(p.name, p, table, found, checked.get(p.name, MISSING)) for p in self._profiles]
         listed = set(self.names())
-        for name in sorted((set(self.store.names()) | set(found(table))) - listed):
-            st = self._status(name, None, table, found)
+        for name in sorted((set(checked) | set(found(table))) - listed):
+            st = self._status(name, None, table, found, checked.get(name, MISSING))
             if st.pids:
                 out.append(st)
         return out
-
-    def _roots(self) -> set[int]:
-        roots: set[int] = set()
-        for name in self.store.names():
-            rec, _problem = self.store.load_checked(name)
-            if rec is not None and not rec.stopped:
-                roots.add(rec.pid)
-                roots.update(pid for pid, _ in rec.known)
-        return roots
 
     def demo_load(self) -> DemoLoad | None:
         """In demo mode, what sets the simulated GPUs' load from the demo workers' status (the pipeline calls it)."""
@@ -430,10 +426,15 @@ class Supervisor:
         return st
 
     def _status(
-        self, name: str, profile: Profile | None, table: dict[int, procs.ProcStat], found: _Found
+        self,
+        name: str,
+        profile: Profile | None,
+        table: dict[int, procs.ProcStat],
+        found: _Found,
+        checked: Checked | None = None,
     ) -> WorkerStatus:
         self._reap(name)
-        recovery = self._recover(name, table, found)
+        recovery = self._recover(name, table, found, checked)
         return observe(
             name,
             profile,
@@ -479,3 +480,18 @@ class _Found:
         if self._cache is None:
             self._cache = procs.find_launches(self._state_dir, table)
         return self._cache
+
+
+Checked = tuple[WorkerRecord | None, str | None]
+"""A state file as :meth:`StateStore.load_checked` read it: the record, or why there is none."""
+MISSING: Checked = (None, "missing")
+
+
+def _roots(checked: Iterable[Checked]) -> set[int]:
+    """The recorded processes of every run not marked stopped: where a status pass between full walks looks."""
+    roots: set[int] = set()
+    for rec, _problem in checked:
+        if rec is not None and not rec.stopped:
+            roots.add(rec.pid)
+            roots.update(pid for pid, _ in rec.known)
+    return roots
