@@ -1,5 +1,6 @@
 """CPU of the amdtop process alone (not its simulated workers) on the demo node, read-only against with its three
-workers, each with and without N unrelated sleeping processes on the host; terminal bytes/s beside ``top -d 1``.
+workers, each with and without N unrelated sleeping processes on the host; terminal bytes/s beside ``top -d 1``; and
+the floor under any Textual dashboard (``bench/textual_floor.py``, a one-line clock) as a peer in every round.
 
 Cases are interleaved round by round (one sitting); each run gets a fresh state dir, so the workers case launches
 the demo workers anew (``descendants_at_end`` says they ran). Prints medians and ratios as JSON.
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tui_cpu import measure
 
 AMDTOP = str(Path(sys.executable).with_name("amdtop"))
+FLOOR = Path(__file__).resolve().with_name("textual_floor.py")
 
 
 def main() -> int:
@@ -69,6 +71,13 @@ def main() -> int:
                     run = measure(["top", "-d", "1"], "load average", cols, rows, a.warmup, a.seconds)
                     results.setdefault("top -d 1", []).append(run)
                     print("top", json.dumps(run), file=sys.stderr)
+                    # The floor under any Textual dashboard on this VM in this round: its speed drifts by up to 10x
+                    # between sittings, and the floor drifts with it.
+                    run = measure(
+                        [sys.executable, str(FLOOR)], "backend", cols, rows, a.warmup, a.seconds, self_only=True
+                    )
+                    results.setdefault("textual floor", []).append(run)
+                    print("floor", json.dumps(run), file=sys.stderr)
                 for p in sleepers:
                     p.kill()
                 for p in sleepers:
@@ -95,6 +104,12 @@ def main() -> int:
                 med(f"workers{busy}", "cpu_pct_one_core") / med("workers", "cpu_pct_one_core"), 2
             ),
             "workers bytes/top bytes": round(med("workers", "tty_bytes_per_s") / med("top -d 1", "tty_bytes_per_s"), 2),
+            "readonly/textual floor": round(
+                med("readonly", "cpu_pct_one_core") / med("textual floor", "cpu_pct_one_core"), 2
+            ),
+            "workers/textual floor": round(
+                med("workers", "cpu_pct_one_core") / med("textual floor", "cpu_pct_one_core"), 2
+            ),
         },
     }
     if a.baseline:
