@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
-from textual import work
+from textual import constants, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
@@ -22,6 +23,7 @@ from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
 from amdtop.pipeline.frame import FrameMailbox
 from amdtop.rccl.monitor import LogMonitor
 from amdtop.telemetry.base import TelemetryBackend
+from tui import input_driver
 from tui.control_actions import ControlActions
 from tui.messages import PollFailed, SnapshotReady
 from tui.pollers import poll_loop
@@ -110,6 +112,15 @@ class AmdtopApp(ControlActions, App[int]):
         self.poll_error: str | None = None
         self.dashboard = DashboardScreen(banner)
         self.frames = 0
+
+    def get_driver_class(self) -> type[Driver]:
+        # An input thread that sleeps until a key (Textual's wakes ten times a second), unless the environment names
+        # a driver or Textual is not the version it was written for.
+        if constants.DRIVER is None and sys.platform != "win32":
+            quiet = input_driver.driver_class()
+            if quiet is not None:
+                return quiet
+        return super().get_driver_class()
 
     def get_default_screen(self) -> DashboardScreen:
         return self.dashboard

@@ -5,9 +5,9 @@ The parser and the completer are pure functions; :class:`CommandBar` is the one-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -18,6 +18,9 @@ from textual.widgets import Input, Static
 
 from amdtop.supervisor.retune import ARG_KEYS
 from tui.screens.retune import parse_changes
+
+if TYPE_CHECKING:
+    from tui.app import AmdtopApp
 
 VERBS: dict[str, str] = {
     "launch": "launch a stopped worker",
@@ -176,12 +179,18 @@ class CommandBar(Vertical):
         self.post_message(self.Run(command))
 
 
-def run_command(app: Any, command: Command) -> None:
+def run_command(app: AmdtopApp, command: Command) -> None:
     """Run ``command`` through the app's own actions (the same confirmations, the same read-only rules)."""
     if app.check_action(command.verb, ()) is False:
         app.notify(f":{command.verb}: not available here (read-only, or no supervisor)", severity="error", timeout=6)
         return
+    actions: dict[str, Callable[[str | None], None]] = {
+        "launch": app.action_launch,
+        "restart": app.action_restart,
+        "stop": app.action_stop,
+        "ramp": app.action_ramp,
+    }
     if command.verb == "retune":
         app.action_retune(command.worker, command.changes)
     else:
-        getattr(app, f"action_{command.verb}")(command.worker)
+        actions[command.verb](command.worker)

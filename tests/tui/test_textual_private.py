@@ -1,28 +1,34 @@
-"""amdtop leans on one private part of Textual for terminal bytes; these fail, by name, when it moves.
+"""amdtop leans on two private parts of Textual for terminal bytes and CPU; these fail, by name, when they move.
 
 (The tables no longer override ``DataTable`` internals: ``widgets/row_table.py`` draws through the public line API.)
 
 - ``tui/tty_crop.py``: ``ChopsUpdate.render_segments`` (partial updates cropped to the changed cells).
+- ``tui/input_driver.py``: ``LinuxDriver.run_input_thread`` (an input thread that sleeps until a key, not 10 Hz).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import selectors
+import threading
+import time
 from importlib.metadata import version
+from typing import Any
 
 from rich.console import Console
 from rich.segment import Segment
 from textual import _compositor
 from textual.strip import Strip
 
-from tui import tty_crop
+from tui import input_driver, tty_crop
 
 TEXTUAL = version("textual")
 WHY = f"textual {TEXTUAL}: amdtop was written against {tty_crop.PATCHED_FOR}; re-check and re-measure (docs/benchmarks.md)"
 
 
 def test_textual_version_is_the_one_patched() -> None:
-    assert TEXTUAL == tty_crop.PATCHED_FOR, WHY
+    assert TEXTUAL == tty_crop.PATCHED_FOR == input_driver.PATCHED_FOR, WHY
 
 
 def test_partial_update_is_cropped_to_the_changed_cells() -> None:
@@ -51,3 +57,57 @@ def test_render_cells_is_crop_then_render() -> None:
                 start,
                 end,
             )
+
+
+class _Recorder(input_driver.QuietLinuxDriver):
+    """The quiet driver reading a pipe instead of the terminal, keeping what it would send to the app."""
+
+    def __init__(self, app: Any, fd: int) -> None:
+        super().__init__(app)
+        self.fileno = fd
+        self.got: list[Any] = []
+
+    def process_message(self, message: Any) -> None:
+        self.got.append(message)
+
+
+async def test_input_thread_sleeps_until_a_key_and_still_times_out_a_lone_esc(monkeypatch: Any) -> None:
+    from textual import events
+    from textual.app import App
+    from textual.drivers.linux_driver import LinuxDriver
+
+    assert "selector.select(0.1)" in inspect.getsource(LinuxDriver.run_input_thread), (
+        f"{WHY}: Textual's input loop no longer polls every 0.1 s; tui/input_driver.py may be unneeded or wrong"
+    )
+    selects: list[float | None] = []
+    real_select = selectors.SelectSelector.select
+
+    def counted(self: Any, timeout: float | None = None) -> Any:
+        selects.append(timeout)
+        return real_select(self, timeout)
+
+    monkeypatch.setattr(selectors.SelectSelector, "select", counted)
+    read_fd, write_fd = os.pipe()
+    driver = _Recorder(App(), read_fd)
+    thread = threading.Thread(target=driver.run_input_thread, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        assert len(selects) <= 1, selects  # asleep with no timeout, not ten wakeups a second
+        os.write(write_fd, b"q")
+        time.sleep(0.3)
+        assert [m.key for m in driver.got if isinstance(m, events.Key)] == ["q"]
+        os.write(write_fd, b"\x1b")  # a lone Esc becomes a key only when the parser's deadline passes
+        time.sleep(0.5)
+        assert [m.key for m in driver.got if isinstance(m, events.Key)] == ["q", "escape"]
+        assert any(t is not None for t in selects), selects  # it waited for that deadline, not forever
+        started = time.monotonic()
+        driver.exit_event.set()
+        thread.join(2.0)
+        assert not thread.is_alive() and time.monotonic() - started < 1.0  # exit wakes it at once
+    finally:
+        driver.exit_event.set()
+        thread.join(2.0)
+        driver.close()
+        os.close(read_fd)
+        os.close(write_fd)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -22,6 +24,9 @@ from widgets.log_tail import LogTailPane
 from widgets.text_pane import TextPane
 from widgets.topo_matrix import TopoMatrix
 from widgets.workers_table import WorkersTable
+
+if TYPE_CHECKING:
+    from tui.app import AmdtopApp
 
 PANES = (
     ("gpus", "GPUs"),
@@ -78,6 +83,16 @@ class DashboardScreen(Screen[None]):
         yield FilterBar(id="filter")
         yield CommandBar(id="command")
         yield Footer()
+
+    @property
+    def amdtop(self) -> AmdtopApp:
+        """The app, typed: this screen belongs to :class:`~tui.app.AmdtopApp` (which imports this module)."""
+        from tui.app import AmdtopApp
+
+        app = self.app
+        if not isinstance(app, AmdtopApp):
+            raise TypeError(f"DashboardScreen runs in AmdtopApp, not {type(app).__name__}")
+        return app
 
     @staticmethod
     def _titled(widget: Widget, title: str) -> Widget:
@@ -156,7 +171,7 @@ class DashboardScreen(Screen[None]):
             self._gpu_rows = views.gpu_rows(frame)
             self._worker_flags = {f"w-{f.worker}": f.kind.value for f in frame.flags if f.worker}
             self._show_gpus()
-            self.query_one("#pane-history", GpuHistory).push(frame.history, getattr(self.app, "interval", None))
+            self.query_one("#pane-history", GpuHistory).push(frame.history, self.amdtop.interval)
             self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.show_gbps, self.show_traffic)
             self.query_one("#pane-groups", TextPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", TextPane).view = views.numa_view(frame)
@@ -178,8 +193,7 @@ class DashboardScreen(Screen[None]):
             self.refresh_bindings()  # control keys are enabled only with a selected worker
 
     def _drain_failures(self) -> None:
-        inbox = getattr(self.app, "failures", None)
-        for worker, text in inbox.drain() if inbox is not None else ():
+        for worker, text in self.amdtop.failures.drain():
             self.set_worker_error(worker, text)
             self.notify(text, severity="error", timeout=10)
 
@@ -219,7 +233,7 @@ class DashboardScreen(Screen[None]):
 
     @on(CommandBar.Run)
     def _run_command(self, event: CommandBar.Run) -> None:
-        run_command(self.app, event.command)
+        run_command(self.amdtop, event.command)
 
     @on(CommandBar.Closed)
     def _command_closed(self) -> None:
@@ -233,10 +247,7 @@ class DashboardScreen(Screen[None]):
         target.focus()
 
     def on_screen_resume(self) -> None:
-        from tui.app import AmdtopApp  # the app imports this screen: resolve the name at call time
-
-        if isinstance(self.app, AmdtopApp):
-            self.app.show_pending()
+        self.amdtop.show_pending()
 
     @on(WorkersTable.RowHighlighted, "#pane-workers")
     def _worker_highlighted(self) -> None:
