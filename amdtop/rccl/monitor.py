@@ -92,11 +92,12 @@ class LogMonitor:
                 report = self._parsers[worker].report()
                 found = tuple(diagnose(report, self.topology, worker))
                 self._views[worker] = worker_logs(worker, report, self.topology, found)
-            flags = tuple(f for w in self._parsers if w in self._views for f in self._views[w].flags)
+            flags = tuple(f for w in sorted(self._views) for f in self._views[w].flags)
             old = set(self._flags)
             new = tuple(f for f in flags if f not in old)
             self._flags = flags
-        views = tuple(self._views[w] for w in self._parsers if w in self._views)
+        # By worker name, not by whose line came first: the order of two workers starting together is a race.
+        views = tuple(self._views[w] for w in sorted(self._views))
         return LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
 
     def _prime(self, worker: str, path: Path, nbytes: int) -> None:
