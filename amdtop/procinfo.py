@@ -56,7 +56,7 @@ def read_binding(pid: int, proc: Path = PROC) -> ProcBinding | None:
 def read_cmdline(pid: int, proc: Path = PROC) -> tuple[str, ...]:
     """argv of ``pid`` (a process title set by setproctitle shows as one element)."""
     try:
-        raw = (proc / str(pid) / "cmdline").read_bytes()
+        raw = read_proc_bytes(pid, "cmdline", proc)
     except OSError:
         return ()
     return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
@@ -96,7 +96,7 @@ def read_environ(pid: int, proc: Path = PROC) -> dict[str, str]:
 def read_ppid_pgid(pid: int, proc: Path = PROC) -> tuple[int, int] | None:
     """(ppid, pgid) from ``/proc/PID/stat``, ``None`` when gone."""
     try:
-        text = (proc / str(pid) / "stat").read_text()
+        text = read_proc_bytes(pid, "stat", proc).decode("utf-8", "replace")
     except OSError:
         return None
     # comm may contain spaces and parentheses: split after the last ')'.

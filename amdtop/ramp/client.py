@@ -239,7 +239,8 @@ async def run_step(
     w_end = w_start + duration_s
     window: list[RequestResult] = []
     everything: list[RequestResult] = []
-    state: dict[str, Any] = {"abort": None, "issuing": True, "error_abort": False}
+    state: dict[str, Any] = {"abort": None, "issuing": True}
+    error_abort = False
     client, transport = make_client(spec, concurrency)
     async with client:
         salted = SaltedRequests(client, spec)
@@ -265,7 +266,7 @@ async def run_step(
             failed = sum(1 for r in everything if not r.ok)
             if len(everything) >= min_attempts_for_abort and failed / len(everything) > max_error_rate:
                 state["abort"] = f"error rate {100 * failed / len(everything):.0f}% over {100 * max_error_rate:.0f}%"
-                state["error_abort"] = True
+                error_abort = True
                 break
             if all(t.done() for t in tasks):
                 break
@@ -280,7 +281,7 @@ async def run_step(
         await asyncio.gather(*tasks, return_exceptions=True)
     measured = max(0.0, w_close - w_start)
     streamed: tuple[float, float] | None = window_tokens(everything, w_start, w_close)
-    if everything and (measured <= 0.0 or state["error_abort"]):
+    if everything and (measured <= 0.0 or error_abort):
         # Aborted during warm-up, or for the error rate (judged over every request of the step, warm-up included: on
         # a loaded machine the check ran just after the window opened, with the failures still outside it): report
         # what ran so far, so the step shows the failures behind the abort.

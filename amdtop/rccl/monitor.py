@@ -86,18 +86,18 @@ class LogMonitor:
             parser.feed(line.text, line.file, n)
             touched.add(line.worker)
         new: tuple[Flag, ...] = ()
+        for worker in touched:
+            # a report is rebuilt only for workers with new lines: the join runs per poll, not per line
+            report = self._parsers[worker].report()
+            found = tuple(diagnose(report, self.topology, worker))
+            self._views[worker] = worker_logs(worker, report, self.topology, found)
+        # By worker name, not by whose line came first: the order of two workers starting together is a race.
+        views = tuple(self._views[w] for w in sorted(self._views))
         if touched:
-            for worker in touched:
-                # a report is rebuilt only for workers with new lines: the join runs per poll, not per line
-                report = self._parsers[worker].report()
-                found = tuple(diagnose(report, self.topology, worker))
-                self._views[worker] = worker_logs(worker, report, self.topology, found)
-            flags = tuple(f for w in sorted(self._views) for f in self._views[w].flags)
+            flags = tuple(f for v in views for f in v.flags)
             old = set(self._flags)
             new = tuple(f for f in flags if f not in old)
             self._flags = flags
-        # By worker name, not by whose line came first: the order of two workers starting together is a race.
-        views = tuple(self._views[w] for w in sorted(self._views))
         return LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
 
     def _prime(self, worker: str, path: Path, nbytes: int) -> None:
