@@ -133,6 +133,27 @@ def self_ticks(root: int) -> int:
     return 0 if found is None else found[1]
 
 
+def hot_kib(pid: int) -> int | None:
+    """KiB of ``pid``'s memory referenced since its last ``clear_refs`` (None where the kernel does not say)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Referenced:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def clear_refs(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as fh:
+            fh.write("1")
+    except OSError:
+        return False
+    return True
+
+
 def measure(
     argv: list[str],
     marker: str,
@@ -156,8 +177,15 @@ def measure(
         run.pump(warmup)
         ticks = self_ticks if self_only else tree_ticks
         t0, c0, b0 = time.monotonic(), ticks(run.proc.pid), run.bytes
+        hot: list[int] = []
         while time.monotonic() - t0 < seconds:
-            run.pump(min(1.0, seconds - (time.monotonic() - t0)))
+            # The hot set: memory the process touches in each second (the pages a 1 Hz dashboard keeps warm). On
+            # this project's VMs CPU grows with it at a cost per page that varies by the hour (bench/page_touch.py).
+            cleared = clear_refs(run.proc.pid)
+            step = min(1.0, seconds - (time.monotonic() - t0))
+            run.pump(step)
+            if cleared and step >= 1.0 and (kib := hot_kib(run.proc.pid)) is not None:
+                hot.append(kib)
         wall = time.monotonic() - t0
         cpu = (ticks(run.proc.pid) - c0) / TICK
         descendants = tree_size(run.proc.pid)
@@ -168,6 +196,7 @@ def measure(
             "first_paint_s": paint,
             "cpu_pct_one_core": 100.0 * cpu / wall,
             "tty_bytes_per_s": (run.bytes - b0) / wall,
+            "hot_kib_per_s": statistics.median(hot) if hot else None,
             "marker_seen": paint is not None,
             "alive_at_end": run.proc.poll() is None,
             "descendants_at_end": descendants,
@@ -211,7 +240,7 @@ def main() -> int:
     for label, runs in results.items():
         summary[label] = {
             key: statistics.median(r[key] for r in runs if r[key] is not None)
-            for key in ("first_paint_s", "cpu_pct_one_core", "tty_bytes_per_s")
+            for key in ("first_paint_s", "cpu_pct_one_core", "tty_bytes_per_s", "hot_kib_per_s")
             if any(r[key] is not None for r in runs)
         }
     base = summary[args.label]

@@ -1,6 +1,8 @@
 """CPU of the amdtop process alone (not its simulated workers) on the demo node, read-only against with its three
 workers, each with and without N unrelated sleeping processes on the host; terminal bytes/s beside ``top -d 1``; and
-the floor under any Textual dashboard (``bench/textual_floor.py``, a one-line clock) as a peer in every round.
+the floor under any Textual dashboard (``bench/textual_floor.py``, a one-line clock) as a peer in every round; the hot
+set of each (KiB the process touches per second) and this VM's cost per page touched after a 1 s gap
+(``bench/page_touch.py``) at the start and the end of the sitting.
 
 Cases are interleaved round by round (one sitting); each run gets a fresh state dir, so the workers case launches
 the demo workers anew (``descendants_at_end`` says they ran). Prints medians and ratios as JSON.
@@ -23,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from page_touch import page_cost_us
 from tui_cpu import measure
 
 AMDTOP = str(Path(sys.executable).with_name("amdtop"))
@@ -49,6 +52,7 @@ def main() -> int:
             argv = ["env", f"PYTHONPATH={code}", *argv]  # env execs: the measured pid is amdtop's
         return [*argv, "--readonly"] if readonly else argv
 
+    page_us = [page_cost_us(1.0)]
     try:
         for _ in range(a.rounds):
             for busy in (False, True):
@@ -87,6 +91,8 @@ def main() -> int:
         for p in sleepers:
             p.kill()
 
+    page_us.append(page_cost_us(1.0))
+
     def med(name: str, key: str) -> float:
         return statistics.median(float(r[key]) for r in results[name])  # type: ignore[arg-type]
 
@@ -94,6 +100,11 @@ def main() -> int:
     out = {
         "cpu_pct_one_core": {k: round(med(k, "cpu_pct_one_core"), 3) for k in results},
         "tty_bytes_per_s": {k: round(med(k, "tty_bytes_per_s")) for k in results},
+        # Memory the process touches each second, and what this VM charged per page touched a second after the last
+        # touch, at the start and the end of the sitting (bench/page_touch.py): CPU varies with the second, the
+        # first does not.
+        "hot_kib_per_s": {k: round(med(k, "hot_kib_per_s")) for k in results},
+        "vm_us_per_page_after_1s": [round(x, 2) for x in page_us],
         "workers_seen": {k: [r["descendants_at_end"] for r in v] for k, v in results.items()},
         "ratios": {
             "workers/readonly": round(med("workers", "cpu_pct_one_core") / med("readonly", "cpu_pct_one_core"), 2),
@@ -109,6 +120,10 @@ def main() -> int:
             ),
             "workers/textual floor": round(
                 med("workers", "cpu_pct_one_core") / med("textual floor", "cpu_pct_one_core"), 2
+            ),
+            "hot set workers/readonly": round(med("workers", "hot_kib_per_s") / med("readonly", "hot_kib_per_s"), 2),
+            "hot set readonly/textual floor": round(
+                med("readonly", "hot_kib_per_s") / med("textual floor", "hot_kib_per_s"), 2
             ),
         },
     }
