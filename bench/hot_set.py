@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page_touch import page_cost_us
-from tui_cpu import measure
+from tui_cpu import hot_set_readable, measure
 
 FLOOR = Path(__file__).resolve().with_name("textual_floor.py")
 
@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--warmup", type=float, default=8.0)
     a = ap.parse_args()
+    if not hot_set_readable():
+        raise SystemExit("hot_set: this kernel does not let us clear and read /proc/PID/clear_refs and smaps_rollup")
 
     def amdtop(*extra: str, readonly: bool = True, interval: str = "1") -> list[str]:
         state = tempfile.mkdtemp(prefix="amdtop-hot-")
@@ -71,8 +73,7 @@ def main() -> int:
     results: dict[str, list[dict[str, object]]] = {}
     for _ in range(a.rounds):
         for name, argv in cases.items():
-            marker = "backend"
-            run = measure(argv(), marker, 200, 50, a.warmup, a.seconds, self_only=True)
+            run = measure(argv(), "backend", 200, 50, a.warmup, a.seconds, self_only=True)
             results.setdefault(name, []).append(run)
             print(name, json.dumps(run), file=sys.stderr)
     page_us.append(page_cost_us(1.0))

@@ -154,6 +154,11 @@ def clear_refs(pid: int) -> bool:
     return True
 
 
+def hot_set_readable() -> bool:
+    """Whether this kernel lets us clear and read a process's referenced pages (tried on ourselves)."""
+    return clear_refs(os.getpid()) and hot_kib(os.getpid()) is not None
+
+
 def measure(
     argv: list[str],
     marker: str,

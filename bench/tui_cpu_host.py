@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page_touch import page_cost_us
-from tui_cpu import measure
+from tui_cpu import hot_set_readable, measure
 
 AMDTOP = str(Path(sys.executable).with_name("amdtop"))
 FLOOR = Path(__file__).resolve().with_name("textual_floor.py")
@@ -100,10 +100,6 @@ def main() -> int:
     out = {
         "cpu_pct_one_core": {k: round(med(k, "cpu_pct_one_core"), 3) for k in results},
         "tty_bytes_per_s": {k: round(med(k, "tty_bytes_per_s")) for k in results},
-        # Memory the process touches each second, and what this VM charged per page touched a second after the last
-        # touch, at the start and the end of the sitting (bench/page_touch.py): CPU varies with the second, the
-        # first does not.
-        "hot_kib_per_s": {k: round(med(k, "hot_kib_per_s")) for k in results},
         "vm_us_per_page_after_1s": [round(x, 2) for x in page_us],
         "workers_seen": {k: [r["descendants_at_end"] for r in v] for k, v in results.items()},
         "ratios": {
@@ -121,12 +117,22 @@ def main() -> int:
             "workers/textual floor": round(
                 med("workers", "cpu_pct_one_core") / med("textual floor", "cpu_pct_one_core"), 2
             ),
-            "hot set workers/readonly": round(med("workers", "hot_kib_per_s") / med("readonly", "hot_kib_per_s"), 2),
-            "hot set readonly/textual floor": round(
-                med("readonly", "hot_kib_per_s") / med("textual floor", "hot_kib_per_s"), 2
-            ),
         },
     }
+    if hot_set_readable():
+        # Memory the process touches each second, beside what this VM charged per page touched a second after the
+        # last touch (bench/page_touch.py): CPU varies with the second, the first does not.
+        out["hot_kib_per_s"] = {k: round(med(k, "hot_kib_per_s")) for k in results}
+        out["ratios"].update(  # type: ignore[attr-defined]
+            {
+                "hot set workers/readonly": round(
+                    med("workers", "hot_kib_per_s") / med("readonly", "hot_kib_per_s"), 2
+                ),
+                "hot set readonly/textual floor": round(
+                    med("readonly", "hot_kib_per_s") / med("textual floor", "hot_kib_per_s"), 2
+                ),
+            }
+        )
     if a.baseline:
         out["ratios"].update(  # type: ignore[attr-defined]
             {
