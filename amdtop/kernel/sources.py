@@ -190,7 +190,7 @@ class JournalSource:
             chunks.append(data)
         lines, self._buf = _lines(self._buf + b"".join(chunks))
         if not chunks and self._proc.poll() is not None:
-            raise OSError(f"journalctl -k exited with status {self._proc.returncode}")
+            raise OSError(f"exited with status {self._proc.returncode}")
         return lines
 
     def close(self) -> None:
