@@ -44,7 +44,14 @@ def test_bdf_and_pid_from_the_line_to_gpu_worker_and_rank(mapper: FaultMapper) -
         worker("llama", (4, 5, 6, 7), rank_pids=((0, 12921), (1, 12922), (2, 12924), (3, 12925))),
     ]
     o = mapper.owner(fault, workers)
-    assert (o.gpu, o.bdf, o.pid, o.process, o.worker, o.rank) == (6, "0000:c6:00.0", 12924, "pt_main_thread", "llama", 2)
+    assert (o.gpu, o.bdf, o.pid, o.process, o.worker, o.rank) == (
+        6,
+        "0000:c6:00.0",
+        12924,
+        "pt_main_thread",
+        "llama",
+        2,
+    )
 
 
 def test_pasid_to_process_through_kfd_proc(mapper: FaultMapper, tree) -> None:  # type: ignore[no-untyped-def]

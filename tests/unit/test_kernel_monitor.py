@@ -22,7 +22,9 @@ from amdtop.telemetry.sysfs import open_backend
 from tests.fixtures.sysfs_tree import build_mi300x_8
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel"
-HEAD = "[ 4778.915423] amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:32769)\n"
+HEAD = (
+    "[ 4778.915423] amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:32769)\n"
+)
 PROC = "[ 4778.916081] amdgpu 0000:c6:00.0: amdgpu:  for process pt_main_thread pid 12924 thread pt_main_thread pid 12924)\n"
 RESET = "[ 4790.000000] amdgpu 0000:c6:00.0: amdgpu: GPU reset begin!\n"
 

@@ -161,7 +161,10 @@ def test_fallen_off_the_bus_with_and_without_an_xid() -> None:
 def test_kmsg_records_and_a_fault_split_across_feeds() -> None:
     parser = KernelLogParser()
     # /dev/kmsg messages carry no time prefix; the sources strip the "prio,seq,usec,flags;" header.
-    assert parser.feed("amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:32769)") == []
+    assert (
+        parser.feed("amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:32769)")
+        == []
+    )
     assert parser.feed("amdgpu 0000:c6:00.0: amdgpu:  for process python3 pid 77 thread python3 pid 78)") == []
     (e,) = parser.flush()
     assert (e.pid, e.thread, e.number) == (77, "python3", 1)
