@@ -107,6 +107,8 @@ class FaultMapper:
             return None
 
     def _worker_of_pid(self, pid: int, workers: Sequence[WorkerStatus]) -> tuple[str, int | None] | None:
+        if not workers:
+            return None
         seen = pid
         for _ in range(_ANCESTORS):
             for w in workers:

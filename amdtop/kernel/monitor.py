@@ -186,8 +186,12 @@ class KernelFaultMonitor:
             return
         mapper = self._mapper_for(topology)
         now, wall = self.clock(), self.wall()
+        owners: dict[tuple[object, ...], Owner] = {}  # a storm of one process's faults is mapped once
         for event in events:
-            owner = mapper.owner(event, workers)
+            ident = (event.bdf, event.kfd_node, event.pasid, event.pid, event.process)
+            owner = owners.get(ident)
+            if owner is None:
+                owner = owners[ident] = mapper.owner(event, workers)
             key = _key(event, owner)
             held = self._faults.get(key)
             if held is None:

@@ -52,6 +52,7 @@ _NV_GPU = re.compile(
     r"NVRM: (?:The NVIDIA GPU|GPU at)\s+(?:PCI:)?(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?"
 )
 _FALLEN = "fallen off the bus"
+
 _MAX_LINE = 4096
 """Longer lines are cut: a kernel record is at most ~1 KB, anything longer is not a driver message."""
 
@@ -85,6 +86,20 @@ class KernelLogParser:
             return self._nvidia(line)
         if "GPU node-" in line:
             return self._rocr(line)
+        # Substring tests (C speed, written out: a generator costs more than the tests) decide whether a line is
+        # worth a regex; a busy host's kernel log is mostly other drivers' lines.
+        if not (
+            "page fault" in line
+            or "timeout, signaled" in line
+            or "GPU reset begin" in line
+            or "uncorrectable hardware error" in line
+            or "oison" in line
+        ):
+            if not self._open:
+                return []
+            if not ("rocess" in line or "page starting" in line or "at page" in line):
+                if not ("" in self._open and "amdgpu" in line):
+                    return []
         dev = _DEV.search(line)
         key = dev.group("bdf").lower() if dev else ""
         done: list[KernelEvent] = []
