@@ -179,3 +179,18 @@ def test_export_with_backend_none_serves_the_faults(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "serving none metrics" in err
+
+
+def test_every_command_runs_with_backend_none(tmp_path: Path) -> None:
+    topo = amdtop(tmp_path, "topo", "--json", "--backend", "none")
+    assert topo.returncode == 0, topo.stderr
+    assert json.loads(topo.stdout)["gpus"] == []
+    rccl = Path(__file__).resolve().parents[1] / "fixtures" / "rccl"
+    log = next(p for p in sorted(rccl.rglob("*.log")))
+    logs = amdtop(tmp_path, "logs", "parse", str(log), "--json", "--topo", "--backend", "none")
+    assert logs.returncode == 0, logs.stderr
+    probe = amdtop(tmp_path, "probe", "--backend", "none")
+    assert probe.returncode == 2
+    assert probe.stderr.splitlines() == [
+        "amdtop: error: probe: backend none lists no GPU to measure; pick a GPU backend with --backend"
+    ]
