@@ -194,3 +194,38 @@ def test_every_command_runs_with_backend_none(tmp_path: Path) -> None:
     assert probe.stderr.splitlines() == [
         "amdtop: error: probe: backend none lists no GPU to measure; pick a GPU backend with --backend"
     ]
+
+
+def test_cpu_worker_on_backend_none_in_snapshot_with_its_fault(tmp_path: Path) -> None:
+    """A real CPU worker (the simulated OpenAI server) launched, seen by ``snapshot``, and named by a kernel fault."""
+    port = _free_port()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[[worker]]\nname = "cpu-sim"\nmodel = "tiny"\ngpus = []\nnuma_node = "none"\nport = {port}\n'
+        f'command = ["{sys.executable}", "-m", "amdtop.simserver"]\n'
+    )
+    common = ("--config", str(cfg), "--state-dir", str(tmp_path / "st"), "--backend", "none")
+    launch = amdtop(tmp_path, *common, "workers", "launch", "cpu-sim", "--wait", "--timeout", "60")
+    assert launch.returncode == 0, launch.stderr
+    try:
+        status = amdtop(tmp_path, *common, "workers", "status", "--json")
+        (w,) = json.loads(status.stdout)
+        assert w["state"] == "ready" and w["gpus"] == []
+        # Built from the real Xid 31 line of tests/fixtures/kernel/nvidia_xid31_chia_301.log, with the worker's pid.
+        real = (FIXTURES / "nvidia_xid31_chia_301.log").read_text().splitlines()[2]
+        log = tmp_path / "kern.log"
+        log.write_text(real.replace("pid=13332, name=cuda_plot_k32_v", f"pid={w['pid']}, name=python3") + "\n")
+        snap = amdtop(tmp_path, *common, "snapshot", "--json", "--kernel-log", str(log))
+        assert snap.returncode == 0, snap.stderr
+        doc = json.loads(snap.stdout)
+        assert [(x["name"], x["state"]) for x in doc["workers"]] == [("cpu-sim", "ready")]
+        (fault,) = gpu_faults(doc)
+        assert (fault["worker"], fault["pid"], fault["cause"], fault["gpu"]) == (
+            "cpu-sim",
+            w["pid"],
+            "page_fault",
+            None,
+        )
+    finally:
+        stop = amdtop(tmp_path, *common, "workers", "stop", "cpu-sim", "--grace", "10")
+    assert stop.returncode == 0, stop.stderr
