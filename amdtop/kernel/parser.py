@@ -97,9 +97,9 @@ class KernelLogParser:
         ):
             if not self._open:
                 return []
-            if not ("rocess" in line or "page starting" in line or "at page" in line):
-                if not ("" in self._open and "amdgpu" in line):
-                    return []
+            continuation = "rocess" in line or "page starting" in line or "at page" in line
+            if not continuation and not ("" in self._open and "amdgpu" in line):
+                return []
         dev = _DEV.search(line)
         key = dev.group("bdf").lower() if dev else ""
         done: list[KernelEvent] = []
