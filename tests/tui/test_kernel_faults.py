@@ -4,6 +4,7 @@ lists the fault in the TP groups pane; a node with no GPU backend (``--backend n
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.telemetry.base import BackendOptions
@@ -50,3 +51,15 @@ async def test_dashboard_opens_without_gpus_and_says_once_the_kernel_log_is_miss
         later = app.step(1)
         assert later.errors == () and later.kernel_log is not None and not later.kernel_log.available
         assert later.snapshot.backend == "none" and later.snapshot.topology.gpus == ()
+
+
+def test_fault_state_snapshot(snap_compare: Any) -> None:
+    """The dashboard with a replayed page fault on GPU 6: the GPU row's FAULT tag, the fault under the TP groups."""
+    mon = KernelFaultMonitor(FIXTURES / "amdgpu_page_fault_split_rocm_amdgpu_172.log")
+
+    async def run_before(pilot: Any) -> None:
+        await pilot.pause()
+        pilot.app.step(6)
+        await pilot.pause()
+
+    assert snap_compare(make_app(kernel_faults=mon), terminal_size=(200, 50), run_before=run_before)
