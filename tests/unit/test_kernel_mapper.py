@@ -112,3 +112,20 @@ def test_partitioned_node_kfd_node_and_partition_function(tmp_path: Path) -> Non
     # A VM fault names the partition's PCI function.
     o = m.owner(KernelEvent(FaultCause.PAGE_FAULT, "line", bdf="0000:26:00.3"), [w])
     assert (o.gpu, o.partition, o.worker, o.rank) == (1, 3, "cpx", 3)
+
+
+def test_xid_on_a_real_two_h200_topology(tmp_path: Path) -> None:
+    from amdtop.telemetry.nvml import NvmlBackend
+    from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture, materialize
+
+    fixture = load_fixture(Path(__file__).resolve().parents[1] / "fixtures" / "nvml" / "h200x2_replay.json")
+    sysfs, proc = materialize(fixture, tmp_path)
+    backend = NvmlBackend(ReplayNvml(fixture), BackendOptions(sysfs_root=sysfs, proc_root=proc))
+    topology = backend.topology()
+    bus = topology.gpus[1].bdf.rpartition(".")[0]  # Xid lines print the bus without the function
+    # The real Xid 79 line of NVIDIA/NVSentinel#155 with this capture's bus in it (built: no capture has both).
+    real = (FIXTURES / "nvidia_fallen_off_bus_nvsentinel_155.log").read_text().splitlines()[-1]
+    (fault,) = parse_lines([real.replace("0000:44:00", bus)])
+    o = FaultMapper(topology, sysfs, proc).owner(fault, [worker("tp2", (0, 1))])
+    assert (o.gpu, o.bdf, o.worker, o.rank) == (1, topology.gpus[1].bdf, "tp2", 1)
+    assert fault.cause is FaultCause.FALLEN_OFF_BUS
