@@ -135,8 +135,10 @@ class FaultMapper:
                 ranks.append(rank)
         return ranks
 
-    def owner(self, event: KernelEvent, workers: Sequence[WorkerStatus]) -> Owner:
-        """The GPU, process, worker and rank of ``event`` (each ``None`` where it cannot be told)."""
+    def owner(self, event: KernelEvent, workers: Sequence[WorkerStatus], *, worker: str | None = None) -> Owner:
+        """The GPU, process, worker and rank of ``event`` (each ``None`` where it cannot be told); ``worker`` when the
+        line came from that worker's own log."""
+        hint = worker
         gpu = partition = None
         bdf = event.bdf
         if event.bdf is not None:
@@ -158,7 +160,10 @@ class FaultMapper:
                 process = self._comm(pid)
         worker = rank = None
         live = [w for w in workers if w.state is not WorkerState.STOPPED]
-        if pid is not None:
+        if hint is not None:
+            worker = hint
+            live = [w for w in workers if w.name == hint]  # its log: crashed or not, the fault is its
+        elif pid is not None:
             found_w = self._worker_of_pid(pid, live)
             if found_w is not None:
                 worker, rank = found_w
@@ -168,7 +173,7 @@ class FaultMapper:
             if len(holders) == 1:
                 worker = holders[0].name
         if worker is not None and rank is None and gpu is not None:
-            w = next(w for w in live if w.name == worker)
-            ranks = self._ranks_on(gpu, partition, w)
+            w = next((w for w in live if w.name == worker), None)
+            ranks = [] if w is None else self._ranks_on(gpu, partition, w)
             rank = ranks[0] if len(ranks) == 1 else None
         return Owner(gpu, partition, bdf, pid, process, worker, rank)

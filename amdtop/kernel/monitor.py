@@ -12,6 +12,7 @@ from amdtop.kernel.events import ADVICE, FaultCause, KernelEvent
 from amdtop.kernel.mapper import FaultMapper, Owner
 from amdtop.kernel.parser import KernelLogParser
 from amdtop.kernel.sources import KernelSource, SourceUnavailable, open_kernel_source
+from amdtop.kernel.worker_logs import WorkerLogFaults
 from amdtop.model import Flag, FlagKind, Topology, WorkerStatus
 from amdtop.thresholds import GPU_FAULT_HOLD_S
 
@@ -146,9 +147,11 @@ class KernelFaultMonitor:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         on_note: Callable[[str], None] | None = None,
+        worker_logs: bool = True,
     ) -> None:
         """Read ``path`` (from its start) when given, else ``/dev/kmsg`` or ``journalctl -k``; or a ready ``source``.
-        ``on_note`` is told, once, why no kernel log can be read (the headless commands write it to stderr)."""
+        ``on_note`` is told, once, why no kernel log can be read (the headless commands write it to stderr);
+        ``worker_logs`` also follows the workers' logs for ROCr's fault reports."""
         self.path = path
         self.sysfs_root = sysfs_root
         self.proc_root = proc_root
@@ -163,6 +166,7 @@ class KernelFaultMonitor:
         self._parser = KernelLogParser()
         self._mapper: FaultMapper | None = None
         self._faults: dict[tuple[object, ...], _Fault] = {}
+        self._worker_logs = WorkerLogFaults() if worker_logs else None
 
     def _open(self) -> None:
         self._opened = True
@@ -181,7 +185,13 @@ class KernelFaultMonitor:
             self._mapper = FaultMapper(topology, self.sysfs_root, self.proc_root)
         return self._mapper
 
-    def _add(self, events: Sequence[KernelEvent], topology: Topology, workers: Sequence[WorkerStatus]) -> None:
+    def _add(
+        self,
+        events: Sequence[KernelEvent],
+        topology: Topology,
+        workers: Sequence[WorkerStatus],
+        worker: str | None = None,
+    ) -> None:
         if not events:
             return
         mapper = self._mapper_for(topology)
@@ -191,7 +201,7 @@ class KernelFaultMonitor:
             ident = (event.bdf, event.kfd_node, event.pasid, event.pid, event.process)
             owner = owners.get(ident)
             if owner is None:
-                owner = owners[ident] = mapper.owner(event, workers)
+                owner = owners[ident] = mapper.owner(event, workers, worker=worker)
             key = _key(event, owner)
             held = self._faults.get(key)
             if held is None:
@@ -219,6 +229,9 @@ class KernelFaultMonitor:
                 events += self._parser.feed(line)
             events += self._parser.flush()
             self._add(events, topology, workers)
+        if self._worker_logs is not None:
+            for name, found in self._worker_logs.poll(workers):
+                self._add(found, topology, workers, worker=name)
         now = self.clock()
         for key in [k for k, f in self._faults.items() if now - f.last > self.hold_s]:
             del self._faults[key]
@@ -236,3 +249,5 @@ class KernelFaultMonitor:
         if self._source is not None:
             self._source.close()
             self._source = None
+        if self._worker_logs is not None:
+            self._worker_logs.close()

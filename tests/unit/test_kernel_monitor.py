@@ -170,3 +170,36 @@ def test_pipeline_carries_the_flags_and_the_status(tmp_path: Path) -> None:
         ("fallen_off_bus", "0000:44:00.0", None, 79),
     ]
     assert doc["kernel_log"] == {"source": str(log), "available": True, "note": None, "lines": 5}
+
+
+def test_rocr_reports_in_a_workers_log_name_that_worker_and_its_rank(tmp_path: Path) -> None:
+    tree = build_mi300x_8(tmp_path / "tree")  # the KFD nodes ROCr's node numbers refer to
+    topology = open_backend(BackendOptions(sysfs_root=tree.root)).topology()
+    log = tmp_path / "llama.log"
+    # An earlier run's hang, then the supervisor's launch line, then this run's output with ROCm/legacy-rocm-build#5259's
+    # real lines (KFD node 4 = GPU 2 of the built node).
+    earlier = "Memory access fault by GPU node-2 (Agent handle: 0x5640a8bb1980) on address 0x7feea09c5000. Reason: x\n"
+    log.write_text(
+        earlier
+        + "=== amdtop launch llama:2 at 2026-12-02T06:00:00Z: vllm serve /models/llama\n"
+        + "INFO 12-02 06:00:05 [api_server.py:1] vLLM API server version 0.11.0\n"
+    )
+    llama = WorkerStatus("llama", WorkerState.CRASHED, (0, 1, 2, 3), log=str(log))
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    mon = KernelFaultMonitor(kern, sysfs_root=tree.root)
+    assert mon.poll(topology, [llama]).flags == ()  # the earlier run's fault is not this run's
+    with log.open("a") as f:
+        f.write(fixture_lines("rocr_hw_exception_rocm_5259.log"))
+    (flag,) = mon.poll(topology, [llama]).flags
+    facts = dict(flag.extra)
+    assert (flag.worker, facts["rank"], facts["gpu"], facts["kfd_node"], facts["cause"], facts["count"]) == (
+        "llama",
+        2,
+        2,
+        4,
+        "hang",
+        4,
+    )
+    assert "GPU 2 (0000:46:00.0): GPU hang, 4 times (llama rank 2)" in flag.message
+    mon.close()
