@@ -211,10 +211,14 @@ class NodePipeline:
         counts = tuple(LogCounts(worker, errors, warnings) for worker, errors, warnings in update.counts())
         return update, counts, None
 
-    def _kernel(self, snap: NodeSnapshot, workers: Sequence[WorkerStatus]) -> KernelUpdate | None:
+    def _kernel(self, snap: NodeSnapshot, workers: Sequence[WorkerStatus]) -> tuple[KernelUpdate | None, str | None]:
         if self.kernel is None:
-            return None
-        return self.kernel.poll(snap.topology, workers)
+            return None, None
+        try:
+            update = self.kernel.poll(snap.topology, workers)
+        except Exception as exc:  # a broken kernel-log reader must not stop telemetry: the frame says what failed
+            return None, f"kernel log: {exc}"
+        return update, update.new_note
 
     def _remember(self, snap: NodeSnapshot) -> list[NodeSnapshot]:
         self._snaps.append(snap)
@@ -276,13 +280,12 @@ class NodePipeline:
             flags += logs.flags
         self._state_files(now, workers)
         flags += self._probe_flags
-        kernel = self._kernel(snap, workers)
+        kernel, kernel_error = self._kernel(snap, workers)
         if kernel is not None:
             flags += kernel.flags
         all_flags = _dedupe(flags)
         devices = {w.name: tuple(w.gpus) for w in workers}
-        kernel_note = None if kernel is None else kernel.new_note
-        errors = tuple(e for e in (self._own_error, log_error, kernel_note) if e)
+        errors = tuple(e for e in (self._own_error, log_error, kernel_error) if e)
         return NodeFrame(
             snapshot=snap,
             workers=tuple(workers),
