@@ -203,3 +203,20 @@ def test_rocr_reports_in_a_workers_log_name_that_worker_and_its_rank(tmp_path: P
     )
     assert "GPU 2 (0000:46:00.0): GPU hang, 4 times (llama rank 2)" in flag.message
     mon.close()
+
+
+def test_a_reader_that_raises_costs_one_error_line_not_the_tick() -> None:
+    class Broken:
+        name = "broken"
+
+        def read(self) -> list[str]:
+            raise ValueError("bad record")
+
+        def close(self) -> None:
+            pass
+
+    pipeline = NodePipeline(NoneBackend(BackendOptions()), discover=False, kernel=KernelFaultMonitor(source=Broken()))
+    frame = pipeline.tick()
+    pipeline.close()
+    assert frame.errors == ("kernel log: bad record",)
+    assert frame.snapshot.backend == "none" and frame.kernel_log is None
