@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -104,6 +105,25 @@ class FileSource:
         os.close(self._fd)
 
 
+_ESCAPE = re.compile(r"\\x([0-9a-f]{2})")
+
+
+def kmsg_message(record: str) -> list[str]:
+    """The message lines of one ``/dev/kmsg`` record: the ``prio,seq,usec,flags;`` header and the `` KEY=value``
+    dictionary lines dropped, the kernel's ``\\xNN`` escapes undone (a multi-line printk is one record whose
+    newlines arrive as ``\\x0a``)."""
+    out: list[str] = []
+    for part in record.split("\n"):
+        if not part or part.startswith(" "):
+            continue
+        _, sep, message = part.partition(";")
+        text = message if sep else part
+        if "\\x" in text:
+            text = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+        out += text.split("\n")
+    return out
+
+
 class KmsgSource:
     """``/dev/kmsg``: one record per read, ``prio,seq,usec,flags;message`` then `` KEY=value`` lines; opened at its
     end, so only what the kernel says from now on is read."""
@@ -139,12 +159,7 @@ class KmsgSource:
                 raise
             if not record:
                 return lines
-            text = record.decode("utf-8", "replace")
-            for part in text.split("\n"):
-                if not part or part.startswith(" "):  # dictionary lines (SUBSYSTEM=, DEVICE=) after the message
-                    continue
-                _, sep, message = part.partition(";")
-                lines.append(message if sep else part)
+            lines += kmsg_message(record.decode("utf-8", "replace"))
 
     def read(self) -> list[str]:
         """Records logged since the last call."""

@@ -169,3 +169,21 @@ def test_kmsg_records_and_a_fault_split_across_feeds() -> None:
     (e,) = parser.flush()
     assert (e.pid, e.thread, e.number) == (77, "python3", 1)
     assert parser.feed("x" * 100_000) == []  # a huge junk line is cut, not choked on
+
+
+def test_a_kmsg_record_with_escaped_newlines_and_its_dictionary() -> None:
+    from amdtop.kernel.sources import kmsg_message
+
+    # Built: the real multi-line report of NVIDIA/NVSentinel#155 as /dev/kmsg delivers one printk (newlines escaped,
+    # the header before ';', the device dictionary after).
+    lines = (FIXTURES / "nvidia_fallen_off_bus_nvsentinel_155.log").read_text().splitlines()[1:4]
+    message = "\\x0a".join(line.split("] ", 1)[-1].strip() for line in lines)
+    record = f"3,1187,1843308145,-;{message}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:b3:00.0\n"
+    got = kmsg_message(record)
+    assert got == [
+        "NVRM: The NVIDIA GPU 0000:b3:00.0",
+        "NVRM: (PCI ID: 10de:26b5) installed in this system has",
+        "NVRM: fallen off the bus and is not responding to commands.",
+    ]
+    (e,) = parse_lines(got)
+    assert (e.cause, e.bdf) == (FaultCause.FALLEN_OFF_BUS, "0000:b3:00.0")
