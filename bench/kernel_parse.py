@@ -2,6 +2,7 @@
 GPUs) on a generated ~20 MB kernel log, next to ``grep -cE`` with the same fault phrases in the same run.
 
 Usage: .venv/bin/python bench/kernel_parse.py [--mb 20] [--runs 5]
+       .venv/bin/python bench/kernel_parse.py --idle-polls 2000   (per-tick cost with nothing new)
 The log is what a busy GPU host's kernel ring holds: network, audit, systemd and amdgpu housekeeping lines (ring/VM
 engine lines, SMU messages: they pass the device prefix and try every fault pattern, the parser's slow path), with
 the real fault reports of tests/fixtures/kernel/ (page faults with their status lines, timeouts, resets, RAS, Xids)
@@ -89,11 +90,53 @@ def grep_run(path: Path) -> float:
     return time.perf_counter() - t0
 
 
+def idle_poll(polls: int) -> None:
+    """The per-tick cost of an idle kernel-fault source: the default source (/dev/kmsg here, else journalctl) plus
+    three workers' logs that did not grow, against the pipeline's existing log monitor over the same three logs."""
+    from amdtop.kernel.monitor import KernelFaultMonitor
+    from amdtop.model import WorkerState, WorkerStatus
+    from amdtop.rccl.monitor import LogMonitor
+    from amdtop.telemetry.sim import SimBackend
+
+    topology = SimBackend().topology()
+    with tempfile.TemporaryDirectory() as d:
+        workers = []
+        for i in range(3):
+            log = Path(d) / f"w{i}.log"
+            log.write_text("INFO vLLM line\n" * 1000)
+            workers.append(WorkerStatus(f"w{i}", WorkerState.READY, (i,), log=str(log)))
+        mon = KernelFaultMonitor()
+        logs = LogMonitor(lambda: [(w.name, Path(w.log or "")) for w in workers], topology)
+        mon.poll(topology, workers)
+        logs.poll()
+        ours, theirs = [], []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(polls):
+                mon.poll(topology, workers)
+            ours.append((time.perf_counter() - t0) / polls)
+            t0 = time.perf_counter()
+            for _ in range(polls):
+                logs.poll()
+            theirs.append((time.perf_counter() - t0) / polls)
+        src = mon.poll(topology, workers).status.source
+        mon.close()
+        logs.close()
+    a, b = statistics.median(ours), statistics.median(theirs)
+    print(
+        f"idle poll, source {src} + 3 worker logs: {a * 1e6:.1f} us; LogMonitor.poll on the same logs: {b * 1e6:.1f} us"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=20)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--idle-polls", type=int, default=0, help="measure the idle per-tick cost over this many polls")
     args = ap.parse_args()
+    if args.idle_polls:
+        idle_poll(args.idle_polls)
+        return
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "kern.log"
         n = generate(path, args.mb)
