@@ -218,7 +218,8 @@ def test_cpu_worker_on_backend_none_in_snapshot_with_its_fault(tmp_path: Path) -
         snap = amdtop(tmp_path, *common, "snapshot", "--json", "--kernel-log", str(log))
         assert snap.returncode == 0, snap.stderr
         doc = json.loads(snap.stdout)
-        assert [(x["name"], x["state"]) for x in doc["workers"]] == [("cpu-sim", "ready")]
+        # Other vLLM servers on this host are discovered too (the shared test machine runs some): look at ours.
+        assert next(x for x in doc["workers"] if x["name"] == "cpu-sim")["state"] == "ready"
         (fault,) = gpu_faults(doc)
         assert (fault["worker"], fault["pid"], fault["cause"], fault["gpu"]) == (
             "cpu-sim",
