@@ -1,5 +1,5 @@
 """Kernel faults into ``gpu_fault`` flags: read the source each tick, parse, map to GPU/worker/rank, keep each fault
-(repeats counted) for :data:`GPU_FAULT_HOLD_S` after it was last logged."""
+(repeats counted) for :data:`GPU_FAULT_HOLD_S` after a line of it was last read."""
 
 from __future__ import annotations
 
