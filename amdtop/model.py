@@ -35,6 +35,7 @@ class FlagKind(str, Enum):
     GPU_THROTTLED = "gpu_throttled"
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
     PARTITION_SPLIT = "partition_split"
+    GPU_FAULT = "gpu_fault"
 
 
 @dataclass(frozen=True, slots=True)

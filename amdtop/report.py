@@ -166,6 +166,10 @@ def frame_json(frame: NodeFrame) -> dict[str, Any]:
     doc["tp_groups"] = [group_json(g) for g in frame.groups]
     doc["log_counts"] = [{"worker": c.worker, "errors": c.errors, "warnings": c.warnings} for c in frame.log_counts]
     doc["logs"] = [] if frame.logs is None else [worker_logs_json(w) for w in frame.logs.workers]
+    k = frame.kernel_log
+    doc["kernel_log"] = (
+        None if k is None else {"source": k.source, "available": k.available, "note": k.note, "lines": k.lines}
+    )
     if frame.errors:
         doc["errors"] = list(frame.errors)
     return doc

@@ -19,3 +19,6 @@ REDISCOVER_EVERY_S = 30.0
 cannot read): its cost grows with the host's process count, so it runs rarely."""
 STATE_FILES_EVERY_S = 5.0
 """How often the probe cache and the ramp results in the state dir are checked for changes."""
+GPU_FAULT_HOLD_S = 600.0
+"""A ``gpu_fault`` flag stays up this long after amdtop last read a line of that fault: a fault is one line in the log,
+and an operator who opens amdtop minutes later should still see what happened."""

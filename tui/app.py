@@ -19,6 +19,7 @@ from textual.worker import get_current_worker
 
 from amdtop.control import DemoLoad, WorkerControl
 from amdtop.exporter import Exporter
+from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
 from amdtop.pipeline.frame import FrameMailbox
 from amdtop.rccl.monitor import LogMonitor
@@ -79,6 +80,7 @@ class AmdtopApp(ControlActions, App[int]):
         discover: bool = True,
         demo_load: DemoLoad | None = None,
         exporter_listen: str = "127.0.0.1:9464",
+        kernel_faults: KernelFaultMonitor | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
@@ -105,6 +107,7 @@ class AmdtopApp(ControlActions, App[int]):
             follow_logs=follow_logs,
             state_dir=state_dir,
             demo_load=demo_load,
+            kernel=kernel_faults,
         )
         self._stop = threading.Event()
         self._wake = threading.Event()

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 
 from amdtop.cli.common import config_path, open_from_args, state_dir
+from amdtop.cli.kernel import kernel_monitor
 from amdtop.control import WorkerControl
 from amdtop.errors import NoGpuFound
 from amdtop.supervisor import Supervisor
@@ -146,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         follow_logs=True,
         # Real vLLM processes have nothing to do with the simulated GPUs: discover only on real backends.
         discover=not isinstance(backend, SimBackend),
+        kernel_faults=kernel_monitor(args, backend, headless=False),
     )
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:

@@ -59,6 +59,7 @@ def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
         FlagKind.LINK_DEGRADED: "LINK",
         FlagKind.GPU_THROTTLED: "THR",
         FlagKind.ECC_UNCORRECTABLE: "ECC",
+        FlagKind.GPU_FAULT: "FAULT",
     }
     for flag in frame.flags:
         tag = short.get(flag.kind)
@@ -161,7 +162,8 @@ def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
         for f in frame.flags_for_worker(g.worker):
             if f.kind in (FlagKind.NUMA_MISMATCH,):
                 continue  # the NUMA pane shows these beside the binding
-            style = "red" if f.kind in (FlagKind.TP_IMBALANCE, FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT) else "yellow"
+            red = (FlagKind.TP_IMBALANCE, FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT, FlagKind.GPU_FAULT)
+            style = "red" if f.kind in red else "yellow"
             lines.append(Text(f"  ! {f.kind.value}: {f.message}", style=style))
         if g.lost_gpus:
             lines.append(
@@ -173,7 +175,7 @@ def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
     # messages; the GPU pane tags the GPUs they name.
     for f in frame.flags:
         if f.worker is None and f.kind is not FlagKind.NUMA_BALANCING:
-            style = "bold red" if f.kind in (FlagKind.GPU_LOST, FlagKind.ECC_UNCORRECTABLE) else "yellow"
+            style = "bold red" if f.kind in (FlagKind.GPU_LOST, FlagKind.ECC_UNCORRECTABLE, FlagKind.GPU_FAULT) else "yellow"
             lines.append(Text(f"! {f.kind.value}: {f.message}", style=style))
     return tuple(lines)
 

@@ -68,6 +68,13 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
         metavar="MODE",
         help="partition mode of the simulated GPUs: SPX|DPX|QPX|CPX[/NPS1|NPS4] (e.g. CPX/NPS4); with --demo",
     )
+    g.add_argument(
+        "--kernel-log",
+        type=Path,
+        default=d(None),
+        metavar="PATH",
+        help="kernel messages to read for GPU faults (default /dev/kmsg, else journalctl -k); a file is read from its start",
+    )
 
 
 def config_path(args: argparse.Namespace) -> Path:

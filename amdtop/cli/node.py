@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from amdtop.cli.common import config_path, state_dir
+from amdtop.cli.kernel import kernel_monitor
 from amdtop.pipeline import NodePipeline
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.base import TelemetryBackend
@@ -49,5 +50,6 @@ def open_pipeline(
         state_dir=state_dir(args),
         demo_load=sup.demo_load() if sup is not None else None,
         window_s=window_s,
+        kernel=kernel_monitor(args, backend),
     )
     return pipeline, sup

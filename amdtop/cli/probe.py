@@ -83,6 +83,8 @@ def run_probe_cmd(args: argparse.Namespace) -> int:
         snap = backend.sample()
     finally:
         backend.close()
+    if not snap.topology.gpus:  # --backend none, or a node whose GPUs are all gone
+        raise InputError(f"probe: backend {snap.backend} lists no GPU to measure; pick a GPU backend with --backend")
     gpus = _parse_gpus(args.gpus, snap)
     workers = worker_groups(config_path(args), state_dir(args), snap.topology)
     busy = busy_gpus(snap, workers, gpus, own_pid=os.getpid())

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from amdtop.analysis.numa import WorkerBinding
 from amdtop.health.throttle import ThrottleShare
 from amdtop.health.traffic import FabricTraffic, GroupTraffic
+from amdtop.kernel.monitor import KernelLogStatus
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerStatus
 from amdtop.rccl.monitor import LogUpdate
 
@@ -126,6 +127,8 @@ class NodeFrame:
     """Parts of the tick that failed (``workers: ...``), one line each; the rest of the frame still holds."""
     tick: int = 0
     """Tick number of the pipeline that built it (1 for the first)."""
+    kernel_log: KernelLogStatus | None = None
+    """The kernel-log reader (source, availability); ``None`` when no kernel log is watched."""
 
     def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
         """Flags of the given kinds, in frame order."""

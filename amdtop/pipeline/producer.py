@@ -26,6 +26,7 @@ from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import HealthWindow
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
 from amdtop.hip_devices import physical_worker
+from amdtop.kernel.monitor import KernelFaultMonitor, KernelUpdate
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.partition_groups import partition_split_flags
 from amdtop.pipeline.frame import GpuHistory, LinkBandwidth, LogCounts, NodeFrame, RampKnee, TpGroup
@@ -90,8 +91,10 @@ class NodePipeline:
         rediscover_every_s: float = REDISCOVER_EVERY_S,
         history_points: int = HISTORY_POINTS,
         clock: Callable[[], float] = time.monotonic,
+        kernel: KernelFaultMonitor | None = None,
     ) -> None:
-        """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given)."""
+        """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given);
+        ``kernel`` reads the kernel log for GPU faults."""
         self.backend = backend
         self.workers = workers
         self.proc_root = proc_root
@@ -126,6 +129,7 @@ class NodePipeline:
         self.monitor = monitor
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
+        self.kernel = kernel
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
@@ -207,6 +211,15 @@ class NodePipeline:
         counts = tuple(LogCounts(worker, errors, warnings) for worker, errors, warnings in update.counts())
         return update, counts, None
 
+    def _kernel(self, snap: NodeSnapshot, workers: Sequence[WorkerStatus]) -> tuple[KernelUpdate | None, str | None]:
+        if self.kernel is None:
+            return None, None
+        try:
+            update = self.kernel.poll(snap.topology, workers)
+        except Exception as exc:  # a broken kernel-log reader must not stop telemetry: the frame says what failed
+            return None, f"kernel log: {exc}"
+        return update, update.new_note
+
     def _remember(self, snap: NodeSnapshot) -> list[NodeSnapshot]:
         self._snaps.append(snap)
         while len(self._snaps) > 2 and snap.timestamp - self._snaps[0].timestamp > ECC_WINDOW_S:
@@ -267,9 +280,12 @@ class NodePipeline:
             flags += logs.flags
         self._state_files(now, workers)
         flags += self._probe_flags
+        kernel, kernel_error = self._kernel(snap, workers)
+        if kernel is not None:
+            flags += kernel.flags
         all_flags = _dedupe(flags)
         devices = {w.name: tuple(w.gpus) for w in workers}
-        errors = tuple(e for e in (self._own_error, log_error) if e)
+        errors = tuple(e for e in (self._own_error, log_error, kernel_error) if e)
         return NodeFrame(
             snapshot=snap,
             workers=tuple(workers),
@@ -285,10 +301,13 @@ class NodePipeline:
             throttle=tuple(throttle),
             errors=errors,
             tick=self._tick,
+            kernel_log=None if kernel is None else kernel.status,
         )
 
     def close(self) -> None:
         """Close the log files (the backend belongs to the caller)."""
         if self.monitor is not None:
             self.monitor.close()
+        if self.kernel is not None:
+            self.kernel.close()
 

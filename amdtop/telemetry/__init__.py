@@ -9,7 +9,7 @@ from typing import cast
 from amdtop.errors import BackendUnavailable, InputError, NoGpuFound
 from amdtop.telemetry.base import BackendOptions, TelemetryBackend
 
-BACKENDS = ("auto", "amdsmi", "sysfs", "nvml", "sim")
+BACKENDS = ("auto", "amdsmi", "sysfs", "nvml", "sim", "none")
 AUTO_ORDER = ("amdsmi", "sysfs", "nvml")
 
 _MODULES = {
@@ -17,6 +17,7 @@ _MODULES = {
     "sysfs": "amdtop.telemetry.sysfs",
     "nvml": "amdtop.telemetry.nvml",
     "sim": "amdtop.telemetry.sim",
+    "none": "amdtop.telemetry.none_backend",
 }
 
 Opener = Callable[[BackendOptions], TelemetryBackend]
@@ -51,4 +52,8 @@ def open_backend(name: str, options: BackendOptions) -> TelemetryBackend:
         except BackendUnavailable as exc:
             text = str(exc)
             reasons.append(text if text.startswith(f"{candidate}:") else f"{candidate}: {text}")
-    raise NoGpuFound("no GPU found (" + "; ".join(reasons) + "); run with --demo for a simulated 8x MI300X node")
+    raise NoGpuFound(
+        "no GPU found ("
+        + "; ".join(reasons)
+        + "); run with --demo for a simulated 8x MI300X node, or --backend none to run without GPU telemetry"
+    )

@@ -1,0 +1,253 @@
+"""Kernel faults into ``gpu_fault`` flags: read the source each tick, parse, map to GPU/worker/rank, keep each fault
+(repeats counted) for :data:`GPU_FAULT_HOLD_S` after a line of it was last read."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amdtop.kernel.events import ADVICE, FaultCause, KernelEvent
+from amdtop.kernel.mapper import FaultMapper, Owner
+from amdtop.kernel.parser import KernelLogParser
+from amdtop.kernel.sources import KernelSource, SourceUnavailable, open_kernel_source
+from amdtop.kernel.worker_logs import WorkerLogFaults
+from amdtop.model import Flag, FlagKind, Topology, WorkerStatus
+from amdtop.thresholds import GPU_FAULT_HOLD_S
+
+_MAX_FAULTS = 256
+"""Distinct faults kept (a storm of page faults from one process is one fault with a count)."""
+
+_WHAT = {
+    FaultCause.PAGE_FAULT: "page fault",
+    FaultCause.UNCORRECTABLE: "uncorrectable error",
+    FaultCause.POISON: "RAS poison",
+    FaultCause.RESET: "GPU reset",
+    FaultCause.HANG: "GPU hang",
+    FaultCause.FALLEN_OFF_BUS: "fallen off the bus",
+    FaultCause.NVLINK: "NVLink error",
+    FaultCause.APP_EXCEPTION: "GPU exception in the application's work",
+    FaultCause.DRIVER: "driver/firmware error",
+    FaultCause.CLEANUP: "channel cleanup after an earlier error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLogStatus:
+    """What the kernel-log reader is doing (``kernel_log`` in ``snapshot --json``)."""
+
+    source: str | None
+    """What is read (``/dev/kmsg``, ``journalctl -k``, a path); ``None`` when nothing can be."""
+    available: bool
+    """False when no kernel log can be read (or the source broke)."""
+    note: str | None = None
+    """Why it is unavailable, one line."""
+    lines: int = 0
+    """Lines read so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelUpdate:
+    """One poll of the kernel log."""
+
+    flags: tuple[Flag, ...]
+    """A ``gpu_fault`` flag per fault held."""
+    status: KernelLogStatus
+    """The reader's state."""
+    new_note: str | None = None
+    """The unavailability note, on the poll that found it only (so it is said once)."""
+
+
+@dataclass(slots=True)
+class _Fault:
+    event: KernelEvent
+    owner: Owner
+    first: float
+    last: float
+    first_wall: float
+    count: int = 1
+    last_line: str = ""
+    addresses: list[str] = field(default_factory=list)
+
+
+def _key(event: KernelEvent, owner: Owner) -> tuple[object, ...]:
+    where = owner.gpu if owner.gpu is not None else (event.bdf or event.kfd_node)
+    return (event.cause, where, owner.partition, owner.pid, owner.worker, event.xid)
+
+
+def _message(f: _Fault) -> str:
+    e, o = f.event, f.owner
+    where = f"GPU {o.gpu}" if o.gpu is not None else "a GPU not in this node's list"
+    if o.partition is not None:
+        where += f" partition {o.partition}"
+    bdf = o.bdf or e.bdf
+    if bdf:
+        where += f" ({bdf})"
+    elif e.kfd_node is not None:
+        where += f" (KFD node {e.kfd_node})"
+    what = _WHAT[e.cause]
+    if e.xid is not None:
+        what += f" (Xid {e.xid})"
+    if e.address:
+        what += f" at {e.address}"
+    if f.count > 1:
+        what += f", {f.count} times"
+    who = ""
+    if o.pid is not None or o.process:
+        who = f" by {o.process or 'pid'}" + (f" pid {o.pid}" if o.pid is not None else "")
+    elif e.pasid is not None:
+        who = f" by pasid {e.pasid} (no live process has it)"
+    if o.worker is not None:
+        who += f" ({o.worker}" + (f" rank {o.rank})" if o.rank is not None else ")")
+    return f"{where}: {what}{who}: {ADVICE[e.suspect]}"
+
+
+def _flag(f: _Fault) -> Flag:
+    e, o = f.event, f.owner
+    extra: list[tuple[str, object]] = [
+        ("gpu", o.gpu),
+        ("bdf", o.bdf or e.bdf),
+        ("worker", o.worker),
+        ("rank", o.rank),
+        ("cause", e.cause.value),
+        ("line", e.line),
+        ("suspect", e.suspect.value),
+        ("pid", o.pid),
+        ("process", o.process),
+        ("pasid", e.pasid),
+        ("kfd_node", e.kfd_node),
+        ("partition", o.partition),
+        ("address", e.address),
+        ("xid", e.xid),
+        ("detail", e.detail),
+        ("count", f.count),
+        ("since", round(f.first_wall, 3)),
+    ]
+    return Flag(
+        FlagKind.GPU_FAULT,
+        _message(f),
+        worker=o.worker,
+        gpus=() if o.gpu is None else (o.gpu,),
+        extra=tuple(extra),
+    )
+
+
+class KernelFaultMonitor:
+    """Follows one kernel source. Opened on the first :meth:`poll` (so building a pipeline does no I/O)."""
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        source: KernelSource | None = None,
+        sysfs_root: Path = Path("/sys"),
+        proc_root: Path = Path("/proc"),
+        hold_s: float = GPU_FAULT_HOLD_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        on_note: Callable[[str], None] | None = None,
+        worker_logs: bool = True,
+    ) -> None:
+        """Read ``path`` (from its start) when given, else ``/dev/kmsg`` or ``journalctl -k``; or a ready ``source``.
+        ``on_note`` is told, once, why no kernel log can be read (the headless commands write it to stderr);
+        ``worker_logs`` also follows the workers' logs for ROCr's fault reports."""
+        self.path = path
+        self.sysfs_root = sysfs_root
+        self.proc_root = proc_root
+        self.hold_s = hold_s
+        self.clock = clock
+        self.wall = wall
+        self.on_note = on_note
+        self._source = source
+        self._opened = source is not None
+        self._note: str | None = None
+        self._noted = False
+        self._parser = KernelLogParser()
+        self._mapper: FaultMapper | None = None
+        self._faults: dict[tuple[object, ...], _Fault] = {}
+        self._worker_logs = WorkerLogFaults() if worker_logs else None
+
+    def _open(self) -> None:
+        self._opened = True
+        try:
+            self._source = open_kernel_source(self.path)
+        except SourceUnavailable as exc:
+            hint = "" if self.path is not None else "; pass --kernel-log PATH to read a saved log"
+            self._note = f"kernel log unavailable ({exc}): GPU faults are not watched{hint}"
+
+    def _status(self) -> KernelLogStatus:
+        name = None if self._source is None else self._source.name
+        return KernelLogStatus(name, self._note is None and self._source is not None, self._note, self._parser.lines)
+
+    def _mapper_for(self, topology: Topology) -> FaultMapper:
+        if self._mapper is None or self._mapper.topology is not topology:
+            self._mapper = FaultMapper(topology, self.sysfs_root, self.proc_root)
+        return self._mapper
+
+    def _add(
+        self,
+        events: Sequence[KernelEvent],
+        topology: Topology,
+        workers: Sequence[WorkerStatus],
+        worker: str | None = None,
+    ) -> None:
+        if not events:
+            return
+        mapper = self._mapper_for(topology)
+        now, wall = self.clock(), self.wall()
+        owners: dict[tuple[object, ...], Owner] = {}  # a storm of one process's faults is mapped once
+        for event in events:
+            ident = (event.bdf, event.kfd_node, event.pasid, event.pid, event.process)
+            owner = owners.get(ident)
+            if owner is None:
+                owner = owners[ident] = mapper.owner(event, workers, worker=worker)
+            key = _key(event, owner)
+            held = self._faults.get(key)
+            if held is None:
+                if len(self._faults) >= _MAX_FAULTS:
+                    oldest = min(self._faults, key=lambda k: self._faults[k].last)
+                    del self._faults[oldest]
+                self._faults[key] = _Fault(event, owner, now, now, wall, last_line=event.line)
+            else:
+                held.count += 1
+                held.last = now
+                held.last_line = event.line
+
+    def poll(self, topology: Topology, workers: Sequence[WorkerStatus] = ()) -> KernelUpdate:
+        """Read what the kernel logged since the last poll; the flags of every fault held."""
+        if not self._opened:
+            self._open()
+        if self._source is not None and self._note is None:
+            try:
+                lines = self._source.read()
+            except OSError as exc:
+                self._note = f"kernel log unavailable ({self._source.name}: {exc}): GPU faults are no longer watched"
+                lines = []
+            events: list[KernelEvent] = []
+            for line in lines:
+                events += self._parser.feed(line)
+            events += self._parser.flush()
+            self._add(events, topology, workers)
+        if self._worker_logs is not None:
+            for name, found in self._worker_logs.poll(workers):
+                self._add(found, topology, workers, worker=name)
+        now = self.clock()
+        for key in [k for k, f in self._faults.items() if now - f.last > self.hold_s]:
+            del self._faults[key]
+        new_note = None
+        if self._note is not None and not self._noted:
+            self._noted = True
+            new_note = self._note
+            if self.on_note is not None:
+                self.on_note(new_note)
+        flags = tuple(_flag(f) for f in sorted(self._faults.values(), key=lambda f: (f.first, f.event.number)))
+        return KernelUpdate(flags, self._status(), new_note)
+
+    def close(self) -> None:
+        """Close the source."""
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+        if self._worker_logs is not None:
+            self._worker_logs.close()

@@ -1,0 +1,250 @@
+"""Where kernel lines come from: ``/dev/kmsg`` (from where it is at start), ``journalctl -k -f``, or a file
+(``--kernel-log``: from its start, then followed). Every source is non-blocking: :meth:`read` returns the complete
+lines that arrived since the last call and never waits.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Protocol
+
+from amdtop.errors import os_reason
+
+KMSG = Path("/dev/kmsg")
+_CHUNK = 1 << 16
+_MAX_READ = 64 << 20
+"""At most this many bytes per :meth:`read` (a huge file is read over several polls, not in one frozen tick)."""
+
+
+class KernelSource(Protocol):
+    """A stream of kernel lines."""
+
+    name: str
+    """What it reads, for the status (``/dev/kmsg``, ``journalctl -k``, the file's path)."""
+
+    def read(self) -> list[str]:
+        """The complete lines that arrived since the last call (``OSError`` when the source broke)."""
+        ...
+
+    def close(self) -> None:
+        """Release the file or process."""
+        ...
+
+
+class SourceUnavailable(Exception):
+    """No kernel log can be read here (the message says why, one line)."""
+
+
+def _lines(buf: bytes) -> tuple[list[str], bytes]:
+    head, sep, tail = buf.rpartition(b"\n")
+    if not sep:
+        return [], buf
+    return head.decode("utf-8", "replace").split("\n"), tail
+
+
+class FileSource:
+    """A log file read from its start and followed as it grows; a truncated or replaced file is read anew."""
+
+    def __init__(self, path: Path) -> None:
+        """Open ``path`` (``SourceUnavailable`` when it is missing, a directory or unreadable)."""
+        self.name = str(path)
+        self.path = path
+        self._buf = b""
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SourceUnavailable(f"{path}: {os_reason(exc)}") from None
+        st = os.fstat(self._fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(self._fd)
+            reason = "is a directory" if stat.S_ISDIR(st.st_mode) else "is not a regular file"
+            raise SourceUnavailable(f"{path}: {reason}")
+        self._ino = st.st_ino
+        self._pos = 0
+
+    def _reopen_if_replaced(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return  # gone for now (rotation in progress): keep what is open
+        if st.st_ino != self._ino:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return
+            os.close(self._fd)
+            self._fd, self._ino, self._pos, self._buf = fd, st.st_ino, 0, b""
+        elif st.st_size < self._pos:  # truncated in place: start over
+            self._pos, self._buf = 0, b""
+
+    def read(self) -> list[str]:
+        """New complete lines."""
+        self._reopen_if_replaced()
+        chunks: list[bytes] = []
+        total = 0
+        while total < _MAX_READ:
+            data = os.pread(self._fd, _CHUNK, self._pos)
+            if not data:
+                break
+            chunks.append(data)
+            self._pos += len(data)
+            total += len(data)
+        if not chunks:
+            return []
+        lines, self._buf = _lines(self._buf + b"".join(chunks))
+        return lines
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self._fd)
+
+
+_ESCAPE = re.compile(r"\\x([0-9a-f]{2})")
+
+
+def kmsg_message(record: str) -> list[str]:
+    """The message lines of one ``/dev/kmsg`` record: the ``prio,seq,usec,flags;`` header and the `` KEY=value``
+    dictionary lines dropped, the kernel's ``\\xNN`` escapes undone (a multi-line printk is one record whose
+    newlines arrive as ``\\x0a``)."""
+    out: list[str] = []
+    for part in record.split("\n"):
+        if not part or part.startswith(" "):
+            continue
+        _, sep, message = part.partition(";")
+        text = message if sep else part
+        if "\\x" in text:
+            text = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+        out += text.split("\n")
+    return out
+
+
+class KmsgSource:
+    """``/dev/kmsg``: one record per read, ``prio,seq,usec,flags;message`` then `` KEY=value`` lines; opened at its
+    end, so only what the kernel says from now on is read."""
+
+    name = "/dev/kmsg"
+
+    def __init__(self, path: Path = KMSG, *, from_start: bool = False) -> None:
+        """Open the device (``SourceUnavailable`` when it cannot be read: no permission, dmesg_restrict...);
+        ``from_start`` reads the whole ring buffer first (``--kernel-log /dev/kmsg``)."""
+        self.name = str(path)
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SourceUnavailable(f"{path}: {os_reason(exc)}") from None
+        if not from_start:
+            os.lseek(self._fd, 0, os.SEEK_END)
+        try:  # reading proves access (a container may open it and still refuse reads with EPERM)
+            self._first = self._drain()
+        except OSError as exc:
+            os.close(self._fd)
+            raise SourceUnavailable(f"{path}: {os_reason(exc)}") from None
+
+    def _drain(self) -> list[str]:
+        lines: list[str] = []
+        while True:
+            try:
+                record = os.read(self._fd, 8192)
+            except BlockingIOError:
+                return lines
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # records were overwritten before we read them: go on with the next
+                    continue
+                raise
+            if not record:
+                return lines
+            lines += kmsg_message(record.decode("utf-8", "replace"))
+
+    def read(self) -> list[str]:
+        """Records logged since the last call."""
+        first, self._first = self._first, []
+        return first + self._drain()
+
+    def close(self) -> None:
+        """Close the device."""
+        os.close(self._fd)
+
+
+class JournalSource:
+    """``journalctl -k -f -n 0``: the kernel messages journald logs from now on, read without blocking."""
+
+    name = "journalctl -k"
+
+    def __init__(self, exe: str) -> None:
+        """Start journalctl (``SourceUnavailable`` when it cannot start)."""
+        try:
+            self._proc = subprocess.Popen(
+                [exe, "-k", "-f", "-n", "0", "-o", "short-monotonic", "--no-pager", "-q"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            raise SourceUnavailable(f"journalctl -k: {os_reason(exc)}") from None
+        assert self._proc.stdout is not None
+        self._fd = self._proc.stdout.fileno()
+        os.set_blocking(self._fd, False)
+        self._buf = b""
+
+    def read(self) -> list[str]:
+        """Lines journalctl printed since the last call (``OSError`` once journalctl has exited)."""
+        chunks: list[bytes] = []
+        while True:
+            try:
+                data = os.read(self._fd, _CHUNK)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        lines, self._buf = _lines(self._buf + b"".join(chunks))
+        if not chunks and self._proc.poll() is not None:
+            raise OSError(f"exited with status {self._proc.returncode}")
+        return lines
+
+    def close(self) -> None:
+        """Stop journalctl (our own child, by its handle)."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+def open_kernel_source(path: Path | None, *, kmsg: Path = KMSG) -> KernelSource:
+    """The file ``path`` when given, else ``/dev/kmsg``, else ``journalctl -k``.
+
+    Raises:
+        SourceUnavailable: none can be read; the message names what was tried and why each failed.
+    """
+    if path is not None:
+        try:
+            if path.is_char_device():  # --kernel-log /dev/kmsg: the ring buffer from its start, then followed
+                return KmsgSource(path, from_start=True)
+            return FileSource(path)
+        except SourceUnavailable as exc:
+            raise SourceUnavailable(f"--kernel-log: {exc}") from None
+    reasons: list[str] = []
+    try:
+        return KmsgSource(kmsg)
+    except SourceUnavailable as exc:
+        reasons.append(str(exc))
+    exe = shutil.which("journalctl")
+    if exe is None:
+        reasons.append("journalctl: not found")
+    else:
+        try:
+            return JournalSource(exe)
+        except SourceUnavailable as exc:
+            reasons.append(str(exc))
+    raise SourceUnavailable("; ".join(reasons))

@@ -1,0 +1,49 @@
+"""NVIDIA Xid codes to a cause (from NVIDIA's "Xid Errors" catalog, docs.nvidia.com/deploy/xid-errors/)."""
+
+from __future__ import annotations
+
+from amdtop.kernel.events import FaultCause
+
+XID_CAUSES: dict[int, tuple[FaultCause, str]] = {
+    8: (FaultCause.HANG, "GPU stopped processing"),
+    13: (FaultCause.APP_EXCEPTION, "graphics engine exception"),
+    31: (FaultCause.PAGE_FAULT, "GPU memory page fault"),
+    32: (FaultCause.APP_EXCEPTION, "invalid or corrupted push buffer stream"),
+    38: (FaultCause.DRIVER, "driver firmware error"),
+    43: (FaultCause.APP_EXCEPTION, "GPU stopped processing (the context was reset)"),
+    45: (FaultCause.CLEANUP, "preemptive cleanup, due to a previous error or a killed process"),
+    48: (FaultCause.UNCORRECTABLE, "double bit ECC error"),
+    56: (FaultCause.DRIVER, "display engine error"),
+    61: (FaultCause.DRIVER, "internal micro-controller breakpoint/warning"),
+    62: (FaultCause.DRIVER, "internal micro-controller halt"),
+    63: (FaultCause.UNCORRECTABLE, "ECC page retirement or row remapping recording event"),
+    64: (FaultCause.UNCORRECTABLE, "ECC page retirement or row remapper recording failure"),
+    68: (FaultCause.DRIVER, "NVDEC0 exception"),
+    69: (FaultCause.APP_EXCEPTION, "graphics engine class error"),
+    74: (FaultCause.NVLINK, "NVLink error"),
+    79: (FaultCause.FALLEN_OFF_BUS, "GPU has fallen off the bus"),
+    92: (FaultCause.UNCORRECTABLE, "high single-bit ECC error rate"),
+    94: (FaultCause.UNCORRECTABLE, "contained ECC error"),
+    95: (FaultCause.UNCORRECTABLE, "uncontained ECC error"),
+    109: (FaultCause.HANG, "context switch timeout"),
+    119: (FaultCause.HANG, "GSP RPC timeout"),
+    120: (FaultCause.DRIVER, "GSP error"),
+    121: (FaultCause.NVLINK, "C2C link corrected error"),
+    123: (FaultCause.DRIVER, "SPI PMU RPC write failure"),
+    136: (FaultCause.DRIVER, "link training failed"),
+    140: (FaultCause.UNCORRECTABLE, "unrecovered ECC error"),
+    143: (FaultCause.DRIVER, "GPU initialization failure"),
+    144: (FaultCause.NVLINK, "NVLink SAW error"),
+    145: (FaultCause.NVLINK, "NVLink RLW error"),
+    146: (FaultCause.NVLINK, "NVLink TLW error"),
+    147: (FaultCause.NVLINK, "NVLink TREX error"),
+    148: (FaultCause.NVLINK, "NVLink NVLPW_CTRL error"),
+    149: (FaultCause.NVLINK, "NVLink NETIR error"),
+    150: (FaultCause.NVLINK, "NVLink MSE error"),
+    154: (FaultCause.RESET, "GPU recovery action changed"),
+}
+
+
+def xid_cause(code: int) -> tuple[FaultCause, str]:
+    """The cause and NVIDIA's name of Xid ``code`` (unknown codes are driver errors, named by number)."""
+    return XID_CAUSES.get(code, (FaultCause.DRIVER, f"Xid {code}"))
