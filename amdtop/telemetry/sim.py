@@ -212,6 +212,16 @@ _TOPOLOGIES: dict[str, Callable[[], Topology]] = {
 }
 
 
+PARTITION_ENV = "AMDTOP_SIM_PARTITION"
+"""Set by the demo's profiles on a partitioned node: the mode (``CPX/NPS4``) a simulated server's devices are in."""
+
+
+def mi300x_topology(partition: str | None = None) -> Topology:
+    """The simulated MI300X node, in ``partition`` mode (see :func:`parse_partition`) when given."""
+    topology = _mi300x_topology()
+    return partitioned(topology, *parse_partition(partition)) if partition else topology
+
+
 class SimBackend:
     """The simulated node. Thread-safe: workers set demand while the poller samples."""
 
