@@ -51,8 +51,9 @@ SCENARIOS = ("mi300x-8", "mi300x-8-cpx", "pcie-4", "empty")
 PARTITION_COUNT = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
 NPS_COUNT = {"NPS1": 1, "NPS4": 4}
 MI300X_MODES = {"SPX": ("NPS1",), "DPX": ("NPS1",), "QPX": ("NPS1", "NPS4"), "CPX": ("NPS1", "NPS4")}
-"""The compute/memory pairs MI300X offers (amd-smi's partition listing): a memory partition never spans less than
-one compute partition, so SPX and DPX run only in NPS1, QPX and CPX in NPS1 or NPS4."""
+"""The compute/memory pairs MI300X offers (amd-smi's partition listing): a compute partition never spans more than
+one memory partition (the driver shares each memory partition among whole compute partitions), so SPX and DPX run
+only in NPS1, QPX and CPX in NPS1 or NPS4."""
 MI300X_CUS = 304
 
 
@@ -69,13 +70,15 @@ def parse_partition(text: str) -> tuple[str, str]:
     """
     compute, slash, memory = text.strip().upper().partition("/")
     if compute not in PARTITION_COUNT:
-        raise ValueError(f"{text!r}: compute mode must be one of {', '.join(PARTITION_COUNT)} (e.g. CPX or CPX/NPS4)")
+        raise ValueError(
+            f"{text!r}: compute mode must be one of {', '.join(PARTITION_COUNT)}; MI300X offers {_pairs()}"
+        )
     if not slash:
         memory = "NPS4" if compute == "CPX" else "NPS1"
     if memory not in NPS_COUNT:
         raise ValueError(f"{text!r}: memory mode must be one of {', '.join(NPS_COUNT)}; MI300X offers {_pairs()}")
     if memory not in MI300X_MODES[compute]:
-        raise ValueError(f"{text!r}: MI300X has no {compute} in {memory}; it offers {_pairs()}")
+        raise ValueError(f"{text!r}: no {compute} in {memory}; MI300X offers {_pairs()}")
     return compute, memory
 
 
