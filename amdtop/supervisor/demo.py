@@ -49,9 +49,16 @@ def demo_profiles_text(topology: Topology, port_base: int) -> str:
     return "".join(parts)
 
 
+def demo_file(topology: Topology) -> str:
+    """The demo profile file's name: one per partition mode, since ``gpus = [4, 5]`` names GPUs 4 and 5 on an
+    unpartitioned node but two partitions of GPU 0 in CPX (and the servers are told the mode in their env)."""
+    modes = sorted({f"{g.compute_partition}-{g.memory_partition}".lower() for g in topology.gpus if g.partitions})
+    return DEMO_FILE if not modes else f"demo-profiles-{'+'.join(modes)}.toml"
+
+
 def ensure_demo_profiles(state_dir: Path, topology: Topology, *, port_base: int) -> Path:
-    """Write the demo profile file into ``state_dir`` unless one is there already; returns its path."""
-    path = Path(state_dir) / DEMO_FILE
+    """Write the demo profile file of ``topology``'s mode into ``state_dir`` unless one is there already; its path."""
+    path = Path(state_dir) / demo_file(topology)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(demo_profiles_text(topology, port_base))

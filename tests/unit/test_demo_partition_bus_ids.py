@@ -22,7 +22,7 @@ from amdtop.rccl.parser import parse_lines
 from amdtop.simserver.__main__ import visible_bdfs
 from amdtop.simserver.logs import rccl_init_lines
 from amdtop.supervisor import Supervisor
-from amdtop.supervisor.demo import demo_profiles_text
+from amdtop.supervisor.demo import demo_profiles_text, ensure_demo_profiles
 from amdtop.telemetry.sim import PARTITION_ENV, SimBackend
 from tests.unit.test_rccl_demo_workers import PROFILE, _free_ports
 from widgets.log_summary import render_logs
@@ -88,3 +88,10 @@ def test_supervised_sim_workers_on_a_cpx_node(tmp_path: Path) -> None:
     head = render_logs(update.workers, update.flags).plain
     assert "! transport_fallback [qwen-32b · GPUs 0]:" in head
     assert "SHM/direct FALLBACK: the partitions share a XGMI link: 0→1 GPU 0.4→0.5, 1→0 GPU 0.5→0.4" in head
+
+
+def test_each_partition_mode_has_its_own_demo_file(tmp_path: Path) -> None:
+    plain = ensure_demo_profiles(tmp_path, SimBackend().topology(), port_base=18000)
+    cpx = ensure_demo_profiles(tmp_path, SimBackend(partition="CPX").topology(), port_base=18000)
+    assert (plain.name, cpx.name) == ("demo-profiles.toml", "demo-profiles-cpx-nps4.toml")
+    assert PARTITION_ENV in cpx.read_text() and PARTITION_ENV not in plain.read_text()
