@@ -126,3 +126,14 @@ def test_state_file_with_a_bad_byte_reads(tmp_path: Path) -> None:
     store.path("w1").write_bytes(b'{"name": "w1", "model": "\xff"')
     rec, why = store.load_checked("w1")
     assert rec is None and why is not None and "corrupt" in why  # judged on its content, not a UnicodeDecodeError
+
+
+def test_cli_text_on_a_terminal_that_cannot_encode_the_replacement(tmp_path: Path) -> None:
+    import os
+
+    tree = poison(build_mi300x_8(tmp_path))
+    cmd = [sys.executable, "-m", "amdtop", "snapshot", "--backend", "sysfs", "--sysfs-root", str(tree.root)]
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}  # as a latin-1 or ASCII locale's terminal
+    out = subprocess.run(cmd, capture_output=True, timeout=120, check=False, env=env)
+    assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr.decode(errors="replace")[-2000:]
+    assert b"AMD Instinct MI300X ??" in out.stdout
