@@ -172,3 +172,36 @@ def partition_lines(topology: Topology) -> list[str]:
             f"KFD nodes {nodes}, NUMA {numa}"
         )
     return lines
+
+
+def partition_bdf(bdf: str, partition: int) -> str:
+    """PCI address HIP reports for ``partition`` of the GPU at ``bdf``: the partition index in the function bits.
+
+    amd.md §5: KFD's ``location_id`` of a partition carries its index in the PCI function (bus 0x05: ``0000:05:00.0``
+    .. ``05:00.7``), which is what HIP and RCCL print as the device's bus id.
+    """
+    head, dot, _fn = bdf.rpartition(".")
+    return f"{head}.{partition}" if dot else bdf
+
+
+def device_bdf(topology: Topology, hip_index: int) -> str | None:
+    """PCI address of HIP device ``hip_index`` (a partition's own, see :func:`partition_bdf`); ``None`` if unknown."""
+    for dev in hip_devices(topology):
+        if dev.hip_index != hip_index:
+            continue
+        info = topology.gpu(dev.gpu)
+        if info is None:
+            return None
+        return info.bdf if dev.partition is None else partition_bdf(info.bdf, dev.partition)
+    return None
+
+
+def bus_devices(topology: Topology) -> dict[str, tuple[int, int | None]]:
+    """Every device's PCI address -> (physical GPU, partition or ``None``): a GPU and each of its partitions."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for info in topology.gpus:
+        out[info.bdf] = (info.index, None)
+        for part in info.partitions:
+            # Partition 0 shares function 0 with the GPU itself: a rank there is the partition.
+            out[partition_bdf(info.bdf, part.index)] = (info.index, part.index)
+    return out

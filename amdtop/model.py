@@ -55,7 +55,7 @@ class Partition:
     numa_node: int | None = None
     """Host NUMA node KFD links this partition to (its lightest CPU io_link)."""
     mem_bytes: int | None = None
-    """Local memory of the partition per KFD ``mem_banks`` (a quarter of the HBM in NPS4)."""
+    """Local memory of the partition per KFD ``mem_banks`` (VRAM / compute partitions: 24 GB in CPX)."""
     compute_units: int | None = None
     """CUs of the partition (``simd_count / simd_per_cu``)."""
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdtop.cpulist import parse_cpulist
+from amdtop.sysread import read_text
 
 PROC = Path("/proc")
 
@@ -29,7 +30,7 @@ class ProcBinding:
 def read_status(pid: int, proc: Path = PROC) -> dict[str, str]:
     """``/proc/PID/status`` as a dict (empty if the process is gone or unreadable)."""
     try:
-        text = (proc / str(pid) / "status").read_text()
+        text = read_text(proc / str(pid) / "status")
     except OSError:
         return {}
     out: dict[str, str] = {}
@@ -118,7 +119,7 @@ def list_pids(proc: Path = PROC) -> list[int]:
 def numa_balancing_enabled(proc: Path = PROC) -> bool | None:
     """State of ``/proc/sys/kernel/numa_balancing`` (``None`` when the kernel has no such knob)."""
     try:
-        return (proc / "sys" / "kernel" / "numa_balancing").read_text().strip() not in ("", "0")
+        return read_text(proc / "sys" / "kernel" / "numa_balancing").strip() not in ("", "0")
     except OSError:
         return None
 
@@ -137,7 +138,7 @@ def children(pid: int, proc: Path = PROC) -> list[int]:
         return out
     for tid in tids:
         try:
-            text = (task / tid / "children").read_text()
+            text = read_text(task / tid / "children")
         except OSError:
             continue
         out.extend(int(part) for part in text.split())

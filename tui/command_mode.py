@@ -109,9 +109,10 @@ class CommandBar(Vertical):
     """The ``:`` prompt: Tab completes, Enter runs, Esc closes. Hidden until opened."""
 
     DEFAULT_CSS = """
-    CommandBar { height: auto; display: none; dock: bottom; background: $panel; }
+    CommandBar { height: auto; display: none; background: $panel; }
     CommandBar.open { display: block; }
     CommandBar > Input { border: none; height: 1; padding: 0 1; background: $panel; }
+    CommandBar > Input.-textual-compact { padding: 0 1; }
     CommandBar > #command-hint { height: 1; padding: 0 1; color: $text-muted; }
     """
     BINDINGS = [
@@ -132,7 +133,13 @@ class CommandBar(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="command-hint")
-        yield Input(placeholder="launch | ramp | retune | restart | stop  NAME  [key=value...]", id="command-input")
+        # compact: Input's own ``:focus`` rule draws a tall border (3 rows) that no plain ``border: none`` here
+        # outranks, and a 1-row prompt then shows only the border, never the text typed.
+        yield Input(
+            placeholder="launch | ramp | retune | restart | stop  NAME  [key=value...]",
+            id="command-input",
+            compact=True,
+        )
 
     def open(self, workers: Sequence[str]) -> None:
         self.names = list(workers)

@@ -18,6 +18,7 @@ from amdtop.model import Topology, WorkerStatus
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.ramp.observe import observer_from_frames
+from amdtop.ramp.target import check_base_url
 from amdtop.supervisor.stopper import StopReport
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
@@ -211,6 +212,11 @@ class ControlActions:
             return
         if not worker.url:
             self.notify(f"{name} has no URL to ramp against", severity="warning")
+            return
+        try:
+            check_base_url(worker.url)  # a URL from a record or a process's environment: never trusted as given
+        except ValueError as exc:
+            self.notify(f"{name}: cannot ramp: {exc}", severity="warning")
             return
         control = self.control
 

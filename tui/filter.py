@@ -50,7 +50,8 @@ class FilterBar(Input):
     """The ``/`` prompt: filters as you type; Enter keeps the filter, Esc clears it. Hidden until opened."""
 
     DEFAULT_CSS = """
-    FilterBar { display: none; dock: bottom; height: 1; border: none; padding: 0 1; background: $panel; }
+    FilterBar { display: none; height: 1; border: none; padding: 0 1; background: $panel; }
+    FilterBar.-textual-compact { padding: 0 1; }
     FilterBar.open { display: block; }
     """
     BINDINGS = [Binding("escape", "clear", "Clear filter", show=False, id="filter-clear")]
@@ -64,7 +65,10 @@ class FilterBar(Input):
             self.done = done
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(placeholder="filter GPUs and workers: gpu3, llama, IMB, NUMA, LOST, crashed…", id=id)
+        # compact: see CommandBar; without it the focused prompt is all border and the term typed is never seen.
+        super().__init__(
+            placeholder="filter GPUs and workers: gpu3, llama, IMB, NUMA, LOST, crashed…", id=id, compact=True
+        )
 
     def open(self) -> None:
         self.add_class("open")

@@ -8,7 +8,7 @@ from amdtop.cpulist import format_cpulist
 from amdtop.hip_devices import physical_worker
 from amdtop.model import FlagKind, GpuSample, WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame
-from widgets.partition_pane import owners_by_hip, partition_rows
+from widgets.partition_pane import idle_note, owners_by_hip, partition_rows
 from widgets.topo_matrix import TopoView
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -83,7 +83,7 @@ def gpu_rows(frame: NodeFrame) -> dict[str, tuple[object, ...]]:
         numa = "-" if info.numa_node is None else str(info.numa_node)
         gpu = Text(f"{info.index} n{numa}", style="bold")
         own = owner.get(info.index)
-        worker = f"{own[0]}/r{own[1]}" if own else "-"
+        worker = f"{own[0]}/r{own[1]}" if own else (idle_note(info, s, hip_owners) or "-")
         flags = Text(" ".join(marks.get(info.index, [])), style="bold red")
         if s is None or s.lost:
             why = "" if s is None else (s.error or "")

@@ -12,9 +12,14 @@ from amdtop.rccl.views import CommView, PairView, WorkerLogs
 _ERRORS = (FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT)
 
 
+def _dev(gpu: int, partition: int | None) -> str:
+    return str(gpu) if partition is None else f"{gpu}.{partition}"
+
+
 def _pair(p: PairView) -> str:
-    gpus = f" GPU {p.src_gpu}→{p.dst_gpu}" if p.src_gpu is not None and p.dst_gpu is not None else ""
-    return f"{p.src}→{p.dst}{gpus}"
+    if p.src_gpu is None or p.dst_gpu is None:
+        return f"{p.src}→{p.dst}"
+    return f"{p.src}→{p.dst} GPU {_dev(p.src_gpu, p.src_partition)}→{_dev(p.dst_gpu, p.dst_partition)}"
 
 
 def _transports(comm: CommView) -> list[tuple[str, str]]:
@@ -28,7 +33,8 @@ def _transports(comm: CommView) -> list[tuple[str, str]]:
         note = ""
         style = "green" if transport.startswith("P2P") else "magenta"
         if any(p.fallback for p in pairs):
-            note = f" FALLBACK: the GPUs share a {'/'.join(sorted(links)) or 'direct'} link"
+            between = "partitions" if any(p.src_gpu == p.dst_gpu for p in pairs) else "GPUs"
+            note = f" FALLBACK: the {between} share a {'/'.join(sorted(links)) or 'direct'} link"
             style = "bold magenta"
         elif all(p.inter_node for p in pairs):
             note, style = " inter-node", "cyan"

@@ -25,6 +25,7 @@ from amdtop.procinfo import (
     read_environ,
     read_ppid_pgid,
 )
+from amdtop.sysread import read_text
 from amdtop.thresholds import REDISCOVER_EVERY_S
 
 _PREFIX = os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM")
@@ -76,8 +77,8 @@ def _port(cmdline: tuple[str, ...]) -> int | None:
 
 def _start_time(pid: int, proc: Path) -> float | None:
     try:
-        stat = (proc / str(pid) / "stat").read_text()
-        btime_line = next(line for line in (proc / "stat").read_text().splitlines() if line.startswith("btime "))
+        stat = read_text(proc / str(pid) / "stat")
+        btime_line = next(line for line in read_text(proc / "stat").splitlines() if line.startswith("btime "))
         ticks = int(stat[stat.rfind(")") + 2 :].split()[19])
         return int(btime_line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, StopIteration, IndexError, ValueError):

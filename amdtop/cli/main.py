@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from amdtop import __version__
 from amdtop.cli.common import add_global_options
+from amdtop.cli.streams import tolerant_output
 from amdtop.errors import AmdtopError
 
 # Each module defines ``register(subparsers, parent)``: one module per command group, so groups stay independent.
@@ -50,6 +51,7 @@ Dashboard = Callable[[argparse.Namespace], int]
 
 def main(argv: Sequence[str] | None = None, *, dashboard: Dashboard | None = None) -> int:
     """Run amdtop; returns the exit status of the contract (0 ok, 1 runtime failure, 2 bad input)."""
+    tolerant_output()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

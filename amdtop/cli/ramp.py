@@ -18,6 +18,7 @@ from amdtop.errors import AmdtopError, os_reason
 from amdtop.ramp import Ramp, RampConfig, RampResult
 from amdtop.ramp.goodput import parse_goodput
 from amdtop.ramp.limits import check_writable_dir, check_writable_file, fallback_dir
+from amdtop.ramp.target import check_base_url
 
 
 def _number(kind: type, lo: float, hi: float, *, lo_open: bool = False, example: str = "") -> Callable[[str], Any]:
@@ -50,10 +51,17 @@ def _conc_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
+def _base_url(text: str) -> str:
+    try:
+        return check_base_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the ``ramp`` command."""
     p = sub.add_parser("ramp", parents=[parent], help="ramp load against an OpenAI endpoint and find the knee")
-    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--url", required=True, type=_base_url, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", default=None, help="served model name (default: the first of /v1/models)")
     p.add_argument(
         "--concurrency", type=_conc_list, default=None, help="steps, e.g. 1,2,4,8 (default 1,2,4,... to --max-num-seqs)"

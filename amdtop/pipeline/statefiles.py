@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from amdtop.model import Flag, WorkerStatus
 from amdtop.pipeline.frame import LinkBandwidth, RampKnee
 from amdtop.probe.cache import cache_path, load_results
+from amdtop.sysread import read_text
 
 RAMP_DIRS = ("ramp", "ramps")
 
@@ -50,7 +51,7 @@ def load_ramp_knees(state_dir: Path, workers: Sequence[WorkerStatus] = ()) -> tu
             continue
         for path in folder.glob("*.json"):
             try:
-                doc = json.loads(path.read_text())
+                doc = json.loads(read_text(path))
                 knee = doc.get("knee") or {}
                 concurrency = knee.get("concurrency")
                 mtime = path.stat().st_mtime

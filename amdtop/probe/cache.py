@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from amdtop.probe.model import ProbeResults, results_from_json, results_json
+from amdtop.sysread import read_text
 
 CACHE_NAME = "probe.json"
 
@@ -29,7 +30,7 @@ def save_results(state_dir: Path, results: ProbeResults) -> Path:
 def load_results(state_dir: Path) -> ProbeResults | None:
     """The cached results, or ``None`` when there are none or the file is unreadable or malformed."""
     try:
-        doc = json.loads(cache_path(state_dir).read_text())
+        doc = json.loads(read_text(cache_path(state_dir)))
         return results_from_json(doc)
     except (OSError, ValueError, KeyError, TypeError):
         return None

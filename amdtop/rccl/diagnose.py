@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
-from amdtop.model import Flag, FlagKind, Topology
+from amdtop.hip_devices import bus_devices
+from amdtop.model import Flag, FlagKind, Link, LinkType, Topology
 from amdtop.rccl.grammar import bus_id_of_bdf, norm_bus_id
 from amdtop.rccl.report import Comm, LogReport, Message
 
 FALLBACK_PREFIXES = ("SHM", "NET")
+INTRA_GPU_XGMI_WEIGHT = 13
+"""KFD io_link weight between two partitions of one GPU (amd.md §5)."""
+
+
+def device_by_bus_id(topology: Topology | None) -> dict[str, tuple[int, int | None]]:
+    """Printed bus id (``c1000``, ``5003`` for partition 3 of ``0000:05:00.0``) -> (GPU index, partition or None)."""
+    if topology is None:
+        return {}
+    return {bus_id_of_bdf(bdf): dev for bdf, dev in bus_devices(topology).items()}
 
 
 def gpu_by_bus_id(topology: Topology | None) -> dict[str, int]:
-    """Printed bus id (``c1000``) -> amdtop GPU index."""
-    if topology is None:
-        return {}
-    return {bus_id_of_bdf(g.bdf): g.index for g in topology.gpus}
+    """Printed bus id (``c1000``) -> amdtop GPU index (a partition's bus id gives its GPU)."""
+    return {bus: gpu for bus, (gpu, _part) in device_by_bus_id(topology).items()}
 
 
-def rank_gpus(comm: Comm, topology: Topology | None) -> dict[int, int]:
-    """Rank -> GPU index for the ranks whose bus id is one of the topology's GPUs."""
-    by_bus = gpu_by_bus_id(topology)
+def rank_devices(comm: Comm, topology: Topology | None) -> dict[int, tuple[int, int | None]]:
+    """Rank -> (GPU index, partition or None) for the ranks whose bus id is one of the topology's devices."""
+    by_bus = device_by_bus_id(topology)
     out = {}
     for r in comm.ranks:
         if r.bus_id is not None and norm_bus_id(r.bus_id) in by_bus:
@@ -26,32 +34,62 @@ def rank_gpus(comm: Comm, topology: Topology | None) -> dict[int, int]:
     return out
 
 
+def rank_gpus(comm: Comm, topology: Topology | None) -> dict[int, int]:
+    """Rank -> GPU index for the ranks whose bus id is one of the topology's GPUs (or their partitions)."""
+    return {rank: gpu for rank, (gpu, _part) in rank_devices(comm, topology).items()}
+
+
+def device_link(topology: Topology, a: tuple[int, int | None], b: tuple[int, int | None]) -> Link | None:
+    """The link between two devices: the GPUs' link, or XGMI inside one GPU between two of its partitions.
+
+    KFD links the partitions of one GPU by XGMI io_links of weight 13 (amd.md §5), so P2P between them is expected
+    and SHM between them is a fallback like SHM between two XGMI-linked GPUs.
+    """
+    (ga, pa), (gb, pb) = a, b
+    if ga != gb:
+        return topology.link(ga, gb)
+    if pa is not None and pb is not None and pa != pb:
+        return Link(ga, gb, LinkType.XGMI, hops=1, weight=INTRA_GPU_XGMI_WEIGHT)
+    return None
+
+
+def device_text(dev: tuple[int, int | None]) -> str:
+    """``3`` or ``3.5`` (partition 5 of GPU 3)."""
+    return str(dev[0]) if dev[1] is None else f"{dev[0]}.{dev[1]}"
+
+
 def _fallbacks(comm: Comm, topology: Topology, worker: str | None) -> list[Flag]:
-    gpus = rank_gpus(comm, topology)
+    devs = rank_devices(comm, topology)
     hosts = {r.rank: r.host for r in comm.ranks}
-    bad: dict[str, list[tuple[int, int, int, int]]] = {}
+    bad: dict[str, list[tuple[int, int, tuple[int, int | None], tuple[int, int | None]]]] = {}
+    kinds: dict[str, Link] = {}
     for e in comm.edges:
         if not e.transport.startswith(FALLBACK_PREFIXES) or e.src == e.dst:
             continue
         # only pairs inside one node: same host where printed, else a single-node communicator
         same_host = hosts.get(e.src) == hosts.get(e.dst) if hosts.get(e.src) and hosts.get(e.dst) else comm.nnodes == 1
-        if not same_host or e.src not in gpus or e.dst not in gpus:
+        if not same_host or e.src not in devs or e.dst not in devs:
             continue
-        link = topology.link(gpus[e.src], gpus[e.dst])
+        link = device_link(topology, devs[e.src], devs[e.dst])
         if link is None or not link.direct:
             continue
-        bad.setdefault(e.transport, []).append((e.src, e.dst, gpus[e.src], gpus[e.dst]))
+        bad.setdefault(e.transport, []).append((e.src, e.dst, devs[e.src], devs[e.dst]))
+        kinds.setdefault(e.transport, link)
     flags = []
     for transport, pairs in bad.items():
-        shown = ", ".join(f"rank {s}->{d} (GPU {a}->{b})" for s, d, a, b in pairs[:4])
+        shown = ", ".join(f"rank {s}->{d} (GPU {device_text(a)}->{device_text(b)})" for s, d, a, b in pairs[:4])
         more = f" and {len(pairs) - 4} more" if len(pairs) > 4 else ""
-        link_type = topology.link(pairs[0][2], pairs[0][3])
-        kind = link_type.type.value if link_type else "direct"
+        link = kinds[transport]
+        share = (
+            f"the partitions share GPU {link.a}'s internal XGMI"
+            if link.a == link.b
+            else f"the GPUs share a direct {link.type.value} link"
+        )
         msg = (
-            f"{comm_label(comm)}: {shown}{more} go through {transport} although the GPUs share a direct {kind} link; "
+            f"{comm_label(comm)}: {shown}{more} go through {transport} although {share}; "
             "P2P is disabled (NCCL_P2P_DISABLE/NCCL_P2P_LEVEL) or failed"
         )
-        gpu_set = sorted({g for p in pairs for g in p[2:]})
+        gpu_set = sorted({dev[0] for p in pairs for dev in p[2:]})
         extra = (("comm", comm.id), ("transport", transport), ("pairs", tuple((s, d) for s, d, _a, _b in pairs)))
         flags.append(Flag(FlagKind.TRANSPORT_FALLBACK, msg, worker, tuple(gpu_set), extra=extra))
     return flags
@@ -108,16 +146,16 @@ def comm_summary(comm: Comm, topology: Topology | None) -> str:
     text = comm.summary
     if topology is None:
         return text
-    gpus = rank_gpus(comm, topology)
+    devs = rank_devices(comm, topology)
     kinds = set()
     for e in comm.edges:
-        if e.transport.startswith("P2P") and e.src in gpus and e.dst in gpus and gpus[e.src] != gpus[e.dst]:
-            link = topology.link(gpus[e.src], gpus[e.dst])
+        if e.transport.startswith("P2P") and e.src in devs and e.dst in devs and devs[e.src] != devs[e.dst]:
+            link = device_link(topology, devs[e.src], devs[e.dst])
             kinds.add(link.type.value if link else "?")
     transports = {e.transport for e in comm.edges}
     if len(kinds) == 1 and len(transports) == 1:
         t = next(iter(transports))
         text = text.replace(f"all pairs {t}", f"all pairs {t} over {next(iter(kinds))}", 1)
-    if comm.ranks and len(gpus) == len(comm.ranks):
-        text += " (GPUs " + ",".join(str(gpus[r.rank]) for r in comm.ranks) + ")"
+    if comm.ranks and len(devs) == len(comm.ranks):
+        text += " (GPUs " + ",".join(device_text(devs[r.rank]) for r in comm.ranks) + ")"
     return text

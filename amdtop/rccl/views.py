@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amdtop.model import Flag, Topology
-from amdtop.rccl.diagnose import FALLBACK_PREFIXES, comm_summary, rank_gpus
+from amdtop.rccl.diagnose import FALLBACK_PREFIXES, comm_summary, device_link, rank_devices, rank_gpus
 from amdtop.rccl.report import Comm, LogReport, RankInfo, WarningGroup
 
 
@@ -32,6 +32,10 @@ class PairView:
     """True between hosts: NET there is expected."""
     fallback: bool = False
     """SHM or NET between two GPUs of this node that share a direct link."""
+    src_partition: int | None = None
+    """Compute partition of ``src_gpu`` the sending rank runs on (a partitioned node), else ``None``."""
+    dst_partition: int | None = None
+    """Compute partition of ``dst_gpu`` the receiving rank runs on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +95,18 @@ class WorkerLogs:
 def comm_view(comm: Comm, topology: Topology | None) -> CommView:
     """:class:`CommView` of ``comm`` on ``topology`` (GPU indices and link types where the bus ids are the node's)."""
     gpus = rank_gpus(comm, topology)
+    devs = rank_devices(comm, topology)
     hosts = {r.rank: r.host for r in comm.ranks}
     pairs = []
     for e in comm.edges:
         a, b = gpus.get(e.src), gpus.get(e.dst)
-        link = topology.link(a, b) if topology is not None and a is not None and b is not None and a != b else None
+        da, db = devs.get(e.src), devs.get(e.dst)
+        link = device_link(topology, da, db) if topology is not None and da is not None and db is not None else None
         same_host = not e.inter_node and (hosts.get(e.src) == hosts.get(e.dst) or comm.nnodes == 1)
         fallback = bool(link and link.direct and same_host and e.transport.startswith(FALLBACK_PREFIXES))
         kind = link.type.value if link else None
-        pairs.append(PairView(e.src, e.dst, e.transport, e.channels, a, b, kind, e.inter_node, fallback))
+        pa, pb = (da[1] if da else None), (db[1] if db else None)
+        pairs.append(PairView(e.src, e.dst, e.transport, e.channels, a, b, kind, e.inter_node, fallback, pa, pb))
     return CommView(
         id=comm.id,
         nranks=comm.nranks,

@@ -10,9 +10,10 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
+from amdtop.hip_devices import device_bdf
 from amdtop.simserver.engine import SimConfig
 from amdtop.simserver.server import SimServer
-from amdtop.telemetry.sim import MI300X_BDFS
+from amdtop.telemetry.sim import PARTITION_ENV, mi300x_topology
 
 # vllm serve flags that take no value: an unknown flag followed by a bare word otherwise swallows that word.
 _BOOL_FLAGS = {
@@ -119,13 +120,22 @@ def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
 
 
 def visible_bdfs(env: Mapping[str, str]) -> tuple[str, ...]:
-    """PCI addresses of the simulated MI300X GPUs named by HIP_VISIBLE_DEVICES (else CUDA_VISIBLE_DEVICES)."""
+    """PCI addresses of the simulated devices named by HIP_VISIBLE_DEVICES (else CUDA_VISIBLE_DEVICES).
+
+    The indices are HIP devices: on a partitioned node (the demo sets ``AMDTOP_SIM_PARTITION``) device 5 in CPX is
+    partition 5 of GPU 0 (``0000:05:00.5``), not GPU 5, and RCCL prints that partition's bus id.
+    """
     raw = env.get("HIP_VISIBLE_DEVICES") or env.get("CUDA_VISIBLE_DEVICES") or ""
+    try:
+        topology = mi300x_topology(env.get(PARTITION_ENV, "").strip() or None)
+    except ValueError:
+        topology = mi300x_topology()
     out = []
     for part in raw.split(","):
         part = part.strip()
-        if part.isdigit() and int(part) < len(MI300X_BDFS):
-            out.append(MI300X_BDFS[int(part)])
+        bdf = device_bdf(topology, int(part)) if part.isdigit() else None
+        if bdf is not None:
+            out.append(bdf)
     return tuple(out)
 
 

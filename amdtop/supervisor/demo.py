@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from amdtop.errors import InputError
-from amdtop.hip_devices import hip_devices, is_partitioned
+from amdtop.hip_devices import device_indices, hip_devices, is_partitioned
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.supervisor.launchspec import HOST_NODES, command_path, host_numa_nodes
 from amdtop.supervisor.profiles import Profile, resolve_numa
-from amdtop.telemetry.sim import GpuDemand, SimBackend
+from amdtop.telemetry.sim import PARTITION_ENV, GpuDemand, SimBackend
 
 DEMO_FILE = "demo-profiles.toml"
 P2P_OFF = ("qwen-32b",)
@@ -27,8 +27,12 @@ _DEMO_WORKERS = (
 
 def demo_profiles_text(topology: Topology, port_base: int) -> str:
     """TOML text of the demo profiles (GPUs that the topology lacks are left out)."""
-    known = {g.index for g in topology.gpus}
+    known = set(device_indices(topology))  # HIP devices: partitions on a partitioned node
     parts = ["# amdtop demo workers: simulated OpenAI servers (python -m amdtop.simserver). Edit freely.\n"]
+    modes = {f"{g.compute_partition}/{g.memory_partition}" for g in topology.gpus if g.partitions}
+    # The simulated servers print RCCL bus ids of the devices they are given: on a partitioned node those are
+    # partitions, so each server is told the node's mode.
+    mode_env = f'{PARTITION_ENV} = "{next(iter(modes))}"\n' if len(modes) == 1 else ""
     for i, (name, model, gpus, cap, tps, ttft) in enumerate(_DEMO_WORKERS):
         if not set(gpus) <= known:
             continue
@@ -40,14 +44,21 @@ def demo_profiles_text(topology: Topology, port_base: int) -> str:
             f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\nbackground-load = {int(cap * 0.8)}\n"
             # RCCL init output in the log, as NCCL_DEBUG=INFO gives; one group with P2P off shows a transport fallback
             # (SHM/direct between GPUs the topology links by XGMI) in the Logs and TP groups panes.
-            f'[worker.env]\nNCCL_DEBUG = "INFO"\n' + ('NCCL_P2P_DISABLE = "1"\n' if name in P2P_OFF else "")
+            f'[worker.env]\nNCCL_DEBUG = "INFO"\n' + ('NCCL_P2P_DISABLE = "1"\n' if name in P2P_OFF else "") + mode_env
         )
     return "".join(parts)
 
 
+def demo_file(topology: Topology) -> str:
+    """The demo profile file's name: one per partition mode, since ``gpus = [4, 5]`` names GPUs 4 and 5 on an
+    unpartitioned node but two partitions of GPU 0 in CPX (and the servers are told the mode in their env)."""
+    modes = sorted({f"{g.compute_partition}-{g.memory_partition}".lower() for g in topology.gpus if g.partitions})
+    return DEMO_FILE if not modes else f"demo-profiles-{'+'.join(modes)}.toml"
+
+
 def ensure_demo_profiles(state_dir: Path, topology: Topology, *, port_base: int) -> Path:
-    """Write the demo profile file into ``state_dir`` unless one is there already; returns its path."""
-    path = Path(state_dir) / DEMO_FILE
+    """Write the demo profile file of ``topology``'s mode into ``state_dir`` unless one is there already; its path."""
+    path = Path(state_dir) / demo_file(topology)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(demo_profiles_text(topology, port_base))

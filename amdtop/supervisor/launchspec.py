@@ -12,6 +12,7 @@ from pathlib import Path
 
 from amdtop.errors import InputError
 from amdtop.supervisor.profiles import ArgValue, Profile
+from amdtop.sysread import read_text
 from amdtop.vllm_numa import uses_vllm_numa_binding
 
 MARKER_ENV = "AMDTOP_WORKER"
@@ -134,7 +135,7 @@ def _only_leftover_connections(port: int, proc_net: Path = Path("/proc/net")) ->
     states: list[str] = []
     for name in ("tcp", "tcp6"):
         try:
-            lines = (proc_net / name).read_text().splitlines()[1:]
+            lines = read_text(proc_net / name).splitlines()[1:]
         except OSError:
             continue
         for line in lines:

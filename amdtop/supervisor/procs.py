@@ -11,6 +11,7 @@ from pathlib import Path
 
 from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ, read_proc_bytes
 from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
+from amdtop.sysread import read_text
 
 VLLM_TITLE = "VLLM::"
 _TP_RANK = re.compile(r"VLLM::Worker(?:_\w+?)*_TP(\d+)")
@@ -256,7 +257,7 @@ def mapped_shm(pids: set[int] | list[int], proc: Path = PROC) -> set[str]:
     out: set[str] = set()
     for pid in pids:
         try:
-            for line in (proc / str(pid) / "maps").read_text().splitlines():
+            for line in read_text(proc / str(pid) / "maps").splitlines():
                 idx = line.find("/dev/shm/")
                 if idx >= 0:
                     out.add(line[idx:].split(" (deleted)")[0].strip())

@@ -183,6 +183,8 @@ def load_profiles(path: Path) -> tuple[tomlkit.TOMLDocument, list[Profile]]:
         text = path.read_text()
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror}); fix the path or permissions") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: byte {exc.start} is not UTF-8; save the profile file as UTF-8") from None
     doc = parse_document(text, str(path))
     return doc, profiles_from_document(doc, str(path))
 
@@ -198,7 +200,7 @@ def load_profiles_lenient(path: Path) -> tuple[tomlkit.TOMLDocument, list[Profil
         first = exc
     try:
         doc = parse_document(path.read_text(), str(path))
-    except (OSError, InputError):
+    except (OSError, InputError, UnicodeDecodeError):
         return tomlkit.document(), [], first
     workers = doc.unwrap().get("worker", [])
     good: list[Profile] = []

@@ -16,6 +16,7 @@ from typing import Any
 
 from amdtop.errors import AmdtopError, InputError, os_reason
 from amdtop.secrets import mask_env as mask_env
+from amdtop.sysread import read_text
 
 FILE_MODE = 0o600
 """State files and worker logs: the launch line and environment may name things only their owner should read."""
@@ -169,7 +170,7 @@ class StateStore:
         """The record of ``name`` and, when there is none, why: ``"missing"`` or what is wrong with the file."""
         path = self.path(name)
         try:
-            text = path.read_text()
+            text = read_text(path)
         except FileNotFoundError:
             return None, "missing"
         except OSError as exc:

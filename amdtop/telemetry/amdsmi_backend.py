@@ -183,6 +183,10 @@ class AmdsmiBackend:
             value = fn(*args)
         except self._smi.AmdSmiException:
             return None
+        except UnicodeDecodeError:
+            # amdsmi decodes the driver's strings (market_name from product_name) as strict UTF-8: one bad byte
+            # there costs that field, not the backend.
+            return None
         if key is not None:
             return value.get(key) if isinstance(value, dict) else None
         return value

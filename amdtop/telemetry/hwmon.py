@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from amdtop.sysread import read_text_or_none
+
 _LABEL = re.compile(r"(temp|freq)(\d+)_label$")
 
 
@@ -34,10 +36,7 @@ class HwmonFiles:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
+    return read_text_or_none(path)
 
 
 def _existing(path: Path) -> str | None:

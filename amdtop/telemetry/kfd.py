@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdtop.model import Link, LinkType
+from amdtop.sysread import read_text
 
 IOLINK_PCIE = 2
 IOLINK_XGMI = 11
@@ -88,7 +89,7 @@ def _read_links(node_dir: Path, kind: str) -> tuple[KfdLink, ...]:
     links = []
     for name in names:
         try:
-            p = parse_properties((links_dir / name / "properties").read_text())
+            p = parse_properties(read_text(links_dir / name / "properties"))
         except OSError:
             continue
         if "node_to" in p:
@@ -107,8 +108,8 @@ def read_kfd_nodes(sysfs_root: Path) -> tuple[KfdNode, ...]:
     for idx in names:
         node_dir = base / str(idx)
         try:
-            gpu_id = int((node_dir / "gpu_id").read_text().strip() or 0)
-            props = parse_properties((node_dir / "properties").read_text())
+            gpu_id = int(read_text(node_dir / "gpu_id").strip() or 0)
+            props = parse_properties(read_text(node_dir / "properties"))
         except (OSError, ValueError):
             continue
         nodes.append(KfdNode(idx, gpu_id, props, _read_links(node_dir, "io_links"), _read_links(node_dir, "p2p_links")))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from amdtop.cpulist import parse_cpulist
 from amdtop.model import NumaNode
+from amdtop.sysread import read_text
 
 _NODE_DIR = re.compile(r"node(\d+)$")
 _MEMTOTAL = re.compile(r"MemTotal:\s+(\d+)\s*kB")
@@ -28,12 +29,12 @@ def read_numa_nodes(sysfs_root: Path) -> tuple[NumaNode, ...]:
     for node_id, name in sorted(names):
         node_dir = base / name
         try:
-            cpus = parse_cpulist((node_dir / "cpulist").read_text())
+            cpus = parse_cpulist(read_text(node_dir / "cpulist"))
         except (OSError, ValueError):
             cpus = ()
         mem: int | None = None
         try:
-            found = _MEMTOTAL.search((node_dir / "meminfo").read_text())
+            found = _MEMTOTAL.search(read_text(node_dir / "meminfo"))
             mem = int(found.group(1)) * 1024 if found else None
         except OSError:
             mem = None

@@ -28,6 +28,7 @@ from amdtop.model import (
     Topology,
     XgmiLinkCounters,
 )
+from amdtop.sysread import read_text
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml_host import host_numa_nodes, mask_to_cpus, normalize_bdf, pci_numa_node
 from amdtop.telemetry.plausible import plausible
@@ -251,7 +252,7 @@ class NvmlBackend:
         if pid in self._names:
             return self._names[pid]
         try:
-            name = (self._options.proc_root / str(pid) / "comm").read_text().strip() or None
+            name = read_text(self._options.proc_root / str(pid) / "comm").strip() or None
         except OSError:
             name = None  # another PID namespace or already gone; not retried while the pid stays listed
         self._names[pid] = name

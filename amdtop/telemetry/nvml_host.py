@@ -10,13 +10,11 @@ from pathlib import Path
 
 from amdtop.cpulist import parse_cpulist
 from amdtop.model import NumaNode
+from amdtop.sysread import decode, read_text_or_none
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
+    return read_text_or_none(path)
 
 
 def host_numa_nodes(sysfs_root: Path) -> tuple[NumaNode, ...]:
@@ -66,7 +64,7 @@ def pci_numa_node(sysfs_root: Path, bdf: str) -> int | None:
 
 def normalize_bdf(bus_id: str | bytes) -> str:
     """NVML's ``00000000:18:00.0`` (8-digit domain, upper case) to sysfs' ``0000:18:00.0``."""
-    text = bus_id.decode() if isinstance(bus_id, bytes) else bus_id
+    text = decode(bus_id) if isinstance(bus_id, bytes) else bus_id
     text = text.strip().lower()
     domain, sep, rest = text.partition(":")
     if not sep:

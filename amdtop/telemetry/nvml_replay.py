@@ -21,6 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from amdtop.sysread import read_text
+
 FIXTURE_VERSION = 2
 # Calls amdtop began making after version-1 fixtures were recorded: such a capture says nothing about them, so its
 # replay answers NOT_SUPPORTED -- the same ``None`` the backend shows where a GPU lacks the field.
@@ -213,7 +215,7 @@ def _read_files(root: Path, rels: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for rel in rels:
         try:
-            out[rel] = (root / rel).read_text()
+            out[rel] = read_text(root / rel)
         except OSError:
             continue
     return out

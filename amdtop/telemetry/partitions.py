@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amdtop.model import GpuInfo, Partition
+from amdtop.sysread import read_text
 from amdtop.telemetry.kfd import KfdNode, cpu_node_of, parse_properties
 
 COMPUTE_MODES = ("SPX", "DPX", "QPX", "CPX")
@@ -58,7 +59,7 @@ def parse_modes(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text(errors="replace")
+        return read_text(path)
     except OSError:
         return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from amdtop.model import EccCount
+from amdtop.sysread import decode
 
 _SUFFIX = "_err_count"
 _KEYS = {"ce": "correctable", "ue": "uncorrectable", "de": "deferred"}
@@ -48,7 +49,7 @@ def read_ras(files: tuple[tuple[str, str], ...]) -> tuple[EccCount, ...] | None:
         except OSError:
             continue
         try:
-            text = os.read(fd, 256).decode(errors="replace")
+            text = decode(os.read(fd, 256))
         except OSError:
             continue
         finally:

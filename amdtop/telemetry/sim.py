@@ -49,31 +49,54 @@ SIM_THROTTLE_REASONS = ("prochot", "power_cap", "socket_thermal", "vr_thermal", 
 SIM_RAS_BLOCKS = ("gfx", "umc", "xgmi_wafl")
 SCENARIOS = ("mi300x-8", "mi300x-8-cpx", "pcie-4", "empty")
 PARTITION_COUNT = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
-NPS_COUNT = {"NPS1": 1, "NPS2": 2, "NPS4": 4, "NPS8": 8}
+NPS_COUNT = {"NPS1": 1, "NPS4": 4}
+MI300X_MODES = {"SPX": ("NPS1",), "DPX": ("NPS1",), "QPX": ("NPS1", "NPS4"), "CPX": ("NPS1", "NPS4")}
+"""The compute/memory pairs MI300X offers (amd-smi's partition listing): a compute partition never spans more than
+one memory partition (the driver shares each memory partition among whole compute partitions), so SPX and DPX run
+only in NPS1, QPX and CPX in NPS1 or NPS4."""
 MI300X_CUS = 304
+
+
+def _pairs() -> str:
+    return ", ".join(f"{c}/{m}" for c, modes in MI300X_MODES.items() for m in modes)
 
 
 def parse_partition(text: str) -> tuple[str, str]:
     """``CPX`` or ``CPX/NPS4`` -> (compute mode, memory mode); the memory mode defaults to NPS4 for CPX, else NPS1.
 
     Raises:
-        ValueError: not a compute mode (``SPX|DPX|QPX|CPX``) optionally followed by ``/NPS1|/NPS2|/NPS4|/NPS8``.
+        ValueError: not a compute mode (``SPX|DPX|QPX|CPX``) optionally followed by a memory mode, or a pair MI300X
+            does not offer (the message names the valid pairs).
     """
     compute, slash, memory = text.strip().upper().partition("/")
     if compute not in PARTITION_COUNT:
-        raise ValueError(f"{text!r}: compute mode must be one of {', '.join(PARTITION_COUNT)} (e.g. CPX or CPX/NPS4)")
+        raise ValueError(
+            f"{text!r}: compute mode must be one of {', '.join(PARTITION_COUNT)}; MI300X offers {_pairs()}"
+        )
     if not slash:
         memory = "NPS4" if compute == "CPX" else "NPS1"
     if memory not in NPS_COUNT:
-        raise ValueError(f"{text!r}: memory mode must be one of {', '.join(NPS_COUNT)} (e.g. CPX/NPS4)")
+        raise ValueError(f"{text!r}: memory mode must be one of {', '.join(NPS_COUNT)}; MI300X offers {_pairs()}")
+    if memory not in MI300X_MODES[compute]:
+        raise ValueError(f"{text!r}: no {compute} in {memory}; MI300X offers {_pairs()}")
     return compute, memory
+
+
+def partition_memory(vram_total: int, compute: str) -> int:
+    """HBM one compute partition holds: its memory partition's size over the compute partitions sharing it.
+
+    That is the driver's ``amdgpu_amdkfd_xcp_memory_size`` (mem_partitions[mem_id].size / num_xcp_per_mem_partition),
+    which KFD reports in the partition's ``mem_banks``; in every mode MI300X offers it comes to VRAM / compute
+    partitions (CPX/NPS4: 192 GB / 4 / 2 = 24 GB; DPX/NPS1: 96 GB), so the partitions together hold the whole HBM.
+    """
+    return vram_total // PARTITION_COUNT[compute]
 
 
 def partitioned(topology: Topology, compute: str, memory: str) -> Topology:
     """``topology`` with every GPU in ``compute``/``memory`` mode, laid out as KFD does it (amd.md §5).
 
     Partition p of GPU i: KFD node 2 + n*i + p (two CPU nodes first), render minor 128 + 8*i + p, HIP index n*i + p;
-    memory VRAM / NPS count, CUs 304 / n; links between GPUs weight 41 (what the partitions' io_links say).
+    memory :func:`partition_memory`, CUs 304 / n; links between GPUs weight 41 (what the partitions' io_links say).
     """
     n = PARTITION_COUNT[compute]
     ncpu = len(topology.numa_nodes)
@@ -88,7 +111,7 @@ def partitioned(topology: Topology, compute: str, memory: str) -> Topology:
                 render_minor=128 + 8 * i + p,
                 hip_index=n * i + p,
                 numa_node=info.numa_node,
-                mem_bytes=(info.vram_total_bytes or 0) // NPS_COUNT[memory],
+                mem_bytes=partition_memory(info.vram_total_bytes or 0, compute),
                 compute_units=MI300X_CUS // n,
             )
             for p in range(n)
@@ -190,6 +213,16 @@ _TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "pcie-4": _pcie4_topology,
     "empty": _empty_topology,
 }
+
+
+PARTITION_ENV = "AMDTOP_SIM_PARTITION"
+"""Set by the demo's profiles on a partitioned node: the mode (``CPX/NPS4``) a simulated server's devices are in."""
+
+
+def mi300x_topology(partition: str | None = None) -> Topology:
+    """The simulated MI300X node, in ``partition`` mode (see :func:`parse_partition`) when given."""
+    topology = _mi300x_topology()
+    return partitioned(topology, *parse_partition(partition)) if partition else topology
 
 
 class SimBackend:

@@ -25,6 +25,7 @@ from typing import Any
 
 from amdtop.errors import BackendUnavailable
 from amdtop.model import Flag, GpuInfo, GpuProcess, GpuSample, Link, LinkType, NodeSnapshot, Topology
+from amdtop.sysread import read_text_or_none
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.gpu_metrics import read_gpu_metrics, sample_fields
 from amdtop.telemetry.hwmon import HwmonFiles, find_hwmon
@@ -53,10 +54,7 @@ def read_int(path: str) -> int:
 
 
 def _text(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
+    return read_text_or_none(path)
 
 
 @dataclass(frozen=True, slots=True)

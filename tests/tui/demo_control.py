@@ -17,6 +17,7 @@ from pathlib import Path
 import tomlkit
 
 from amdtop.errors import InputError
+from amdtop.hip_devices import device_bdf
 from amdtop.model import EngineStats, WorkerState, WorkerStatus
 from amdtop.simserver.background import OUTPUT_TOKENS, PROMPT_TOKENS, target
 from amdtop.simserver.engine import SimConfig
@@ -81,7 +82,8 @@ class DemoControl:
             env = dict(p.env)
             if env.get("NCCL_DEBUG", "").upper() != "INFO":
                 continue
-            bdfs = [g.bdf for i_ in p.gpus if (g := self.topology.gpu(i_)) is not None]
+            # Profiles name HIP devices (partitions on a partitioned node), as the simulated server maps them.
+            bdfs = [b for h in p.gpus if (b := device_bdf(self.topology, h)) is not None]
             lines = rccl_init_lines(
                 len(p.gpus), 4000 + 100 * i, bdfs=bdfs, p2p=env.get("NCCL_P2P_DISABLE") != "1", host="amdtop-demo"
             )

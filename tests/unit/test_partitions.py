@@ -99,7 +99,7 @@ def test_cpx_nps4_tree(tmp_path: Path) -> None:
         assert [p.gpu_id for p in gpu.partitions] == [20000 + 100 * i + p for p in range(8)]
         assert [p.kfd_node for p in gpu.partitions] == list(range(2 + 8 * i, 10 + 8 * i))
         assert {p.numa_node for p in gpu.partitions} == {0 if i < 4 else 1}
-        assert {p.mem_bytes for p in gpu.partitions} == {MI300X_VRAM // 4}  # NPS4: a quarter of the HBM each
+        assert {p.mem_bytes for p in gpu.partitions} == {MI300X_VRAM // 8}  # CPX/NPS4: a quarter's half, 24 GB
         assert {p.compute_units for p in gpu.partitions} == {38}  # one XCD
     # physical links come from partition 0 of each GPU: XGMI, weight 41 between GPUs' partitions
     assert {(lk.type, lk.hops, lk.weight) for lk in topo.links} == {(LinkType.XGMI, 1, 41)}
@@ -231,7 +231,7 @@ def test_sim_cpx_node_matches_the_real_layout() -> None:
         render_minor=128 + 8 * 3 + 2,
         hip_index=26,
         numa_node=0,
-        mem_bytes=MI300X_VRAM // 4,
+        mem_bytes=MI300X_VRAM // 8,
         compute_units=38,
     )
     assert {(lk.type, lk.hops, lk.weight) for lk in topo.links} == {(LinkType.XGMI, 1, 41)}
