@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
-from textual import constants, work
+from textual import constants
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.driver import Driver
 from textual.screen import Screen
-from textual.worker import get_current_worker
 
 from amdtop.control import DemoLoad, WorkerControl
 from amdtop.exporter import Exporter
 from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
-from amdtop.pipeline.frame import FrameMailbox
 from amdtop.rccl.monitor import LogMonitor
+from amdtop.runtime import NodeRuntime
 from amdtop.telemetry.base import TelemetryBackend
 from tui import input_driver
 from tui.control_actions import ControlActions
 from tui.messages import PollFailed, SnapshotReady
-from tui.pollers import poll_loop
 from tui.screens.dashboard import PANES, DashboardScreen
 from tui.screens.help import HelpScreen
 
@@ -81,7 +78,10 @@ class AmdtopApp(ControlActions, App[int]):
         demo_load: DemoLoad | None = None,
         exporter_listen: str = "127.0.0.1:9464",
         kernel_faults: KernelFaultMonitor | None = None,
+        runtime: NodeRuntime | None = None,
     ) -> None:
+        """``runtime``: the node runtime :func:`amdtop.runtime.open_node` opened (``amdtop``); without one (tests,
+        snapshots) the app builds its own over ``backend`` and the other parts."""
         super().__init__()
         self.backend = backend
         self.control = None if readonly else control
@@ -94,24 +94,29 @@ class AmdtopApp(ControlActions, App[int]):
         self.watch_tty = watch_tty
         self.on_terminal_lost: Callable[[], None] | None = None
         self.exporter: Exporter | None = None
-        # The newest drawn frame, for threads that serve it (the in-process exporter, a ramp's per-step recording).
-        self.mailbox = FrameMailbox()
         self.exporter_listen = exporter_listen
         self.paused = False
-        self.pipeline = NodePipeline(
-            backend,
-            workers,
-            proc_root=proc_root,
-            discover=discover,
-            monitor=log_monitor,
-            follow_logs=follow_logs,
-            state_dir=state_dir,
-            demo_load=demo_load,
-            kernel=kernel_faults,
-        )
-        self._stop = threading.Event()
-        self._wake = threading.Event()
+        if runtime is None:
+            pipeline = NodePipeline(
+                backend,
+                workers,
+                proc_root=proc_root,
+                discover=discover,
+                monitor=log_monitor,
+                follow_logs=follow_logs,
+                state_dir=state_dir,
+                demo_load=demo_load,
+                kernel=kernel_faults,
+            )
+            runtime = NodeRuntime(pipeline, interval)
+        # The dashboard is one subscriber of the runtime: the exporter and a ramp's observer read its newest frame
+        # whatever is drawn (a modal on top or a paused view skip drawing, not publishing).
+        self.runtime = runtime
+        self.pipeline = runtime.pipeline
+        self.interval = runtime.interval
+        self._unsubscribe: Callable[[], None] | None = None
         self._pending: NodeFrame | None = None
+        self._drawn_tick = -1
         self.poll_error: str | None = None
         self.dashboard = DashboardScreen(banner)
         self.frames = 0
@@ -129,15 +134,19 @@ class AmdtopApp(ControlActions, App[int]):
         return self.dashboard
 
     def on_mount(self) -> None:
+        self._unsubscribe = self.runtime.subscribe(
+            lambda frame: self.post_message(SnapshotReady(frame)), lambda error: self.post_message(PollFailed(error))
+        )
         if self.autopoll:
-            self._poll_worker()
+            self.runtime.start()
         if self.watch_tty:
             # Two ioctls a second; a blocked or ignored SIGHUP must not leave us running on a dead tty.
             self.set_interval(1.0, self._check_tty, name="tty-watch")
 
     def on_unmount(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        self.runtime.stop()
         if self.exporter is not None:
             self.exporter.stop()
         if self.control is not None:
@@ -145,36 +154,18 @@ class AmdtopApp(ControlActions, App[int]):
         self.pipeline.close()
         self.backend.close()
 
-    # -- polling -----------------------------------------------------------------------------------------------------
-    @work(thread=True, exclusive=True, exit_on_error=False, group="telemetry", description="telemetry poller")
-    def _poll_worker(self) -> None:
-        worker = get_current_worker()
-
-        def wait_interval() -> float:
-            # One Event for stop and wake-up: a control action asks for a fresh poll at once.
-            self._wake.wait(self.interval)
-            self._wake.clear()
-            return 0.0
-
-        poll_loop(
-            self.pipeline,
-            wait_interval,
-            self._stop,
-            lambda frame: self.post_message(SnapshotReady(frame)),
-            lambda error: self.post_message(PollFailed(error)),
-            lambda: worker.is_cancelled,
-        )
-
+    # -- frames ----------------------------------------------------------------------------------------------------
     def wake_poller(self) -> None:
-        self.pipeline.request_workers()
-        self._wake.set()
+        """Ask the runtime for a frame now (a control action changed the workers)."""
+        self.runtime.wake()
 
     def step(self, n: int = 1) -> NodeFrame:
-        """Tick ``n`` times synchronously and draw the last frame (tests and snapshots)."""
+        """Tick the runtime ``n`` times synchronously (every subscriber gets each frame) and draw the last one (tests
+        and snapshots)."""
         self.pipeline.request_workers()
-        frame = self.pipeline.tick()
+        frame = self.runtime.tick()
         for _ in range(n - 1):
-            frame = self.pipeline.tick()
+            frame = self.runtime.tick()
         self._show(frame)
         return frame
 
@@ -186,6 +177,8 @@ class AmdtopApp(ControlActions, App[int]):
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         if not self.is_running:
             return  # shutting down: the screen stack may already be empty (self.screen would raise)
+        if message.frame.tick and message.frame.tick <= self._drawn_tick:
+            return  # drawn already (step() draws at once what it published)
         self.poll_error = None
         self._pending = message.frame
         # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
@@ -204,7 +197,7 @@ class AmdtopApp(ControlActions, App[int]):
             return
         self._pending = None
         self.frames += 1
-        self.mailbox.put(frame)
+        self._drawn_tick = max(self._drawn_tick, frame.tick)
         self.dashboard.apply(frame, self.status_line(frame), self.clock())
 
     def status_line(self, frame: NodeFrame) -> str:

@@ -74,7 +74,8 @@ class ControlActions:
                 return False
             if self.dashboard.selected_worker() is None:
                 return None
-        return not (action in ("exporter", "probe") and self.readonly)
+        # Exporting is observation: `x` stays in --readonly; the probe loads every GPU, so it does not.
+        return not (action == "probe" and self.readonly)
 
     # -- supervisor calls in threads ---------------------------------------------------------------------------
     @work(thread=True, group="control", exit_on_error=False, description="worker control")
@@ -231,8 +232,9 @@ class ControlActions:
         screen = RampScreen(
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
             apply_changes=apply_changes if control is not None else None,
-            # The dashboard's own frames: per-step GPU data costs no device call and no recomputation of its own.
-            observer=observer_from_frames(self.mailbox.get, worker.gpus or None),
+            # The runtime's frames (every tick, also while this screen covers the dashboard): per-step GPU data costs
+            # no device call and no recomputation of its own.
+            observer=observer_from_frames(self.runtime.latest, worker.gpus or None),
         )  # fmt: skip
         self.push_screen(screen)
 
@@ -243,10 +245,10 @@ class ControlActions:
             self.notify("exporter stopped")
             return
 
-        # The dashboard's own frames, handed over as they are drawn: exporting adds no device calls and serves what
-        # the screen shows.
+        # The runtime's newest frame, published whatever is drawn: exporting adds no device call, and a modal or a
+        # paused view does not leave /metrics behind.
         try:
-            self.exporter = Exporter(self.mailbox.get, listen=self.exporter_listen)
+            self.exporter = Exporter(self.runtime.latest, listen=self.exporter_listen, min_interval=0.0)
             self.exporter.start()
         except Exception as exc:
             self.exporter = None

@@ -8,50 +8,12 @@ import signal
 import threading
 from collections.abc import Callable
 
-from amdtop.cli.common import config_path, open_from_args, state_dir
-from amdtop.cli.kernel import kernel_monitor
+from amdtop.cli.common import state_dir
 from amdtop.control import WorkerControl
-from amdtop.errors import NoGpuFound
-from amdtop.supervisor import Supervisor
-from amdtop.telemetry.base import TelemetryBackend
+from amdtop.runtime.node import NO_GPU_BANNER, open_node
 from amdtop.telemetry.sim import SimBackend
 
-NO_GPU_BANNER = "No GPU found — showing a simulated 8x MI300X node (--demo)"
-
-
-def open_control(args: argparse.Namespace, backend: TelemetryBackend, demo: bool) -> tuple[Supervisor | None, str | None]:
-    """(supervisor, note): the supervisor over the profiles (the demo's on the simulated node), or why there is none."""
-    cfg = config_path(args)
-    if not (demo or cfg.exists()):
-        return None, None
-    try:
-        sim = backend if isinstance(backend, SimBackend) else None
-        vendor = "NVIDIA" if backend.name == "nvml" else "AMD"
-        sup = Supervisor(
-            cfg,
-            state_dir(args),
-            topology=backend.topology(),
-            vendor=vendor,
-            demo=demo,
-            sim=sim,
-            readonly=bool(args.readonly),
-        )
-    except Exception as exc:  # a broken profile must not keep the dashboard from opening
-        return None, f"supervisor: {exc}"
-    note = None
-    if demo:
-        from amdtop.supervisor.demo import demo_pinning_note
-
-        note = demo_pinning_note([sup.profile(n) for n in sup.names()], sup.topology, os.environ)
-    return sup, note
-
-
-def open_backend_or_sim(args: argparse.Namespace) -> tuple[TelemetryBackend, str | None, bool]:
-    """(backend, banner, demo): the backend the arguments ask for, or the simulated node when no GPU is found."""
-    try:
-        return open_from_args(args), None, bool(args.demo)
-    except NoGpuFound:
-        return SimBackend(seed=args.seed, partition=args.demo_partition), NO_GPU_BANNER, True
+__all__ = ["NO_GPU_BANNER", "DemoAutostart", "TerminalLoss", "run"]
 
 
 class DemoAutostart:
@@ -130,25 +92,19 @@ def run(args: argparse.Namespace) -> int:
     """Run the dashboard; returns the exit status."""
     from tui.app import AmdtopApp
 
-    backend, banner, demo = open_backend_or_sim(args)
-    control, note = open_control(args, backend, demo)
-    if note:
-        banner = f"{banner} · {note}" if banner else note
+    node = open_node(args, ui=True)
+    backend, control = node.backend, node.control
     app = AmdtopApp(
         backend,
         workers=control,
         control=control,
-        demo_load=control.demo_load() if control is not None else None,
-        interval=float(args.interval),
         readonly=bool(args.readonly),
-        banner=banner,
+        banner=" · ".join(node.notes) or None,
         state_dir=state_dir(args),
         watch_tty=True,
-        follow_logs=True,
-        # Real vLLM processes have nothing to do with the simulated GPUs: discover only on real backends.
-        discover=not isinstance(backend, SimBackend),
-        kernel_faults=kernel_monitor(args, backend, headless=False),
+        runtime=node.runtime,
     )
+    demo = node.demo
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:
         autostart = DemoAutostart(control, on_failure=app.failures.put).start()

@@ -9,10 +9,9 @@ import threading
 from types import FrameType
 from typing import Any
 
-from amdtop.cli.common import open_from_args
-from amdtop.cli.node import open_pipeline
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
 from amdtop.exporter.server import is_loopback
+from amdtop.runtime import open_node
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -30,14 +29,20 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """Serve ``/metrics`` until interrupted."""
     host, _ = parse_listen(args.listen)  # bad input fails before any device is opened
-    backend = open_from_args(args)
+    node = open_node(args)
     try:
-        pipeline, sup = open_pipeline(args, backend)
-        exporter = Exporter(pipeline.tick, args.listen, min_interval=args.interval)
+        # The runtime ticks on its own clock (every --interval, whoever scrapes): the pipeline's windows hold the
+        # samples they are sized for, and a scrape serves the newest frame without a device call of its own.
+        try:
+            node.runtime.tick()
+        except Exception as exc:  # served as 500 "no sample yet" until a tick works; the loop keeps trying
+            sys.stderr.write(f"amdtop: warning: first poll failed: {exc}\n")
+        exporter = Exporter(node.runtime.latest, args.listen, min_interval=0.0)
         exporter.start()
+        node.runtime.start()
         if not is_loopback(host):
             sys.stderr.write(f"amdtop: warning: serving on {host}, not loopback: anyone who can reach it reads it\n")
-        sys.stderr.write(f"amdtop: serving {backend.name} metrics at {exporter.url} (Ctrl-C stops)\n")
+        sys.stderr.write(f"amdtop: serving {node.backend.name} metrics at {exporter.url} (Ctrl-C stops)\n")
         sys.stderr.flush()
         done = threading.Event()
 
@@ -52,9 +57,6 @@ def run_export(args: argparse.Namespace) -> int:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
             exporter.stop()
-            pipeline.close()
-            if sup is not None:
-                sup.close()
     finally:
-        backend.close()
+        node.close()
     return 0

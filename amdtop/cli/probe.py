@@ -6,14 +6,15 @@ import argparse
 import os
 from typing import Any
 
-from amdtop.cli.common import config_path, open_from_args, print_json, state_dir
+from amdtop.cli.common import print_json, state_dir
 from amdtop.cpulist import parse_cpulist
 from amdtop.errors import InputError
-from amdtop.model import NodeSnapshot
+from amdtop.model import NodeSnapshot, WorkerState
 from amdtop.probe.arith import format_size, parse_size
 from amdtop.probe.cache import save_results
-from amdtop.probe.guard import busy_gpus, worker_groups
+from amdtop.probe.guard import busy_gpus
 from amdtop.probe.model import ProbeResults, results_json
+from amdtop.runtime import open_node
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
 MAX_SIZE = 8 * 1024**3
@@ -78,15 +79,17 @@ def run_probe_cmd(args: argparse.Namespace) -> int:
     copy_size = _parse_sizes(args.copy_size)[0] if args.copy_size else None
     if args.iters < 1:
         raise InputError("--iters: must be at least 1")
-    backend = open_from_args(args)
+    # One tick of the node runtime: the GPUs' processes, amdtop's workers and the vLLM servers found running.
+    node = open_node(args, follow_logs=False, kernel=False)
     try:
-        snap = backend.sample()
+        frame = node.runtime.tick()
     finally:
-        backend.close()
+        node.close()
+    snap = frame.snapshot
     if not snap.topology.gpus:  # --backend none, or a node whose GPUs are all gone
         raise InputError(f"probe: backend {snap.backend} lists no GPU to measure; pick a GPU backend with --backend")
     gpus = _parse_gpus(args.gpus, snap)
-    workers = worker_groups(config_path(args), state_dir(args), snap.topology)
+    workers = {w.name: w for w in frame.workers if w.state not in (WorkerState.STOPPED, WorkerState.CRASHED)}
     busy = busy_gpus(snap, workers, gpus, own_pid=os.getpid())
     if busy and not args.force:
         raise InputError(f"--gpus: GPUs in use ({busy}); stop those workers or pass --force")

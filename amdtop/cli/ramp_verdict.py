@@ -1,4 +1,4 @@
-"""``amdtop ramp``'s node observation (a telemetry backend through :class:`NodeObserver`) and its verdict text."""
+"""``amdtop ramp``'s node observation (the node runtime's frames through :class:`NodeObserver`) and its verdict text."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from amdtop.cli.common import backend_options
 from amdtop.errors import AmdtopError
-from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from_backend
-from amdtop.telemetry import open_backend
+from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from_frames
+from amdtop.runtime import open_node
 
 
 def gpu_list(text: str) -> tuple[int, ...]:
@@ -33,21 +32,29 @@ def _worker_gpus(snapshot: Any, pids: Sequence[int]) -> list[int]:
 def cli_observer(
     args: argparse.Namespace, url: str, gpus: Sequence[int] | None
 ) -> tuple[NodeObserver | None, Callable[[], None] | None, str]:
-    """The node's telemetry backend as a :class:`NodeObserver` over the worker's GPUs, its closer and a note.
+    """The node runtime's frames as a :class:`NodeObserver` over the worker's GPUs, the closer and a note.
 
-    ``(None, None, why)`` without GPUs. Quiet on stderr: a ramp that fails to reach its URL still prints one line.
-    The worker's GPUs are ``gpus`` when given, else those whose process lists hold the worker's processes, else all.
+    The runtime ticks every ``--interval`` while the ramp runs, so each step reads the frames the pipeline made
+    (throttle shares, fabric rates) rather than computing its own. ``(None, None, why)`` without a node. Quiet on
+    stderr: a ramp that fails to reach its URL still prints one line. The worker's GPUs are ``gpus`` when given, else
+    those whose process lists hold the worker's processes, else all.
     """
     try:
-        backend = open_backend("sim" if args.demo else args.backend, backend_options(args))
+        node = open_node(args, follow_logs=False, kernel=False)
     except AmdtopError as exc:
         return None, None, f"none ({exc})"
     chosen: Sequence[int] | None = gpus
+    try:
+        first = node.runtime.tick()
+    except Exception as exc:
+        node.close()
+        return None, None, f"none ({exc})"
     if chosen is None:
         with contextlib.suppress(Exception):
-            chosen = _worker_gpus(backend.sample(), default_worker_pids(url.rstrip("/"))()) or None
+            chosen = _worker_gpus(first.snapshot, default_worker_pids(url.rstrip("/"))()) or None
+    node.runtime.start()
     which = "all GPUs" if chosen is None else "GPUs " + ",".join(map(str, chosen))
-    return observer_from_backend(backend.sample, chosen), backend.close, f"{backend.name}: {which}"
+    return observer_from_frames(node.runtime.latest, chosen), node.close, f"{node.backend.name}: {which}"
 
 
 _warned: set[int] = set()

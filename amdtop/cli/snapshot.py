@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 from amdtop.cli.common import open_from_args, print_json
-from amdtop.cli.node import open_pipeline
 from amdtop.model import NodeSnapshot
 from amdtop.pipeline import NodeFrame
 from amdtop.report import frame_json, snapshot_json
+from amdtop.runtime import open_node
 from amdtop.topo_text import render_topology
 
 
@@ -44,25 +43,14 @@ def _window(text: str) -> float:
 
 
 def sample_frame(args: argparse.Namespace) -> NodeFrame:
-    """One frame of the node pipeline; with ``--window``, the last of the ticks taken every ``--interval`` over it."""
+    """One frame of the node pipeline; with ``--window``, the last of the ticks the runtime takes every
+    ``--interval`` over it (the imbalance window is the whole of ``--window``)."""
     window = float(args.window)
-    interval = float(args.interval)
-    backend = open_from_args(args)
+    node = open_node(args, window_s=window)
     try:
-        pipeline, sup = open_pipeline(args, backend, window_s=window)
-        try:
-            end = time.monotonic() + window
-            frame = pipeline.tick()
-            while time.monotonic() < end:
-                time.sleep(min(interval, max(0.0, end - time.monotonic())))
-                frame = pipeline.tick()
-        finally:
-            pipeline.close()
-            if sup is not None:
-                sup.close()
+        return node.runtime.run_window(window)
     finally:
-        backend.close()
-    return frame
+        node.close()
 
 
 def _take(args: argparse.Namespace) -> NodeSnapshot:

@@ -6,15 +6,14 @@ import argparse
 import math
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from amdtop.cli.common import config_path, open_from_args, print_json, state_dir
+from amdtop.cli.common import open_from_args, print_json
 from amdtop.errors import InputError, NoGpuFound
-from amdtop.model import Topology, WorkerStatus
+from amdtop.model import WorkerStatus
+from amdtop.runtime import node as runtime_node
 from amdtop.supervisor import StopReport, Supervisor
 from amdtop.telemetry.base import TelemetryBackend
-from amdtop.telemetry.numa import read_numa_nodes
 from amdtop.telemetry.sim import SimBackend
 
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -84,23 +83,15 @@ def open_supervisor(args: argparse.Namespace) -> Supervisor:
     if backend is None:
         # A host without GPUs can still run CPU workers (gpus = []): validate against its NUMA nodes alone.
         sys.stderr.write("amdtop: no GPU found; supervising CPU-only workers (profiles must use gpus = [])\n")
-        topology = Topology((), (), read_numa_nodes(Path(args.sysfs_root)))
+        topology = runtime_node.cpu_only_topology(args)
     else:
         try:
             topology = backend.topology()
         finally:
             if not isinstance(backend, SimBackend):
                 backend.close()
-    vendor = topology.gpus[0].vendor if topology.gpus else "AMD"
-    return Supervisor(
-        config_path(args),
-        state_dir(args),
-        topology=topology,
-        vendor=vendor,
-        demo=bool(args.demo),
-        sim=backend if isinstance(backend, SimBackend) else None,
-        readonly=bool(getattr(args, "readonly", False)),
-        lenient=True,
+    return runtime_node.open_supervisor(
+        args, topology, backend=backend, readonly=bool(getattr(args, "readonly", False)), lenient=True
     )
 
 

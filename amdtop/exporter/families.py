@@ -113,6 +113,8 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
         FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls made for scrapes"),
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
+        _g("amdtop_frame_timestamp_seconds", ("hostname",), "s", "When the frame this scrape serves was made"),
+        FamilySpec("amdtop_polls", "counter", ("hostname",), "1", "Backend polls (pipeline ticks) so far"),
     )
 }
 
@@ -299,6 +301,9 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         b.add("amdtop_ramp_recommended_max_num_seqs", (host, k.worker), k.recommended_max_num_seqs)
         b.add("amdtop_ramp_timestamp_seconds", (host, k.worker), k.timestamp)
     b.add("amdtop_snapshot_timestamp_seconds", (host,), snap.timestamp)
+    b.add("amdtop_frame_timestamp_seconds", (host,), state.made_at)
+    if state.tick:
+        b.add("amdtop_polls", (host,), state.tick)
     if stats is not None:
         b.add("amdtop_exporter_polls", (host,), stats.polls)
         b.add("amdtop_exporter_poll_duration_seconds", (host,), stats.last_duration_s)

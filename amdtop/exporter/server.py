@@ -1,7 +1,9 @@
 """The exporter: a Prometheus ``/metrics`` endpoint over a provider of :class:`~amdtop.pipeline.NodeFrame`.
 
-Collection happens on scrape, but at most once per ``min_interval``: a burst of scrapes (several Prometheus
-servers, a curl loop) is served from the cached state instead of multiplying device calls.
+In amdtop the provider is the node runtime's newest frame (``amdtop export`` and the dashboard's ``x`` alike): the
+runtime ticks on its own clock and a scrape serves what it last published. A provider that polls (tests, benches) is
+called at most once per ``min_interval``: a burst of scrapes is served from the cached state instead of multiplying
+device calls.
 """
 
 from __future__ import annotations
@@ -93,15 +95,16 @@ class _Collector:
 
     def __init__(self, cache: CachedProvider) -> None:
         self._cache = cache
-        self._built: tuple[int, list[Metric]] = (-1, [])
+        self._built: tuple[NodeFrame | None, list[Metric]] = (None, [])
 
     def collect(self) -> Iterator[Metric]:
         state, stats = self._cache.get()
-        # A burst of scrapes within min_interval re-serves the families built for the cached state.
-        polls, families = self._built
-        if polls != stats.polls:
+        # A burst of scrapes of one frame (within min_interval, or between two ticks of the node runtime) re-serves
+        # the families built for it.
+        built, families = self._built
+        if built is not state:
             families = build_families(state, stats)
-            self._built = (stats.polls, families)
+            self._built = (state, families)
         yield from families
 
     def describe(self) -> list[Metric]:

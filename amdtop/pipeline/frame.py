@@ -129,6 +129,8 @@ class NodeFrame:
     """Tick number of the pipeline that built it (1 for the first)."""
     kernel_log: KernelLogStatus | None = None
     """The kernel-log reader (source, availability); ``None`` when no kernel log is watched."""
+    made_at: float | None = None
+    """When the pipeline finished the tick, seconds since the epoch (``None`` for a frame built by hand)."""
 
     def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
         """Flags of the given kinds, in frame order."""

@@ -92,6 +92,7 @@ class NodePipeline:
         history_points: int = HISTORY_POINTS,
         clock: Callable[[], float] = time.monotonic,
         kernel: KernelFaultMonitor | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given);
         ``kernel`` reads the kernel log for GPU faults."""
@@ -130,6 +131,7 @@ class NodePipeline:
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
         self.kernel = kernel
+        self.wall_clock = wall_clock
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
@@ -302,6 +304,7 @@ class NodePipeline:
             errors=errors,
             tick=self._tick,
             kernel_log=None if kernel is None else kernel.status,
+            made_at=self.wall_clock(),
         )
 
     def close(self) -> None:

@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from pathlib import Path
 
-from amdtop.model import NodeSnapshot, Topology, WorkerState, WorkerStatus
-
-
-def worker_groups(config: Path, state_dir: Path, topology: Topology) -> dict[str, WorkerStatus]:
-    """amdtop's own workers that are not stopped, by name (empty without a profile file or supervisor)."""
-    if not config.exists():
-        return {}
-    try:
-        sup_mod = importlib.import_module("amdtop.supervisor")
-        sup = sup_mod.Supervisor(config, state_dir, topology=topology, readonly=True)
-        statuses: list[WorkerStatus] = sup.status()
-    except Exception:  # a broken profile file must not keep the probe from running; busy GPUs still show below
-        return {}
-    return {w.name: w for w in statuses if w.state not in (WorkerState.STOPPED, WorkerState.CRASHED)}
+from amdtop.model import NodeSnapshot, WorkerStatus
 
 
 def busy_gpus(snap: NodeSnapshot, workers: dict[str, WorkerStatus], gpus: Sequence[int], own_pid: int) -> list[str]:

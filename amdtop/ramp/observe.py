@@ -2,8 +2,8 @@
 
 The recorder runs beside the load generator on the same event loop: one ``/metrics`` scrape and one node observation
 every ``interval_s``, levels kept only inside the measurement window, counters differenced over the whole step.
-Node data comes through :class:`NodeObserver`, a callable the caller wires to whatever already polls the GPUs (the
-TUI's frame, or a telemetry backend in the CLI), so recording adds no device calls of its own.
+Node data comes through :class:`NodeObserver`, a callable over the node runtime's newest frame (the dashboard's, or
+the one ``amdtop ramp`` starts), so recording adds no device call and no computation of its own.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import httpx
 import psutil
 
 from amdtop.cpulist import format_cpulist
-from amdtop.health.throttle import throttle_shares
-from amdtop.health.traffic import fabric_traffic
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.supervisor.metrics import parse_samples
 
@@ -53,58 +51,9 @@ class GpuObservation:
 
 
 class NodeObserver(Protocol):
-    """Returns the worker's GPUs as seen now; wired by the integrator to the one frame, by the CLI to a backend."""
+    """Returns the worker's GPUs as seen now (:func:`observer_from_frames` over the node runtime's newest frame)."""
 
     def __call__(self) -> Sequence[GpuObservation]: ...
-
-
-def observer_from_backend(sample: Callable[[], Any], gpus: Sequence[int] | None = None) -> NodeObserver:
-    """A :class:`NodeObserver` over any ``sample() -> NodeSnapshot | None`` (a telemetry backend's ``sample``, or the
-    one frame's ``snapshot`` in the TUI, which then costs no device call of its own).
-
-    Only ``gpus`` are kept (``None``: every GPU of the snapshot). Throttling and XGMI/NVLink rates come from two
-    successive snapshots through the health module (residency counters or active reasons; link byte counters), so a
-    call that sees the same snapshot again keeps the last known values.
-    """
-    wanted = None if gpus is None else set(gpus)
-    state: dict[str, Any] = {"prev": None, "throttle": {}, "xgmi": {}}
-
-    def observe() -> Sequence[GpuObservation]:
-        snap = sample()
-        if snap is None:
-            return ()
-        prev = state["prev"]
-        if prev is not None and snap.timestamp > prev.timestamp:
-            state["throttle"] = {t.gpu: t.worst for t in throttle_shares([prev, snap], window_s=float("inf"))}
-            fabric = fabric_traffic(prev, snap)
-            state["xgmi"] = {
-                g.gpu: (g.read_bps or 0.0) + (g.write_bps or 0.0)
-                for g in (fabric.gpus if fabric else ())
-                if g.read_bps is not None or g.write_bps is not None
-            }
-        if prev is None or snap.timestamp > prev.timestamp:
-            state["prev"] = snap
-        caps = {g.index: g.power_cap_w for g in snap.topology.gpus}
-        out = []
-        for g in snap.gpus:
-            if g.lost or (wanted is not None and g.index not in wanted):
-                continue
-            worst = state["throttle"].get(g.index, "unknown")
-            throttled = None if worst == "unknown" else worst is not None and worst[1] >= THROTTLED_SHARE
-            out.append(
-                GpuObservation(
-                    index=g.index,
-                    util_pct=g.util_pct,
-                    power_w=g.power_w,
-                    power_cap_w=caps.get(g.index),
-                    throttled=throttled,
-                    throttle_reason=worst[0] if throttled and worst not in (None, "unknown") else None,
-                    xgmi_bytes_per_s=state["xgmi"].get(g.index),
-                )
-            )
-        return out
-
-    return observe
 
 
 def observer_from_frames(frame: Callable[[], NodeFrame], gpus: Sequence[int] | None = None) -> NodeObserver:

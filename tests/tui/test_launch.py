@@ -24,25 +24,43 @@ def _args(tmp_path: Path, **kw: Any) -> argparse.Namespace:
 
 
 def test_no_gpu_opens_sim_with_banner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from amdtop.runtime import node as runtime_node
+
     def no_gpu(args: argparse.Namespace) -> Any:
         raise NoGpuFound("no GPU found")
 
-    monkeypatch.setattr(launch, "open_from_args", no_gpu)
-    backend, banner, demo = launch.open_backend_or_sim(_args(tmp_path))
-    assert isinstance(backend, SimBackend) and demo is True
-    assert banner == "No GPU found — showing a simulated 8x MI300X node (--demo)"
+    monkeypatch.setattr(runtime_node, "open_from_args", no_gpu)
+    node = runtime_node.open_node(_args(tmp_path), ui=True)
+    try:
+        assert isinstance(node.backend, SimBackend) and node.demo is True
+        assert node.notes[0] == "No GPU found — showing a simulated 8x MI300X node (--demo)"
+        assert node.control is not None  # the demo's workers stand in for the simulated node
+    finally:
+        node.close()
 
 
 def test_demo_flag_opens_sim_without_banner(tmp_path: Path) -> None:
-    backend, banner, demo = launch.open_backend_or_sim(_args(tmp_path, demo=True))
-    assert isinstance(backend, SimBackend) and banner is None and demo is True
+    from amdtop.runtime import open_node
+
+    node = open_node(_args(tmp_path, demo=True), ui=True)
+    try:
+        assert isinstance(node.backend, SimBackend) and node.demo is True
+        assert launch.NO_GPU_BANNER not in node.notes
+    finally:
+        node.close()
 
 
-def test_real_backend_without_profiles_has_no_controller(tmp_path: Path) -> None:
+def test_real_backend_without_profiles_has_no_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from amdtop.runtime import node as runtime_node
+
     backend = SimBackend()
     backend.name = "sysfs"  # stands in for a real backend: no demo workers, no profile file
-    control, note = launch.open_control(_args(tmp_path), backend, demo=False)
-    assert control is None and note is None
+    monkeypatch.setattr(runtime_node, "open_from_args", lambda args: backend)
+    node = runtime_node.open_node(_args(tmp_path), ui=True)
+    try:
+        assert node.control is None and node.supervisor is None and node.notes == []
+    finally:
+        node.close()
 
 
 async def test_banner_and_command_palette() -> None:

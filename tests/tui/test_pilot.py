@@ -159,13 +159,91 @@ async def test_readonly_hides_and_blocks_control_keys() -> None:
     app = make_app(readonly=True)
     async with app.run_test(size=(200, 50)) as pilot:
         await _ready(pilot)
-        for action in ("launch", "restart", "stop", "retune", "ramp", "exporter"):
+        for action in ("launch", "restart", "stop", "retune", "ramp", "probe"):
             assert app.check_action(action, ()) is False
         await pilot.press("5", "s", "r", "l", "e")
         await settle(pilot)
         assert app.screen is app.dashboard
         footer_keys = {b.binding.key for b in app.screen.active_bindings.values() if b.enabled and b.binding.show}
         assert "s" not in footer_keys and "q" in footer_keys
+        # Exporting is observation: the key stays in --readonly.
+        assert app.check_action("exporter", ()) is True and "x" in footer_keys
+
+
+def _scrape_polls(app: Any) -> tuple[float, float]:
+    """(amdtop_polls_total, amdtop_frame_timestamp_seconds) of one in-process scrape of the app's exporter."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = app.exporter.render().decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    return fams["amdtop_polls"].samples[0].value, fams["amdtop_frame_timestamp_seconds"].samples[0].value
+
+
+async def test_exporter_stays_fresh_under_a_modal_and_while_paused() -> None:
+    """The runtime publishes every frame to the exporter whatever the dashboard draws."""
+    from tui.screens.help import HelpScreen
+
+    app = make_app(exporter_listen="127.0.0.1:0")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("x")
+        await settle(pilot)
+        assert app.exporter is not None and app.exporter.running
+        first, _ = _scrape_polls(app)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert isinstance(app.screen, HelpScreen)
+        drawn = app.frames
+        app.runtime.tick()
+        app.runtime.tick()
+        await settle(pilot)
+        under_modal, _ = _scrape_polls(app)
+        assert under_modal == first + 2 and app.frames == drawn  # served, not drawn
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert app.paused
+        app.runtime.tick()
+        await settle(pilot)
+        paused, stamp = _scrape_polls(app)
+        assert paused == under_modal + 1 and stamp == app.runtime.latest().made_at
+        await pilot.press("x")  # stop it: the port is freed
+        await settle(pilot)
+        assert app.exporter is None
+
+
+async def test_ramp_observer_records_a_new_frame_per_step_under_its_screen() -> None:
+    """The ramp screen covers the dashboard; its observer still reads the frame of each new tick."""
+    from amdtop.telemetry.sim import GpuDemand
+    from tui.screens.ramp import RampScreen
+
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        pushed: list[Any] = []
+        original = app.push_screen
+
+        def keep(screen: Any, *args: Any, **kw: Any) -> Any:
+            pushed.append(screen)
+            return original(screen, *args, **kw)
+
+        app.push_screen = keep  # type: ignore[method-assign]
+        await pilot.press("5", "a")
+        await settle(pilot)
+        assert isinstance(app.screen, RampScreen)
+        observe = pushed[-1].observer
+        worker = app.runtime.latest().worker(pushed[-1].worker)
+        assert worker is not None
+        steps = []
+        for load in (0.1, 0.9, 0.4):  # one ramp step per tick, each at another load
+            app.backend.set_demand("ramp-test", {g: GpuDemand(load, 0) for g in worker.gpus})
+            frame = app.runtime.tick()
+            want = {g.index: g.util_pct for g in frame.snapshot.gpus if g.index in worker.gpus}
+            got = {o.index: o.util_pct for o in observe()}
+            assert got == want  # this tick's frame, not the one drawn before the screen opened
+            steps.append(got)
+        assert steps[0] != steps[1] != steps[2]
 
 
 async def test_ramp_key_opens_ramp_screen_for_selected_worker() -> None:
@@ -258,9 +336,10 @@ async def test_poller_thread_delivers_frames_and_stops_on_quit() -> None:
             if app.frames >= 3:
                 break
         assert app.frames >= 3
-        assert len(app.workers) == 1  # one telemetry worker, no overlap
-    assert not any(t.name.startswith("asyncio") is False and "telemetry" in t.name for t in threading.enumerate())
-    assert app._stop.is_set()
+        assert app.runtime.running
+        assert [t.name for t in threading.enumerate()].count("amdtop-runtime") == 1  # one tick loop, no overlap
+    assert not app.runtime.running
+    assert "amdtop-runtime" not in [t.name for t in threading.enumerate()]
 
 
 async def test_frames_arriving_under_a_modal_are_drawn_when_it_closes() -> None:

@@ -194,30 +194,64 @@ def test_observer_feeds_gpu_spread(tmp_path: Path) -> None:
     assert s["power_frac_max"] == pytest.approx(700 / 750)
 
 
-def test_observer_reads_throttling_and_xgmi_from_successive_snapshots() -> None:
+class _Replay:
+    """A backend that answers recorded snapshots in turn (the node runtime's pipeline ticks over them)."""
+
+    name = "replay"
+
+    def __init__(self, snaps: list[Any]) -> None:
+        self._snaps = iter(snaps)
+        self._topology = snaps[0].topology
+
+    def topology(self) -> Any:
+        return self._topology
+
+    def sample(self) -> Any:
+        return next(self._snaps)
+
+    def close(self) -> None:
+        pass
+
+
+def test_observer_reads_throttling_and_xgmi_from_each_new_frame() -> None:
+    """observer_from_frames over the runtime's newest frame: every tick is a new observation, read from the
+    throttle shares and fabric rates the pipeline computed (nothing recomputed)."""
     import dataclasses
 
     from amdtop.model import XgmiLinkCounters
-    from amdtop.ramp.observe import observer_from_backend
+    from amdtop.pipeline import NodePipeline
+    from amdtop.ramp.observe import observer_from_frames
+    from amdtop.runtime import NodeRuntime
     from amdtop.telemetry.sim import SimBackend
 
     base = SimBackend().sample()
     peer = base.topology.gpus[1].bdf
 
-    def at(t: float, kb: int, reasons: tuple[str, ...]) -> Any:
+    def at(t: float, kb: int, reasons: tuple[str, ...], util: float) -> Any:
         gpus = tuple(
-            dataclasses.replace(g, throttle_active=reasons if g.index == 0 else (),
+            dataclasses.replace(g, throttle_active=reasons if g.index == 0 else (), util_pct=util,
                                 xgmi_links=(XgmiLinkCounters(0, peer, read_kb=kb, write_kb=kb),))
             for g in base.gpus
         )  # fmt: skip
         return dataclasses.replace(base, timestamp=t, gpus=gpus)
 
-    snaps = iter([at(100.0, 0, ()), at(101.0, 1000, ("power_cap",)), at(101.0, 1000, ("power_cap",))])
-    observe = observer_from_backend(lambda: next(snaps), [0, 1])
+    backend = _Replay([at(100.0, 0, (), 10.0), at(101.0, 1000, ("power_cap",), 20.0), at(102.0, 3000, (), 30.0)])
+    runtime = NodeRuntime(NodePipeline(backend, discover=False), interval=1.0)  # type: ignore[arg-type]
+    observe = observer_from_frames(runtime.latest, [0, 1])
+    assert observe() == ()  # before the first frame: nothing observed, no error
+    runtime.tick()
     first = observe()
-    assert [g.index for g in first] == [0, 1] and first[0].throttled is None  # one snapshot: no interval yet
+    assert [g.index for g in first] == [0, 1] and first[0].util_pct == 10.0
+    assert first[0].xgmi_bytes_per_s is None  # one snapshot: no interval yet
+    runtime.tick()
     second = observe()
+    assert second[0].util_pct == 20.0
     assert second[0].throttled is True and second[0].throttle_reason == "power_cap" and second[1].throttled is False
-    assert second[0].xgmi_bytes_per_s == pytest.approx(2 * 1000 * 1000)  # read + write, 1000 KB (SI, as amd-smi) in 1 s
-    again = observe()  # the same snapshot (the frame did not advance): the last values are kept
-    assert again[0].throttled is True and again[0].xgmi_bytes_per_s == second[0].xgmi_bytes_per_s
+    assert second[0].xgmi_bytes_per_s == pytest.approx(2 * 1000 * 1000)  # read + write, 1000 KB (SI) in 1 s
+    runtime.tick()
+    third = observe()
+    assert third[0].util_pct == 30.0 and third[0].xgmi_bytes_per_s == pytest.approx(2 * 2000 * 1000)
+    frame = runtime.latest()
+    assert third[0].xgmi_bytes_per_s == pytest.approx(sum(
+        v for g in frame.fabric.gpus if g.gpu == 0 for v in (g.read_bps, g.write_bps) if v is not None
+    ))  # fmt: skip
