@@ -132,7 +132,7 @@ def open_node(
             backend,
             control,
             # The simulated node has no real processes: discovering host vLLM servers would mix real and fake workers.
-            discover=not isinstance(backend, SimBackend),
+            discover=backend.name != "sim",
             follow_logs=follow_logs,
             state_dir=state_dir(args),
             demo_load=sup.demo_load() if sup is not None else None,
