@@ -10,8 +10,8 @@ import pytest
 
 from amdtop.analysis import discover
 from amdtop.cli import main as cli_main
-from amdtop.runtime import node as runtime_node
 from amdtop.model import WorkerState, WorkerStatus
+from amdtop.runtime import node as runtime_node
 from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
 
 
