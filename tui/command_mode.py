@@ -16,8 +16,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from amdtop.supervisor.retune import ARG_KEYS
-from tui.screens.retune import parse_changes
+from amdtop.errors import InputError
+from amdtop.supervisor.retune import RETUNE_KEYS, parse_changes
 
 if TYPE_CHECKING:
     from tui.app import AmdtopApp
@@ -29,7 +29,6 @@ VERBS: dict[str, str] = {
     "restart": "restart a worker (confirm)",
     "stop": "stop a worker (confirm)",
 }
-RETUNE_KEYS = (*ARG_KEYS, "numa_node")
 
 
 class CommandError(ValueError):
@@ -58,8 +57,8 @@ def parse_command(text: str, workers: Sequence[str]) -> Command:
     changes: dict[str, str] = {}
     if rest:
         try:
-            changes = parse_changes(" ".join(rest))
-        except ValueError as exc:
+            changes = parse_changes(rest)
+        except InputError as exc:
             raise CommandError(f":retune {worker}: {exc}") from None
     return Command(verb, worker, changes)
 
@@ -84,7 +83,9 @@ def candidates(text: str, workers: Sequence[str]) -> list[str]:
     elif len(words) == 1:
         pool = list(workers)
     elif words[0] == "retune":
-        pool = [f"{key}=" for key in RETUNE_KEYS if f"{key}=" not in " ".join(words)]
+        # The supervisor's retune keys; env.NAME completes to ``env.`` (the name is the user's to type).
+        typed = " ".join(words)
+        pool = ["env." if key == "env.NAME" else f"{key}=" for key in RETUNE_KEYS if f"{key}=" not in typed]
     else:
         pool = []
     prefix = f"{head} " if head else ""

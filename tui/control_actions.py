@@ -19,6 +19,7 @@ from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.ramp.observe import observer_from_frames
 from amdtop.ramp.target import check_base_url
+from amdtop.supervisor.retune import retune_words
 from amdtop.supervisor.stopper import StopReport
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
@@ -203,7 +204,18 @@ class ControlActions:
             if typed:
                 self._retune_diff(name, typed)
 
-        self.push_screen(RetuneScreen(name), done)
+        self.push_screen(RetuneScreen(name, self._retune_start(name)), done)
+
+    def _retune_start(self: AmdtopApp, name: str) -> tuple[str, ...]:
+        """The worker's current flags and env (secrets masked) for the dialog; none for a worker without a profile
+        (a discovered server) or a controller that keeps none."""
+        profile = getattr(self.control, "profile", None)
+        if profile is None:
+            return ()
+        try:
+            return retune_words(profile(name))
+        except Exception:
+            return ()
 
     def action_ramp(self: AmdtopApp, name: str | None = None) -> None:
         name = name or self.dashboard.selected_worker()

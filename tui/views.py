@@ -5,10 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 
 from amdtop.cpulist import format_cpulist
-from amdtop.hip_devices import physical_worker
-from amdtop.model import FlagKind, GpuSample, WorkerState, WorkerStatus
+from amdtop.model import FlagKind, GpuSample, WorkerState
 from amdtop.pipeline import NodeFrame
-from widgets.partition_pane import idle_note, owners_by_hip, partition_rows
+from widgets.partition_pane import idle_note, partition_rows
 from widgets.topo_matrix import TopoView
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -35,16 +34,6 @@ def bar(frac: float, width: int = 8) -> str:
 
 def util_style(util: float) -> str:
     return "bold red" if util >= 90 else "yellow" if util >= 60 else "green" if util >= 5 else "dim"
-
-
-def _owner(workers: tuple[WorkerStatus, ...]) -> dict[int, tuple[str, int]]:
-    owner: dict[int, tuple[str, int]] = {}
-    for w in workers:
-        if w.state in (WorkerState.STOPPED,):
-            continue
-        for rank, gpu in enumerate(w.gpus):
-            owner.setdefault(gpu, (w.name, rank))
-    return owner
 
 
 def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
@@ -74,8 +63,8 @@ def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
 def gpu_rows(frame: NodeFrame) -> dict[str, tuple[object, ...]]:
     snap = frame.snapshot
     # Workers name HIP devices; on a partitioned node the GPU row shows the group on its physical GPU.
-    owner = _owner(tuple(physical_worker(w, snap.topology) for w in frame.workers))
-    hip_owners = owners_by_hip(frame.workers)
+    owner = frame.owners_by_gpu()
+    hip_owners = frame.owners_by_hip()
     marks = _gpu_flags(frame)
     rows: dict[str, tuple[object, ...]] = {}
     for info in snap.topology.gpus:
@@ -133,6 +122,7 @@ def topo_view(frame: NodeFrame, show_gbps: bool, show_traffic: bool = False) -> 
         show_traffic,
         frame.snapshot if show_traffic else None,
         frame.throttle if show_traffic else (),
+        tuple((g.worker, g.traffic) for g in frame.groups) if show_traffic else (),
     )
 
 

@@ -6,14 +6,14 @@ traffic mode, and the health pane is :func:`render_health`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from amdtop.health.throttle import LIMIT_REASONS, REASON_TEXT, ThrottleShare
-from amdtop.health.traffic import FabricTraffic, group_traffic
+from amdtop.health.traffic import FabricTraffic, GroupTraffic
 from amdtop.model import NodeSnapshot, Topology
 
 GB = 1e9
@@ -42,11 +42,13 @@ def render_traffic_matrix(
     topology: Topology,
     traffic: FabricTraffic | None,
     groups: Sequence[tuple[str, tuple[int, ...], bool]] = (),
+    group_traffic: Mapping[str, GroupTraffic | None] | None = None,
 ) -> RenderableType:
     """Cell (row a, column b): what GPU a read from plus wrote to GPU b, GB/s, over the last poll interval.
 
     Colours compare the cell with the link's peak (driver-reported, both directions); GPUs whose links have no peer
-    (gpu_metrics alone) show only their totals. TP groups get one summary line each.
+    (gpu_metrics alone) show only their totals. TP groups get one summary line each, from the traffic the frame's
+    TP groups carry (``group_traffic``, by worker; the pipeline computed it).
     """
     if not topology.gpus:
         return Text("No GPUs in the topology.", style="dim")
@@ -80,7 +82,9 @@ def render_traffic_matrix(
         table.add_row(*cells)
     lines: list[RenderableType] = [table]
     for name, gpus, _ in groups:
-        g = group_traffic(traffic, gpus)
+        g = (group_traffic or {}).get(name)
+        if g is None:
+            continue
         intra = None if g.intra_read_bps is None else g.intra_read_bps + (g.intra_write_bps or 0.0)
         total = None if g.total_read_bps is None else g.total_read_bps + (g.total_write_bps or 0.0)
         members = ",".join(map(str, gpus))

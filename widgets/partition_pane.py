@@ -21,21 +21,10 @@ from rich.table import Table
 from rich.text import Text
 
 from amdtop.hip_devices import hip_devices
-from amdtop.model import GpuInfo, GpuSample, NodeSnapshot, Partition, WorkerState, WorkerStatus
+from amdtop.model import GpuInfo, GpuSample, NodeSnapshot, Partition
 from widgets.render_pane import RenderPane
 
 GIB = 1024**3
-
-
-def owners_by_hip(workers: Iterable[WorkerStatus]) -> dict[int, tuple[str, int]]:
-    """HIP index -> (worker, TP rank) for running workers (``WorkerStatus.gpus`` are HIP indices)."""
-    out: dict[int, tuple[str, int]] = {}
-    for w in workers:
-        if w.state is WorkerState.STOPPED:
-            continue
-        for rank, dev in enumerate(w.gpus):
-            out.setdefault(dev, (w.name, rank))
-    return out
 
 
 def mode_text(info: GpuInfo) -> str:
@@ -136,10 +125,9 @@ class PartitionView:
     """(HIP index, worker, rank)."""
 
 
-def partition_view(snapshot: NodeSnapshot, workers: Iterable[WorkerStatus] = ()) -> PartitionView:
-    """Build the pane's view from a snapshot and the workers."""
-    owners = owners_by_hip(workers)
-    return PartitionView(snapshot, tuple((h, n, r) for h, (n, r) in sorted(owners.items())))
+def partition_view(snapshot: NodeSnapshot, owners: Iterable[tuple[int, str, int]] = ()) -> PartitionView:
+    """Build the pane's view from a snapshot and the frame's HIP-device owners (``NodeFrame.hip_owners``)."""
+    return PartitionView(snapshot, tuple(sorted(owners)))
 
 
 def _hip_range(info: GpuInfo) -> str:

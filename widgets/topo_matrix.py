@@ -11,7 +11,7 @@ from rich.text import Text
 
 from amdtop.cpulist import format_cpulist
 from amdtop.health.throttle import ThrottleShare
-from amdtop.health.traffic import FabricTraffic
+from amdtop.health.traffic import FabricTraffic, GroupTraffic
 from amdtop.model import GpuInfo, Link, LinkType, NodeSnapshot, Topology
 from widgets.fabric_view import render_health, render_traffic_matrix
 from widgets.render_pane import RenderPane
@@ -36,6 +36,8 @@ class TopoView:
     """The sample the health table under the traffic matrix reads (throttle reasons now, ECC counts)."""
     throttle: tuple[ThrottleShare, ...] = ()
     """Share of the last window each GPU spent throttled."""
+    group_traffic: tuple[tuple[str, GroupTraffic | None], ...] = ()
+    """(worker, its group's traffic) as the frame's TP groups carry it (the traffic view's summary lines)."""
 
 
 def partition_label(info: GpuInfo) -> str:
@@ -91,8 +93,9 @@ class TopoMatrix(RenderPane):
         if view.show_traffic:
             # Live fabric traffic, and beside it what holds the GPUs back (throttling) and their ECC counts.
             return Group(
-                render_traffic_matrix(topo, view.traffic, view.groups), Text(""), render_health(view.snapshot, view.throttle)
-            ) if view.snapshot is not None else render_traffic_matrix(topo, view.traffic, view.groups)
+                render_traffic_matrix(topo, view.traffic, view.groups, dict(view.group_traffic)), Text(""),
+                render_health(view.snapshot, view.throttle),
+            ) if view.snapshot is not None else render_traffic_matrix(topo, view.traffic, view.groups, dict(view.group_traffic))
         group_of: dict[int, tuple[str, bool]] = {}
         for name, gpus, flagged in view.groups:
             for g in gpus:

@@ -13,6 +13,7 @@ from amdtop.errors import InputError, NoGpuFound
 from amdtop.model import WorkerStatus
 from amdtop.runtime import node as runtime_node
 from amdtop.supervisor import StopReport, Supervisor
+from amdtop.supervisor.retune import parse_changes
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
 
@@ -218,20 +219,12 @@ def run_restart(args: argparse.Namespace) -> int:
         sup.close()
 
 
-def parse_changes(items: list[str]) -> dict[str, str]:
-    """``KEY=VALUE`` words to a dict (InputError for a word without ``=``)."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"retune: {item!r} is not KEY=VALUE; e.g. max-num-seqs=64")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def run_retune(args: argparse.Namespace) -> int:
     """Show the diff, write the profile back and restart the worker."""
-    changes = parse_changes(args.changes)
+    try:
+        changes = parse_changes(args.changes)
+    except InputError as exc:
+        raise InputError(f"retune: {exc}") from None
     sup = open_supervisor(args)
     try:
         sys.stderr.write(sup.retune_diff(args.name, changes) + "\n")

@@ -131,6 +131,13 @@ class NodeFrame:
     """The kernel-log reader (source, availability); ``None`` when no kernel log is watched."""
     made_at: float | None = None
     """When the pipeline finished the tick, seconds since the epoch (``None`` for a frame built by hand)."""
+    physical_workers: tuple[WorkerStatus, ...] = ()
+    """``workers`` with their devices mapped to the physical GPUs under them (the same on an unpartitioned node)."""
+    gpu_owners: tuple[tuple[int, str, int], ...] = ()
+    """(physical GPU, worker, TP rank) for the GPUs of workers that are not stopped."""
+    hip_owners: tuple[tuple[int, str, int], ...] = ()
+    """(HIP device, worker, TP rank): the same per device as the workers name them (partitions on a partitioned
+    node)."""
 
     def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
         """Flags of the given kinds, in frame order."""
@@ -163,6 +170,14 @@ class NodeFrame:
     def worker(self, name: str) -> WorkerStatus | None:
         """The worker called ``name``."""
         return next((w for w in self.workers if w.name == name), None)
+
+    def owners_by_gpu(self) -> dict[int, tuple[str, int]]:
+        """Physical GPU -> (worker, TP rank)."""
+        return {gpu: (name, rank) for gpu, name, rank in self.gpu_owners}
+
+    def owners_by_hip(self) -> dict[int, tuple[str, int]]:
+        """HIP device -> (worker, TP rank)."""
+        return {dev: (name, rank) for dev, name, rank in self.hip_owners}
 
 
 class FrameMailbox:

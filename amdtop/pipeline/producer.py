@@ -30,6 +30,7 @@ from amdtop.kernel.monitor import KernelFaultMonitor, KernelUpdate
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.partition_groups import partition_split_flags
 from amdtop.pipeline.frame import GpuHistory, LinkBandwidth, LogCounts, NodeFrame, RampKnee, TpGroup
+from amdtop.pipeline.owners import device_owners
 from amdtop.pipeline.statefiles import load_probe, load_ramp_knees, state_stamp
 from amdtop.procinfo import PROC, numa_balancing_enabled
 from amdtop.rccl.monitor import LogMonitor, LogUpdate
@@ -271,7 +272,7 @@ class NodePipeline:
             snap.topology, physical, self.proc_root, bindings=bindings, balancing=self._numa_balancing(now)
         )
         running = [w for w in workers if w.state is not WorkerState.STOPPED]
-        flags += tp_placement_flags(snap.topology, [physical_worker(w, snap.topology) for w in running])
+        flags += tp_placement_flags(snap.topology, [p for p in physical if p.state is not WorkerState.STOPPED])
         flags += partition_split_flags(snap.topology, running)
         snaps = self._remember(snap)
         throttle, health = self._health.judge(snaps)
@@ -305,6 +306,9 @@ class NodePipeline:
             tick=self._tick,
             kernel_log=None if kernel is None else kernel.status,
             made_at=self.wall_clock(),
+            physical_workers=tuple(physical),
+            gpu_owners=device_owners(physical),
+            hip_owners=device_owners(workers),
         )
 
     def close(self) -> None:

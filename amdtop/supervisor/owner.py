@@ -180,12 +180,15 @@ class SupervisorOwner:
         return self.submit(lambda s: s.retune_diff(name, frozen), verb="diff", worker=name).result()
 
     def profile(self, name: str) -> Profile:
-        """``name``'s current profile (InputError when unknown)."""
-        return self.submit(lambda s: s.profile(name), verb="profile", worker=name).result()
+        """``name``'s current profile (InputError when unknown).
+
+        Read here rather than queued: the profiles are an immutable list the owner swaps whole on a retune, and the
+        retune dialog must not wait behind a running stop to open."""
+        return self.supervisor.profile(name)
 
     def names(self) -> list[str]:
-        """Profile names in file order."""
-        return self.submit(lambda s: s.names(), verb="names").result()
+        """Profile names in file order (read as :meth:`profile`)."""
+        return self.supervisor.names()
 
     def demo_load(self) -> DemoLoad | None:
         """The demo's load feed (built once; it reads the profiles the owner swaps whole on a retune)."""

@@ -6,7 +6,7 @@ import math
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from tomlkit.items import Item, Table
 
 from amdtop.errors import AmdtopError, InputError, os_reason
 from amdtop.secrets import mask_env
+from amdtop.supervisor.profiles import Profile
 
 ARG_KEYS: dict[str, type] = {
     "max-num-seqs": int,
@@ -33,6 +34,45 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
 }
 """Sane ranges: vLLM keeps these in int32 tensors and sizes; far beyond them is a typo, not a setting (and a value
 past int64 is not even a TOML integer)."""
+
+
+def parse_changes(words: Iterable[str]) -> dict[str, str]:
+    """``KEY=VALUE`` words (``--max-num-seqs=64`` too: leading dashes are dropped) to a mapping, for the CLI, the
+    retune dialog and command mode alike.
+
+    An empty value is kept only for ``env.NAME=`` (it removes the variable); InputError names the word otherwise,
+    and when there is nothing to change.
+    """
+    out: dict[str, str] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        key, value = key.strip().lstrip("-"), value.strip()
+        if not sep or not key:
+            raise InputError(f"{word!r} is not KEY=VALUE")
+        if not value and not key.startswith("env."):
+            raise InputError(f"{word!r} has no value; e.g. {key}=64 (only env.NAME= may be empty: it unsets NAME)")
+        out[key] = value
+    if not out:
+        raise InputError("nothing to change; e.g. max-num-seqs=64")
+    return out
+
+
+def retune_words(profile: Profile) -> tuple[str, ...]:
+    """The retunable part of ``profile`` as ``KEY=VALUE`` words (what the retune dialog starts from): its vLLM flags
+    among :data:`ARG_KEYS`, its NUMA node and its environment, secret values masked."""
+    words = [f"{key}={value}" for key, value in profile.args if key in ARG_KEYS]
+    words.append(f"numa_node={profile.numa_node}")
+    words += [f"env.{name}={value}" for name, value in mask_env(dict(profile.env)).items()]
+    return tuple(words)
+
+
+def changed_words(current: Iterable[str], typed: Mapping[str, str]) -> dict[str, str]:
+    """What the user changed in a dialog that started from ``current`` words: keys whose value differs (a masked
+    secret left as it was is never written back), and ``env.NAME=`` for an env word the user deleted."""
+    before = parse_changes(current) if current else {}
+    out = {k: v for k, v in typed.items() if before.get(k) != v}
+    out.update({k: "" for k in before if k.startswith("env.") and k not in typed})
+    return out
 
 
 def _worker_table(doc: tomlkit.TOMLDocument, name: str) -> Any:

@@ -161,6 +161,13 @@ class DemoControl:
         with self._lock:
             return self._run(name, self.clock(), self._get(name).restarts + 1)
 
+    def profile(self, name: str) -> Profile:
+        """The demo profile ``name`` (the retune dialog starts from it)."""
+        for p in self.profiles:
+            if p.name == name:
+                return p
+        raise InputError(f"worker[{name}]: no such worker")
+
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
         self._get(name)
         return "\n".join(f"[worker.args] {k}: (profile) -> {v}" for k, v in changes.items())

@@ -5,17 +5,18 @@ test_cpx_dashboard)."""
 from __future__ import annotations
 
 from amdtop.model import WorkerState, WorkerStatus
+from amdtop.pipeline import NodeFrame
+from amdtop.pipeline.owners import device_owners
 from amdtop.telemetry.sim import SimBackend
 from tests.tui.conftest import make_app, settle
 from widgets.gpu_table import GpuTable
-from widgets.partition_pane import idle_note, owners_by_hip, partition_rows
+from widgets.partition_pane import idle_note, partition_rows
 
 
 def test_idle_partitions_fold_into_one_row() -> None:
     snap = SimBackend(seed=7, partition="CPX").sample()
-    owners = owners_by_hip(
-        [WorkerStatus("a", WorkerState.READY, (0, 1, 2)), WorkerStatus("b", WorkerState.READY, (9,))]
-    )
+    workers = [WorkerStatus("a", WorkerState.READY, (0, 1, 2)), WorkerStatus("b", WorkerState.READY, (9,))]
+    owners = NodeFrame(snap, hip_owners=device_owners(workers)).owners_by_hip()
     gpu0, gpu1, gpu2 = snap.topology.gpus[:3]
     rows0 = partition_rows(gpu0, snap.sample(0), owners)
     assert list(rows0) == ["gpu-0.p0", "gpu-0.p1", "gpu-0.p2", "gpu-0.idle"]

@@ -11,7 +11,7 @@ from typing import Any
 from textual.app import App, ComposeResult
 
 from amdtop.health.throttle import throttle_flags, throttle_shares
-from amdtop.health.traffic import latest_traffic
+from amdtop.health.traffic import group_traffic, latest_traffic
 from amdtop.model import NodeSnapshot
 from amdtop.telemetry.sim import GpuDemand, SimBackend
 from widgets.fabric_view import render_health
@@ -73,7 +73,11 @@ def test_traffic_follows_the_groups() -> None:
 
 def test_snapshot_live_traffic_matrix(snap_compare: Any) -> None:
     snaps = _history()
-    view = TopoView(snaps[-1].topology, groups=GROUPS, traffic=latest_traffic(snaps), show_traffic=True)
+    traffic = latest_traffic(snaps)
+    assert traffic is not None
+    # The TP groups' traffic as the pipeline puts it in the frame (the matrix only formats it).
+    per_group = tuple((name, group_traffic(traffic, gpus)) for name, gpus, _ in GROUPS)
+    view = TopoView(snaps[-1].topology, groups=GROUPS, traffic=traffic, show_traffic=True, group_traffic=per_group)
     assert snap_compare(MatrixApp(view), terminal_size=(110, 18))
 
 

@@ -10,6 +10,7 @@ from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 
 from amdtop.model import WorkerState, WorkerStatus
+from amdtop.pipeline.owners import device_owners
 from amdtop.telemetry.sim import SimBackend
 from tests.tui.conftest import FROZEN, make_app
 from widgets.partition_pane import PartitionPane, partition_view, render_partitions
@@ -34,7 +35,7 @@ class PartitionApp(App[None]):
 
     def on_mount(self) -> None:
         snap = self.sim.sample()
-        self.query_one(PartitionPane).view = partition_view(snap, WORKERS)
+        self.query_one(PartitionPane).view = partition_view(snap, device_owners(WORKERS))
         groups = (("llama-cpx8", (0,), False), ("qwen-x", (3, 4), True))
         self.query_one(TopoMatrix).view = TopoView(snap.topology, groups)
 
@@ -55,7 +56,7 @@ def test_cpx_dashboard(snap_compare: Any) -> None:
 def test_partition_pane_groups_partitions_under_their_gpu() -> None:
     sim = SimBackend(seed=7, clock=lambda: FROZEN, partition="DPX/NPS1")
     console = Console(width=160, record=True)
-    console.print(render_partitions(partition_view(sim.sample(), WORKERS)))
+    console.print(render_partitions(partition_view(sim.sample(), device_owners(WORKERS))))
     lines = console.export_text().splitlines()
     gpu7 = next(k for k, line in enumerate(lines) if line.split()[:1] == ["GPU7"])
     assert "DPX/NPS1 2p" in lines[gpu7] and "14-15" in lines[gpu7]

@@ -8,10 +8,12 @@ from typing import Any
 
 from rich.console import Console
 
+from amdtop.errors import InputError
+from amdtop.supervisor.retune import parse_changes
 from tests.tui.conftest import imbalanced_specs, make_app, settle
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
-from tui.screens.retune import RetuneScreen, parse_changes
+from tui.screens.retune import RetuneScreen
 from widgets.gpu_table import GpuTable
 from widgets.topo_matrix import TopoMatrix
 
@@ -137,7 +139,11 @@ async def test_retune_dialog_diff_confirm() -> None:
         await pilot.press("5", "e")
         await pilot.pause()
         assert isinstance(app.screen, RetuneScreen)
-        await pilot.press(*"max-num-seqs=64", "enter")
+        # The dialog starts from the worker's current flags and env; only what the user changes is sent.
+        value = app.screen.query_one("#retune-input").value
+        assert value.startswith("max-num-seqs=") and "gpu-memory-utilization=0.9" in value
+        assert "env.NCCL_DEBUG=INFO" in value and "numa_node=" in value
+        await pilot.press("end", " ", *"max-num-seqs=64", "enter")
         await settle(pilot)
         assert isinstance(app.screen, ConfirmScreen) and "max-num-seqs" in app.screen.text
         await pilot.press("y")
@@ -145,12 +151,29 @@ async def test_retune_dialog_diff_confirm() -> None:
         assert app.control.calls == [("retune", "llama-70b", "max-num-seqs=64")]
 
 
+def test_retune_words_mask_secrets_and_keep_them_unwritten() -> None:
+    from amdtop.supervisor.profiles import Profile
+    from amdtop.supervisor.retune import changed_words, retune_words
+
+    p = Profile("w", "m", (0,), "auto", 8000, args=(("max-num-seqs", 64), ("enforce-eager", True)),
+                env=(("HF_TOKEN", "hf_abcdefgh12345678"), ("NCCL_DEBUG", "INFO")))  # fmt: skip
+    words = retune_words(p)
+    assert words[0] == "max-num-seqs=64" and "numa_node=auto" in words
+    assert not any("hf_abcdefgh12345678" in w for w in words) and any(w.startswith("env.HF_TOKEN=") for w in words)
+    typed = parse_changes([*words, "max-num-seqs=32"])
+    assert changed_words(words, typed) == {"max-num-seqs": "32"}  # the masked token is never written back
+    kept = [w for w in words if not w.startswith("env.NCCL_DEBUG")]
+    assert changed_words(words, parse_changes(kept)) == {"env.NCCL_DEBUG": ""}  # deleting a variable unsets it
+
+
 def test_parse_changes_rejects_bad_pairs() -> None:
-    assert parse_changes("--max-num-seqs=8 block-size=16") == {"max-num-seqs": "8", "block-size": "16"}
-    for bad in ("", "max-num-seqs", "=3"):
+    """One parse_changes for the CLI, the dialog and command mode: dashes dropped, empty only for env.NAME."""
+    assert parse_changes(["--max-num-seqs=8", "block-size=16"]) == {"max-num-seqs": "8", "block-size": "16"}
+    assert parse_changes(["env.NCCL_DEBUG="]) == {"env.NCCL_DEBUG": ""}  # unsets the variable
+    for bad in ("", "max-num-seqs", "=3", "max-num-seqs=", "--=3"):
         try:
-            parse_changes(bad)
-        except ValueError:
+            parse_changes(bad.split())
+        except InputError:
             continue
         raise AssertionError(bad)
 

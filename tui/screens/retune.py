@@ -8,18 +8,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-
-def parse_changes(text: str) -> dict[str, str]:
-    """``max-num-seqs=128 gpu-memory-utilization=0.9`` -> mapping; raises ValueError on a pair without ``=``."""
-    changes: dict[str, str] = {}
-    for part in text.split():
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip("-") or not value:
-            raise ValueError(f"{part!r} is not KEY=VALUE")
-        changes[key.lstrip("-")] = value
-    if not changes:
-        raise ValueError("nothing to change")
-    return changes
+from amdtop.errors import InputError
+from amdtop.supervisor.retune import changed_words, parse_changes
 
 
 class RetuneScreen(ModalScreen[dict[str, str] | None]):
@@ -30,21 +20,26 @@ class RetuneScreen(ModalScreen[dict[str, str] | None]):
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="retune-cancel")]
 
-    def __init__(self, worker: str) -> None:
+    def __init__(self, worker: str, current: tuple[str, ...] = ()) -> None:
+        """``current``: the worker's retunable flags and env as KEY=VALUE words (secrets masked), the input's start."""
         super().__init__()
         self.worker = worker
+        self.current = current
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(f"Retune [b]{self.worker}[/b]: vllm serve flags as KEY=VALUE (e.g. max-num-seqs=128)")
-            yield Input(placeholder="max-num-seqs=128", id="retune-input")
+            yield Input(" ".join(self.current), placeholder="max-num-seqs=128", id="retune-input")
             yield Static("", id="retune-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:
-            changes = parse_changes(event.value)
-        except ValueError as exc:
+            changes = changed_words(self.current, parse_changes(event.value.split()))
+        except InputError as exc:
             self.query_one("#retune-error", Static).update(str(exc))
+            return
+        if not changes:
+            self.query_one("#retune-error", Static).update("nothing changed; edit a value, e.g. max-num-seqs=64")
             return
         self.dismiss(changes)
 
