@@ -22,6 +22,7 @@ from amdtop.analysis import (
 )
 from amdtop.analysis.imbalance import GroupJudgement
 from amdtop.control import DemoLoad
+from amdtop.gpuprocs import NoHost, ProcessHost, ProcessTable
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import HealthWindow
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
@@ -90,6 +91,7 @@ class NodePipeline:
         rediscover_every_s: float = REDISCOVER_EVERY_S,
         history_points: int = HISTORY_POINTS,
         clock: Callable[[], float] = time.monotonic,
+        host_procs: ProcessHost | None = None,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given)."""
         self.backend = backend
@@ -126,6 +128,10 @@ class NodePipeline:
         self.monitor = monitor
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
+        # Host facts of the GPU processes come from this host's /proc; a captured proc tree has none to give.
+        if host_procs is None and proc_root != PROC:
+            host_procs = NoHost()
+        self.processes = ProcessTable(host_procs)
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
@@ -270,6 +276,7 @@ class NodePipeline:
         all_flags = _dedupe(flags)
         devices = {w.name: tuple(w.gpus) for w in workers}
         errors = tuple(e for e in (self._own_error, log_error) if e)
+        procs, totals = self.processes.rows(snap, workers)
         return NodeFrame(
             snapshot=snap,
             workers=tuple(workers),
@@ -285,6 +292,8 @@ class NodePipeline:
             throttle=tuple(throttle),
             errors=errors,
             tick=self._tick,
+            processes=procs,
+            process_totals=totals,
         )
 
     def close(self) -> None:

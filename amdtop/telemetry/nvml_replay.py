@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-FIXTURE_VERSION = 2
+FIXTURE_VERSION = 3
 # Calls amdtop began making after version-1 fixtures were recorded: such a capture says nothing about them, so its
 # replay answers NOT_SUPPORTED -- the same ``None`` the backend shows where a GPU lacks the field.
 ADDED_IN_V2 = frozenset(
@@ -33,6 +33,8 @@ ADDED_IN_V2 = frozenset(
         "nvmlDeviceGetFieldValues",
     }
 )
+# Version 3 added the per-process utilisation samples.
+ADDED_IN_V3 = frozenset({"nvmlDeviceGetProcessUtilization"})
 _NOT_SUPPORTED = 3
 
 
@@ -169,6 +171,8 @@ class ReplayNvml:
         results = self._calls.get(key)
         if results is None and self._version < 2 and name in ADDED_IN_V2:
             raise ReplayNVMLError(_NOT_SUPPORTED, "not in this version-1 capture")
+        if results is None and self._version < 3 and name in ADDED_IN_V3:
+            raise ReplayNVMLError(_NOT_SUPPORTED, "not in this version-2 capture")
         if results is None:
             raise ReplayMiss(f"call not in the NVML fixture: {key}")
         i = self._pos.get(key, 0)
