@@ -19,6 +19,7 @@ from textual.worker import get_current_worker
 
 from amdtop.control import DemoLoad, WorkerControl
 from amdtop.exporter import Exporter
+from amdtop.gpuprocs import ProcessHost
 from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
 from amdtop.pipeline.frame import FrameMailbox
 from amdtop.rccl.monitor import LogMonitor
@@ -79,6 +80,8 @@ class AmdtopApp(ControlActions, App[int]):
         discover: bool = True,
         demo_load: DemoLoad | None = None,
         exporter_listen: str = "127.0.0.1:9464",
+        host_procs: ProcessHost | None = None,
+        config_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
@@ -105,7 +108,10 @@ class AmdtopApp(ControlActions, App[int]):
             follow_logs=follow_logs,
             state_dir=state_dir,
             demo_load=demo_load,
+            host_procs=host_procs,
         )
+        self.config_path = config_path
+        """The worker profiles' file, named where the Workers pane is empty."""
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pending: NodeFrame | None = None

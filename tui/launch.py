@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         follow_logs=True,
         # Real vLLM processes have nothing to do with the simulated GPUs: discover only on real backends.
         discover=not isinstance(backend, SimBackend),
+        config_path=config_path(args),
     )
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:
