@@ -1,11 +1,12 @@
 """Host facts of the processes on the GPUs (user, command, start, CPU %, RSS), read for those pids only.
 
 psutil identifies a process the first time it is seen on a GPU, and again every :data:`IDENTITY_EVERY_S` (a title
-set later by setproctitle shows up), in one ``oneshot()``: user (real uid), argv, start time, CPU times and RSS.
-Between those, a tick reads the one file psutil would parse for CPU and RSS, ``/proc/PID/stat`` (one ``os.read``),
-because psutil's per-call layers cost ~30 µs a process (bench/gpu_procs.py: 64 processes, psutil oneshot every tick
-against one stat read; docs/benchmarks.md). The start time read there also tells a reused pid from the process
-identified before. The whole host is never walked.
+set later by setproctitle shows up), in one ``oneshot()``: user (real uid), argv, start time and RSS. Between those,
+a tick reads CPU time and RSS from ``/proc/PID/stat`` through a descriptor kept open for the process: one
+``pread`` a tick, where psutil's layers (and an open and a close) cost 3-4x as much (bench/gpu_procs.py;
+docs/benchmarks.md). A descriptor of ``/proc/PID/stat`` stays bound to the process it was opened for: once that
+process exits the read fails with ESRCH, so a reused pid is never taken for the process identified before. The host
+is never walked.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pwd
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import psutil
 
@@ -27,9 +28,9 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-@dataclass(frozen=True, slots=True)
-class HostInfo:
-    """What the host says about one process."""
+class HostInfo(NamedTuple):
+    """What the host says about one process (a NamedTuple: built each tick per process, 5x faster than a frozen
+    dataclass)."""
 
     pid: int
     """Process id."""
@@ -66,30 +67,40 @@ class NoHost:
 @dataclass(slots=True)
 class _Known:
     info: HostInfo
-    start_ticks: int
+    fd: int
+    """Open descriptor of the process's ``/proc/PID/stat`` (-1 past :data:`KEEP_FDS`: opened per read)."""
     identified_at: float
     cpu_ticks: int
     read_at: float
 
 
-def _stat(pid: int) -> tuple[int, int, int] | None:
-    """(utime+stime ticks, start ticks, rss pages) from ``/proc/PID/stat``; ``None`` when gone."""
+KEEP_FDS = 512
+"""Processes whose stat descriptor is kept open; past that, each read opens and closes the file."""
+
+
+def _parse(data: bytes) -> tuple[int, int] | None:
+    """(utime+stime ticks, rss pages) of a ``/proc/PID/stat`` text."""
+    # comm may hold spaces and parentheses: the fields start after the last ')'. Only the first 22 are needed.
+    fields = data[data.rfind(b")") + 2 :].split(None, 22)
     try:
+        return int(fields[11]) + int(fields[12]), int(fields[21])
+    except (IndexError, ValueError):
+        return None
+
+
+def _read(pid: int, fd: int) -> bytes | None:
+    try:
+        if fd >= 0:
+            return os.pread(fd, 1024, 0)
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
-        return None
+        return None  # ESRCH: the process the descriptor was opened for has exited
     try:
-        data = os.read(fd, 4096)
+        return os.read(fd, 1024)
     except OSError:
         return None
     finally:
         os.close(fd)
-    # comm may hold spaces and parentheses: the fields start after the last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[11]) + int(fields[12]), int(fields[19]), int(fields[21])
-    except (IndexError, ValueError):
-        return None
 
 
 class HostProcs:
@@ -113,7 +124,7 @@ class HostProcs:
             self._users[uid] = name
         return name
 
-    def _identify(self, pid: int, now: float) -> _Known | None:
+    def _identify(self, pid: int, now: float, fd: int) -> _Known | None:
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
@@ -124,16 +135,25 @@ class HostProcs:
                     argv = []
                 name = proc.name()
                 started = proc.create_time()
+                times = proc.cpu_times()
                 rss = proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             return None
-        stat = _stat(pid)
-        if stat is None:
-            return None
+        if fd < 0 and len(self._known) < KEEP_FDS:
+            try:
+                fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+            except OSError:
+                return None
         command = mask_command_line(argv) if argv else f"[{name}]"
         info = HostInfo(pid, self._user(uid), uid, command, started, None, rss)
         self._procs[pid] = proc
-        return _Known(info, stat[1], now, stat[0], now)
+        return _Known(info, fd, now, round((times.user + times.system) * _TICKS), now)
+
+    def _forget(self, pid: int) -> None:
+        known = self._known.pop(pid, None)
+        self._procs.pop(pid, None)
+        if known is not None and known.fd >= 0:
+            os.close(known.fd)
 
     def read(self, pids: Collection[int]) -> dict[int, HostInfo]:
         """Facts for each live pid of ``pids``."""
@@ -143,42 +163,48 @@ class HostProcs:
             if pid <= 0 or pid in out:
                 continue
             known = self._known.get(pid)
-            sample = self._psutil_sample(pid) if self._psutil_every_tick and known is not None else _stat(pid)
-            if sample is None:
-                self._known.pop(pid, None)
-                continue
-            cpu_ticks, start_ticks, rss_pages = sample
-            if known is None or known.start_ticks != start_ticks or now - known.identified_at >= IDENTITY_EVERY_S:
-                fresh = self._identify(pid, now)
+            if known is None or now - known.identified_at >= IDENTITY_EVERY_S:
+                fresh = self._identify(pid, now, -1 if known is None else known.fd)
                 if fresh is None:
-                    self._known.pop(pid, None)
+                    self._forget(pid)
                     continue
-                if known is not None and known.start_ticks == fresh.start_ticks:
-                    # Same process: keep its CPU baseline so the percentage does not blank for a tick.
-                    fresh.cpu_ticks, fresh.read_at = known.cpu_ticks, known.read_at
-                else:
+                if known is None:
                     self._known[pid] = fresh
                     out[pid] = fresh.info
                     continue
-                known = fresh
+                # Same process (its descriptor still reads): keep the CPU baseline so the percentage goes on.
+                known.info, known.identified_at = fresh.info, now
+            if self._psutil_every_tick:
+                sample = self._psutil_sample(pid)
+            else:
+                data = _read(pid, known.fd)
+                sample = None if data is None else _parse(data)
+            if sample is None:
+                self._forget(pid)
+                continue
+            cpu_ticks, rss_pages = sample
             elapsed = now - known.read_at
             cpu = 100.0 * (cpu_ticks - known.cpu_ticks) / _TICKS / elapsed if elapsed > 0 else None
+            old = known.info
             info = HostInfo(
-                pid, known.info.user, known.info.uid, known.info.command, known.info.started_at,
+                pid, old.user, old.uid, old.command, old.started_at,
                 None if cpu is None else max(0.0, round(cpu, 1)), rss_pages * _PAGE,
             )  # fmt: skip
             known.info, known.cpu_ticks, known.read_at = info, cpu_ticks, now
-            self._known[pid] = known
             out[pid] = info
         if len(self._known) > len(out):
             for gone in [p for p in self._known if p not in out]:
-                del self._known[gone]
-                self._procs.pop(gone, None)
+                self._forget(gone)
         return out
 
-    def _psutil_sample(self, pid: int) -> tuple[int, int, int] | None:
-        proc, known = self._procs.get(pid), self._known.get(pid)
-        if proc is None or known is None:
+    def close(self) -> None:
+        """Close the kept descriptors."""
+        for pid in list(self._known):
+            self._forget(pid)
+
+    def _psutil_sample(self, pid: int) -> tuple[int, int] | None:
+        proc = self._procs.get(pid)
+        if proc is None:
             return None
         try:
             with proc.oneshot():
@@ -186,4 +212,4 @@ class HostProcs:
                 rss = proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             return None
-        return round((times.user + times.system) * _TICKS), known.start_ticks, rss // _PAGE
+        return round((times.user + times.system) * _TICKS), rss // _PAGE

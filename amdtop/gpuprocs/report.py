@@ -22,7 +22,7 @@ def process_json(row: ProcessRow) -> dict[str, Any]:
         "user": row.user,
         "cpu_pct": row.cpu_pct,
         "rss_bytes": row.rss_bytes,
-        "elapsed_s": row.elapsed_s,
+        "elapsed_s": None if row.elapsed_s is None else round(row.elapsed_s, 1),
         "command": row.command,
         "owner": row.owner,
         "owner_kind": row.owner_kind,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from amdtop.gpuprocs.host import HostInfo, HostProcs, ProcessHost
 from amdtop.hip_devices import physical_worker
@@ -16,11 +17,15 @@ from amdtop.model import NodeSnapshot, WorkerState, WorkerStatus
 
 FOREIGN = "foreign"
 """Owner of a process that is neither amdtop's worker nor a discovered vLLM server."""
+_NOBODY: tuple[str, str, dict[int, int]] = (FOREIGN, FOREIGN, {})
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessRow:
-    """A process holding memory on one GPU (or one partition of it)."""
+class ProcessRow(NamedTuple):
+    """A process holding memory on one GPU (or one partition of it).
+
+    A NamedTuple rather than a frozen dataclass: just as immutable, and built 6x faster (a frozen dataclass sets each
+    of its 17 fields through ``object.__setattr__``: 3.7 against 0.6 µs, a quarter of a 64-process tick).
+    """
 
     gpu: int
     """Physical GPU index."""
@@ -122,22 +127,19 @@ def build_rows(
         here: list[ProcessRow] = []
         for p in sample.processes:
             info = host.get(p.pid)
-            owner, kind, by_gpu = owners.get(p.pid, (FOREIGN, FOREIGN, {}))
-            rank = ranks.get(p.pid, by_gpu.get(sample.index))
-            if kind == FOREIGN:
-                rank = None
-            started = None if info is None else info.started_at
-            here.append(
-                ProcessRow(
-                    gpu=sample.index, pid=p.pid, name=p.name, vram_bytes=p.vram_bytes, partition=p.partition,
-                    gpu_util_pct=p.gpu_util_pct,
-                    user=None if info is None else info.user, uid=None if info is None else info.uid,
-                    cpu_pct=None if info is None else info.cpu_pct, rss_bytes=None if info is None else info.rss_bytes,
-                    elapsed_s=None if started is None else max(0.0, round(snap.timestamp - started, 1)),
-                    started_at=started, command=None if info is None else info.command,
-                    owner=owner, owner_kind=kind, rank=rank,
-                )
-            )  # fmt: skip
+            owner, kind, by_gpu = owners.get(p.pid, _NOBODY)
+            if info is None:
+                row = ProcessRow(sample.index, p.pid, p.name, p.vram_bytes, p.partition, p.gpu_util_pct)
+            else:
+                started = info.started_at
+                elapsed = None if started is None else max(0.0, snap.timestamp - started)
+                row = ProcessRow(
+                    sample.index, p.pid, p.name, p.vram_bytes, p.partition, p.gpu_util_pct, info.user, info.uid,
+                    info.cpu_pct, info.rss_bytes, elapsed, started, info.command,
+                )  # fmt: skip
+            if kind != FOREIGN:
+                row = row._replace(owner=owner, owner_kind=kind, rank=ranks.get(p.pid, by_gpu.get(sample.index)))
+            here.append(row)
             if p.vram_bytes is not None:
                 held = (held or 0) + p.vram_bytes
         here.sort(key=lambda r: (-(r.vram_bytes or 0), r.partition or 0, r.pid))
@@ -168,3 +170,9 @@ class ProcessTable:
     ) -> tuple[tuple[ProcessRow, ...], tuple[GpuProcessTotal, ...]]:
         """One tick's rows and totals."""
         return build_rows(snap, workers, self.host.read(gpu_pids(snap)))
+
+    def close(self) -> None:
+        """Release what the host reader keeps open (its stat descriptors)."""
+        close = getattr(self.host, "close", None)
+        if callable(close):
+            close()

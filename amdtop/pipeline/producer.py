@@ -297,7 +297,8 @@ class NodePipeline:
         )
 
     def close(self) -> None:
-        """Close the log files (the backend belongs to the caller)."""
+        """Close the log files and the process reader's descriptors (the backend belongs to the caller)."""
         if self.monitor is not None:
             self.monitor.close()
+        self.processes.close()
 
