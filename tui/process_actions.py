@@ -49,7 +49,10 @@ def show_frame(board: DashboardScreen, frame: NodeFrame) -> None:
     if no_logs != board.has_class("no-logs"):
         board.set_class(no_logs, "no-logs")
     if no_logs:
-        board.query_one("#pane-logs", LogTailPane).set_summary(no_logs_text(len(frame.workers)))
+        text = no_logs_text(len(frame.workers))
+        logs = board.query_one("#pane-logs", LogTailPane)
+        if getattr(logs, "_summary", None) != text:  # an update is a layout pass: a full repaint of the screen
+            logs.set_summary(text)
     board.show_processes()
 
 

@@ -263,8 +263,9 @@ class DashboardScreen(Screen[None]):
 
     def show_processes(self) -> None:
         table = self.query_one("#pane-procs", ProcessesTable)
-        term = f" · /{self.filter_term}" if self.filter_term else ""
-        table.border_subtitle = table.sort_label + term
+        subtitle = table.sort_label + (f" · /{self.filter_term}" if self.filter_term else "")
+        if table.border_subtitle != subtitle:  # each assignment redraws the border
+            table.border_subtitle = subtitle
         if self.last_frame is not None:
             table.show(process_view.process_rows(self.last_frame, table.sort, table.reverse, self.filter_term))
 
