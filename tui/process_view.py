@@ -102,7 +102,9 @@ def sort_rows(rows: list[ProcessRow], sort: str, reverse: bool) -> list[ProcessR
     return sorted(rows, key=lambda r: (text(r), r.pid), reverse=reverse)
 
 
-def process_rows(frame: NodeFrame, sort: str = "mem", reverse: bool = False, term: str = "") -> dict[str, tuple[object, ...]]:
+def process_rows(
+    frame: NodeFrame, sort: str = "mem", reverse: bool = False, term: str = ""
+) -> dict[str, tuple[object, ...]]:
     """Per GPU in index order: its processes sorted by ``sort``, then its total row (``t-<gpu>``)."""
     by_gpu: dict[int, list[ProcessRow]] = {}
     for r in frame.processes:

@@ -40,7 +40,9 @@ class ProcessesTable(RowTable):
         *RowTable.BINDINGS,
         Binding("o", "sort_next", "Sort", id="procs-sort", tooltip="sort processes by the next column"),
         Binding("O", "sort_reverse", "Reverse", id="procs-reverse", tooltip="reverse the sort order"),
-        Binding("k", "signal", "TERM/KILL", id="procs-signal", tooltip="send TERM (then KILL) to the process (confirm)"),
+        Binding(
+            "k", "signal", "TERM/KILL", id="procs-signal", tooltip="send TERM (then KILL) to the process (confirm)"
+        ),
     ]
 
     class SortChanged(Message):
@@ -82,5 +84,5 @@ class ProcessesTable(RowTable):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "signal":
-            return False if self.readonly else True
+            return not self.readonly
         return True

@@ -47,7 +47,9 @@ HOST = {
 }  # fmt: skip
 
 
-def procs_app(*, workers: bool, readonly: bool = False, host: Any = None, extra: dict[str, Any] | None = None) -> AmdtopApp:
+def procs_app(
+    *, workers: bool, readonly: bool = False, host: Any = None, extra: dict[str, Any] | None = None
+) -> AmdtopApp:
     sim = SimBackend(seed=7, clock=lambda: FROZEN, hostname="amdtop-demo")
     control = DemoControl(
         sim, None if workers else [], clock=lambda: FROZEN, pid_base=41000,
@@ -163,7 +165,13 @@ async def test_slash_filter_by_user_and_gpu() -> None:
 
 async def test_signal_confirmation_names_pid_user_command_then_term_then_kill() -> None:
     stubborn = subprocess.Popen(
-        ["python3", "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)", "--token", "s3cret"]
+        [
+            "python3",
+            "-c",
+            "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)",
+            "--token",
+            "s3cret",
+        ]
     )
     try:
         app = procs_app(

@@ -182,7 +182,9 @@ def _snap(processes: dict[int, list[GpuProcess]], used: int = 100 * GIB) -> Node
     sim = SimBackend(seed=1)
     base = sim.sample()
     gpus = tuple(
-        GpuSample(s.index, vram_used_bytes=used, vram_total_bytes=192 * GIB, processes=tuple(processes.get(s.index, ())))
+        GpuSample(
+            s.index, vram_used_bytes=used, vram_total_bytes=192 * GIB, processes=tuple(processes.get(s.index, ()))
+        )
         for s in base.gpus
     )
     return NodeSnapshot("sim", "h", 1000.0, base.topology, gpus)
@@ -249,7 +251,14 @@ def test_sim_processes_carry_their_engine_share() -> None:
 
 def _row(**kw: Any) -> ProcessRow:
     base: dict[str, Any] = dict(
-        gpu=0, pid=4242, name="python3", vram_bytes=GIB, user="alice", uid=1001, started_at=100.0, command="python3 x.py"
+        gpu=0,
+        pid=4242,
+        name="python3",
+        vram_bytes=GIB,
+        user="alice",
+        uid=1001,
+        started_at=100.0,
+        command="python3 x.py",
     )
     base.update(kw)
     return ProcessRow(**base)
@@ -286,7 +295,9 @@ def _live_row(proc: subprocess.Popen[bytes]) -> ProcessRow:
 
 
 def test_term_then_kill_a_real_process_that_ignores_term() -> None:
-    stubborn = _spawn("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)")
+    stubborn = _spawn(
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)"
+    )
     time.sleep(0.5)  # past the handler
     try:
         row = _live_row(stubborn)
