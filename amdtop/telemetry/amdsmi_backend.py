@@ -429,7 +429,7 @@ class AmdsmiBackend:
             engines = p.get("engine_usage")
             gfx = _int(engines.get("gfx")) if isinstance(engines, dict) else None
             # engine_usage.gfx is the process's cumulative GFX engine time (ns): its delta is the busy share.
-            util = None if gfx is None else self._engines.rate((getattr(h, "value", id(h)), pid), gfx, time.monotonic())
+            util = None if gfx is None else self._engines.rate((getattr(h, "value", id(h)), pid), gfx, self._clock())
             shown = name if isinstance(name, str) and name and name != "N/A" else None
             out.append(GpuProcess(pid, shown, vram, gpu_util_pct=util))
         return tuple(sorted(out, key=lambda p: p.pid))

@@ -262,3 +262,22 @@ async def test_another_users_process_as_root_says_whose_it_is() -> None:
     finally:
         other.kill()
         other.wait()
+
+
+async def test_pane_json_and_exporter_read_the_same_rows() -> None:
+    from amdtop.exporter.families import build_families
+    from amdtop.report import frame_json
+
+    app = procs_app(workers=True)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        frame = app.dashboard.last_frame
+        assert frame is not None
+        shown = {k for k in _table(app)._keys if k.startswith("p-")}
+        doc = frame_json(frame)
+        in_json = {f"p-{g['index']}-{p['pid']}" for g in doc["gpus"] for p in g["processes"]}
+        (fam,) = [f for f in build_families(frame) if f.name == "amdtop_gpu_process_memory_bytes"]
+        exported = {f"p-{s.labels['gpu_id']}-{s.labels['pid']}" for s in fam.samples}
+        assert shown == in_json == exported and len(shown) == 9
+        alice = next(p for g in doc["gpus"] for p in g["processes"] if p["pid"] == ALICE)
+        assert (alice["user"], alice["owner"], alice["cpu_pct"], alice["elapsed_s"]) == ("alice", "foreign", 99.7, 5400.0)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from amdtop.gpuprocs.fdinfo import FdinfoEngines, parse_fdinfo, process_util
+from amdtop.telemetry.amdsmi_backend import AmdsmiBackend
 from amdtop.telemetry.sysfs import SysfsBackend
 from tests.fixtures.sysfs_tree import MI300X_BDFS, build_mi300x_8
 
@@ -83,3 +86,25 @@ def test_sysfs_backend_reports_the_share_on_the_kfd_process(tmp_path: Path) -> N
     assert (p0.pid, p0.gpu_util_pct) == (4242, 40.0)
     assert snap.gpus[1].processes[0].gpu_util_pct is None  # the same process on GPU 1: no render client there
     assert snap.gpus[4].processes[0].gpu_util_pct is None  # pid 5151: no fdinfo at all (another user's, hidden)
+
+
+def test_amdsmi_engine_usage_delta_is_the_process_share(tmp_path: Path, smi: ModuleType, monkeypatch: Any) -> None:
+    tree = build_mi300x_8(tmp_path)
+    monkeypatch.setenv("AMDTOP_FAKE_AMDSMI_SYSFS", str(tree.root))
+    monkeypatch.setenv("AMDTOP_FAKE_AMDSMI_PROC", str(tree.proc_root))
+    clock = Clock()
+    backend = AmdsmiBackend(smi, tree.root, clock=clock, hostname="fixture")
+    listed = smi.amdsmi_get_gpu_process_list
+    busy = {"ns": 0}
+
+    def with_engine_time(handle: Any) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = listed(handle)
+        for p in out:
+            p["engine_usage"] = {"gfx": busy["ns"], "enc": 0}  # cumulative GFX engine time, ns
+        return out
+
+    monkeypatch.setattr(smi, "amdsmi_get_gpu_process_list", with_engine_time)
+    assert backend.sample().gpus[0].processes[0].gpu_util_pct is None
+    clock.now += 2.0
+    busy["ns"] = 500_000_000
+    assert backend.sample().gpus[0].processes[0].gpu_util_pct == 25.0
