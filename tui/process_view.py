@@ -116,7 +116,10 @@ def process_rows(
         if not rows and (term.strip() or (total.unheld_bytes or 0) < LEFTOVER_BYTES):
             continue  # nothing on it (the GPU pane says so); memory held by no process is worth a line
         for r in sort_rows(rows, sort, reverse):
-            out[r.key] = row_cells(r)
+            key = r.key
+            while key in out:  # pid 0 (a process in another PID namespace) can repeat on one GPU
+                key += "+"
+            out[key] = row_cells(r)
         out[f"t-{total.gpu}"] = total_cells(total)
     return out
 
