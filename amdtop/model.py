@@ -106,6 +106,9 @@ class GpuProcess:
     """VRAM held by the process on this GPU."""
     partition: int | None = None
     """Compute partition the memory is on (``Partition.index``), ``None`` when the GPU is not partitioned."""
+    gpu_util_pct: float | None = None
+    """The process's share of the GPU's engines over the last interval, 0-100 (NVML process utilisation samples,
+    amdgpu fdinfo engine time); ``None`` where the backend gives none per process."""
 
 
 @dataclass(frozen=True, slots=True)

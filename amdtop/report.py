@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from amdtop.cpulist import format_cpulist
+from amdtop.gpuprocs.report import add_processes
 from amdtop.health.report import fabric_json, gpu_health_json
 from amdtop.hip_devices import partition_keys
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
@@ -172,4 +173,5 @@ def frame_json(frame: NodeFrame) -> dict[str, Any]:
     )
     if frame.errors:
         doc["errors"] = list(frame.errors)
+    add_processes(doc, frame.processes, frame.process_totals)
     return doc

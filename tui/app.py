@@ -19,6 +19,7 @@ from textual.worker import get_current_worker
 
 from amdtop.control import DemoLoad, WorkerControl
 from amdtop.exporter import Exporter
+from amdtop.gpuprocs import ProcessHost
 from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
 from amdtop.pipeline.frame import FrameMailbox
@@ -81,6 +82,8 @@ class AmdtopApp(ControlActions, App[int]):
         demo_load: DemoLoad | None = None,
         exporter_listen: str = "127.0.0.1:9464",
         kernel_faults: KernelFaultMonitor | None = None,
+        host_procs: ProcessHost | None = None,
+        config_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
@@ -108,7 +111,10 @@ class AmdtopApp(ControlActions, App[int]):
             state_dir=state_dir,
             demo_load=demo_load,
             kernel=kernel_faults,
+            host_procs=host_procs,
         )
+        self.config_path = config_path
+        """The worker profiles' file, named where the Workers pane is empty."""
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pending: NodeFrame | None = None

@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         # Real vLLM processes have nothing to do with the simulated GPUs: discover only on real backends.
         discover=not isinstance(backend, SimBackend),
         kernel_faults=kernel_monitor(args, backend, headless=False),
+        config_path=config_path(args),
     )
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from amdtop.gpuprocs.report import memory_series
 from amdtop.model import FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.pipeline.frame import NodeFrame, TpGroup
 
@@ -113,6 +114,12 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
         FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls made for scrapes"),
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
+        _g(
+            "amdtop_gpu_process_memory_bytes",
+            ("gpu_id", "hostname", "pid", "owner"),
+            "bytes",
+            "GPU memory a process holds (the 32 biggest holders; owner: worker, vllm-<pid> or foreign)",
+        ),
     )
 }
 
@@ -299,6 +306,8 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         b.add("amdtop_ramp_recommended_max_num_seqs", (host, k.worker), k.recommended_max_num_seqs)
         b.add("amdtop_ramp_timestamp_seconds", (host, k.worker), k.timestamp)
     b.add("amdtop_snapshot_timestamp_seconds", (host,), snap.timestamp)
+    for gpu, pid, owner, held in memory_series(state.processes):
+        b.add("amdtop_gpu_process_memory_bytes", (str(gpu), host, str(pid), owner), held)
     if stats is not None:
         b.add("amdtop_exporter_polls", (host,), stats.polls)
         b.add("amdtop_exporter_poll_duration_seconds", (host,), stats.last_duration_s)

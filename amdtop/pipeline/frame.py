@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass
 
 from amdtop.analysis.numa import WorkerBinding
+from amdtop.gpuprocs.rows import GpuProcessTotal, ProcessRow
 from amdtop.health.throttle import ThrottleShare
 from amdtop.health.traffic import FabricTraffic, GroupTraffic
 from amdtop.kernel.monitor import KernelLogStatus
@@ -129,6 +130,10 @@ class NodeFrame:
     """Tick number of the pipeline that built it (1 for the first)."""
     kernel_log: KernelLogStatus | None = None
     """The kernel-log reader (source, availability); ``None`` when no kernel log is watched."""
+    processes: tuple[ProcessRow, ...] = ()
+    """Every process on the GPUs with its host facts and owner, GPU by GPU, biggest memory first."""
+    process_totals: tuple[GpuProcessTotal, ...] = ()
+    """Per GPU: memory the processes hold against the memory in use."""
 
     def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
         """Flags of the given kinds, in frame order."""

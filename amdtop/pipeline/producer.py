@@ -22,6 +22,7 @@ from amdtop.analysis import (
 )
 from amdtop.analysis.imbalance import GroupJudgement
 from amdtop.control import DemoLoad
+from amdtop.gpuprocs import NoHost, ProcessHost, ProcessTable
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import HealthWindow
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
@@ -92,6 +93,7 @@ class NodePipeline:
         history_points: int = HISTORY_POINTS,
         clock: Callable[[], float] = time.monotonic,
         kernel: KernelFaultMonitor | None = None,
+        host_procs: ProcessHost | None = None,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given);
         ``kernel`` reads the kernel log for GPU faults."""
@@ -130,6 +132,10 @@ class NodePipeline:
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
         self.kernel = kernel
+        # Host facts of the GPU processes come from this host's /proc; a captured proc tree has none to give.
+        if host_procs is None and proc_root != PROC:
+            host_procs = NoHost()
+        self.processes = ProcessTable(host_procs)
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
@@ -286,6 +292,7 @@ class NodePipeline:
         all_flags = _dedupe(flags)
         devices = {w.name: tuple(w.gpus) for w in workers}
         errors = tuple(e for e in (self._own_error, log_error, kernel_error) if e)
+        procs, totals = self.processes.rows(snap, workers)
         return NodeFrame(
             snapshot=snap,
             workers=tuple(workers),
@@ -302,12 +309,15 @@ class NodePipeline:
             errors=errors,
             tick=self._tick,
             kernel_log=None if kernel is None else kernel.status,
+            processes=procs,
+            process_totals=totals,
         )
 
     def close(self) -> None:
-        """Close the log files (the backend belongs to the caller)."""
+        """Close the log files and the process reader's descriptors (the backend belongs to the caller)."""
         if self.monitor is not None:
             self.monitor.close()
         if self.kernel is not None:
             self.kernel.close()
+        self.processes.close()
 

@@ -60,8 +60,11 @@ class DemoControl:
         scenarios: Sequence[Scenario] | None = None,
         clock: Callable[[], float] | None = None,
         log_dir: Path | None = None,
+        pid_base: int | None = None,
     ) -> None:
         self.sim = sim
+        self.pid_base = pid_base
+        """Give worker i the API-server pid ``pid_base + i`` (none by default: no process table to match)."""
         self.log_dir = log_dir
         self.topology = sim.topology()
         self.clock = clock or (lambda: 0.0)
@@ -131,6 +134,8 @@ class DemoControl:
                                    gen_tokens_per_s=round(running * _num(p, "tokens-per-s", 30.0))),
                 simulated=True,
             )  # fmt: skip
+        if self.pid_base is not None:
+            status = replace(status, pid=self.pid_base + self.names().index(name))
         self._state[name] = status
         return status
 
