@@ -35,6 +35,9 @@ class FlagKind(str, Enum):
     GPU_THROTTLED = "gpu_throttled"
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
     PARTITION_SPLIT = "partition_split"
+    NCCL_INIT_INCOMPLETE = "nccl_init_incomplete"
+    NCCL_INIT_STALLED = "nccl_init_stalled"
+    NIC_MISMATCH = "nic_mismatch"
 
 
 @dataclass(frozen=True, slots=True)

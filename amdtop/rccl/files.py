@@ -89,7 +89,7 @@ def _open_stream(path: Path | str, fifo_wait_s: float) -> BinaryIO:
     except OSError:
         is_fifo = False
     if not is_fifo:
-        return open(path, "rb", buffering=0)  # noqa: SIM115 - returned to the caller, which closes it
+        return open(path, "rb", buffering=0)
     # open(2) of a FIFO blocks until a writer opens it: open without blocking, then wait for data or hang-up
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:

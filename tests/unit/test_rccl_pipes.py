@@ -71,7 +71,9 @@ def test_cli_fifo_without_writer_exits_2_with_one_line(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     out = subprocess.run([*CLI, "logs", "parse", str(fifo)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.count("\n") == 1 and out.stderr.startswith("amdtop: error: ") and "FIFO with no writer" in out.stderr
+    assert (
+        out.stderr.count("\n") == 1 and out.stderr.startswith("amdtop: error: ") and "FIFO with no writer" in out.stderr
+    )
 
 
 def test_writer_that_closes_without_data_gives_an_empty_report(tmp_path: Path) -> None:
