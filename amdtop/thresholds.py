@@ -19,3 +19,6 @@ REDISCOVER_EVERY_S = 30.0
 cannot read): its cost grows with the host's process count, so it runs rarely."""
 STATE_FILES_EVERY_S = 5.0
 """How often the probe cache and the ramp results in the state dir are checked for changes."""
+NCCL_INIT_STALL_S = 60.0
+"""A communicator of a live log whose init printed no progress (no rank reached a new phase, none completed) for this
+long is ``nccl_init_stalled``: a healthy RCCL init of a TP group takes seconds, a hang never ends."""

@@ -59,7 +59,7 @@ def init_flag(
     where = "; ".join(f"rank{'s' if len(v) > 1 else ''} {ranges(v)} at {p}" for p, v in by_phase.items())
     head = f"{comm_label(comm)}: init {'stalled' if kind is FlagKind.NCCL_INIT_STALLED else 'never completed'}"
     if quiet_s is not None:
-        head += f" (no init line for {quiet_s:.0f} s)"
+        head += f" (no progress for {quiet_s:g} s)"
     parts = [f"{head}: {comm.init_complete}/{comm.nranks} ranks complete"]
     if where:
         parts.append(where)
@@ -80,7 +80,7 @@ def init_flag(
         ("likely_causes", causes),
     )
     if quiet_s is not None:
-        extra = (*extra, ("quiet_s", round(quiet_s, 1)))
+        extra = (*extra, ("stalled_after_s", quiet_s))
     if len(stuck) == 1:
         extra = (*extra, ("rank", stuck[0].rank))
     gpu_set = tuple(sorted({gpus[r.rank] for r in stuck if r.rank in gpus}))
