@@ -13,6 +13,7 @@ from amdtop.rccl.monitor import LogMonitor
 from amdtop.telemetry.sim import MI300X_BDFS, SimBackend
 from amdtop.thresholds import NCCL_INIT_STALL_S
 from tests.fixtures.rccl.make_logs import interleave, proc_comm_lines, startup_warns
+from widgets.log_summary import render_logs
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "rccl"
 BUS = tuple(f"{int(b.replace(':', '').replace('.', ''), 16):x}" for b in MI300X_BDFS[:4])
@@ -69,6 +70,9 @@ def test_stalled_after_the_configured_time_not_before(tmp_path: Path) -> None:
     assert "init stalled (no progress for 60 s): 2/4 ranks complete; ranks 2-3 at trees" in flag.message
     view = update.worker("tp4")
     assert view is not None and flag in view.flags
+    # the Logs pane's head renders it from the same update
+    head = render_logs(update.workers, update.flags).plain
+    assert "! nccl_init_stalled [tp4 · GPUs 2,3]: comm-1: init stalled" in head
     # the same flag on the next polls: equal, so not new again
     clock.t += 30
     again = mon.poll()
