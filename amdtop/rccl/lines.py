@@ -17,6 +17,7 @@ _ERROR_MARKS = (
     "DistBackendError",
     "Traceback (most recent call last)",
     "terminate called",
+    "[FATAL ERROR]",
 )
 
 
@@ -49,6 +50,9 @@ class LogBatch:
 
 def classify(text: str) -> str:
     """Level of a raw log line: cheap substring checks, no regex."""
+    if " NCCL INFO " in text:
+        # most of a log: an INFO line is an error only as a return-code trail hop
+        return ERROR if " -> " in text and is_error_trail(text) else INFO
     if "NCCL WARN" in text or " WARN " in text or text.startswith("WARNING"):
         return WARN
     if " -> " in text and "NCCL INFO" in text and is_error_trail(text):

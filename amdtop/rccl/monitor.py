@@ -86,17 +86,7 @@ class LogMonitor:
             # the tail starts near the end of a long log, but communicator init sits at its start: parse that part
             self._prime(worker, path, nbytes)
             touched.add(worker)
-        for line in batch.lines:
-            parser = self._parsers.get(line.worker)
-            if parser is None or line.text.startswith(LAUNCH_MARK):
-                # a new launch of the worker: its communicators replace the last run's (new pids, new pointers)
-                parser = self._parsers[line.worker] = LogParser()
-                self.init_watch.forget(line.worker)
-            n = self._counts.get(line.file, 0) + 1
-            self._counts[line.file] = n
-            parser.files.add(line.file)
-            parser.feed(line.text, line.file, n)
-            touched.add(line.worker)
+        touched |= self._feed(batch.lines)
         new: tuple[Flag, ...] = ()
         for worker in touched:
             # a report is rebuilt only for workers with new lines: the join runs per poll, not per line
@@ -119,6 +109,34 @@ class LogMonitor:
             new = tuple(f for f in flags if f not in old)
             self._flags = flags
         return LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
+
+    def _feed(self, lines: Sequence[LogLine]) -> set[str]:
+        """Parse new tail lines in runs of one worker's file through the parser's batch loop (the fast path
+        ``logs parse`` uses), each launch line starting a fresh parser. Returns the workers fed."""
+        touched: set[str] = set()
+        i, n = 0, len(lines)
+        while i < n:
+            first = lines[i]
+            worker, file = first.worker, first.file
+            parser = self._parsers.get(worker)
+            if parser is None or first.text.startswith(LAUNCH_MARK):
+                # a new launch of the worker: its communicators replace the last run's (new pids, new pointers)
+                parser = self._parsers[worker] = LogParser()
+                self.init_watch.forget(worker)
+            texts = [first.text]
+            j = i + 1
+            while j < n:
+                nxt = lines[j]
+                if nxt.file != file or nxt.worker != worker or nxt.text.startswith(LAUNCH_MARK):
+                    break
+                texts.append(nxt.text)
+                j += 1
+            start = self._counts.get(file, 0) + 1
+            parser.feed_lines(texts, file, start)
+            self._counts[file] = start - 1 + len(texts)
+            touched.add(worker)
+            i = j
+        return touched
 
     def _prime(self, worker: str, path: Path, nbytes: int) -> None:
         parser = self._parsers.get(worker)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from amdtop.rccl.lines import ERROR, WARN, LogBatch, LogLine, make_line
+from amdtop.rccl.lines import ERROR, WARN, LogBatch, LogLine, classify, is_transport_line
 
 PathSpec = Path | str | tuple[str, Path | str]
 """A path (worker = file stem) or ``(worker, path)``."""
@@ -228,11 +228,13 @@ class LogFollower:
         if kept:
             dropped -= len(kept)
             parts = kept + parts
-        name = str(tail.path)
+        name, worker = str(tail.path), tail.worker
         out = []
-        for raw in parts:
-            text = raw.decode("utf-8", "replace").rstrip("\r")
+        # one decode for the whole run (a newline byte is never inside a UTF-8 sequence, so the split agrees)
+        for text in b"\n".join(parts).decode("utf-8", "replace").split("\n") if parts else ():
+            if text[-1:] == "\r":
+                text = text[:-1]
             if not text.isprintable():
                 text = text.translate(_CONTROL)
-            out.append(make_line(tail.worker, name, text))
+            out.append(LogLine(worker, name, text, classify(text), is_transport_line(text)))
         return out, dropped
