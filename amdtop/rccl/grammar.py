@@ -52,7 +52,6 @@ NET_USING = re.compile(r"^(NET/[^:]+?) ?: Using (.*)$")
 NET_DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+)")
 OFI_NIC = re.compile(r"^NET/OFI NIC group \d+ device #\d+ (\S+)")
 OFI_PROVIDER = re.compile(r"^NET/OFI Selected Provider is (\S+)(?: \(found (\d+) nics\))?")
-INIT_NIC = re.compile(r"\bInitializing NIC:? ?(\S+)")
 USING_NETWORK = re.compile(r"^Using network (.+?)\s*$")
 FATAL_MARK = "[FATAL ERROR]"
 FATAL_WARNS = (

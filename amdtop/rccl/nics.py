@@ -1,7 +1,7 @@
 """NICs each host offers RCCL/NCCL, from its network lines, and whether the hosts of one job agree.
 
 ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ...``, ``NET/Socket : Using [0]eth0:10.0.0.1<0> ...``, plugin
-lines (``NET/OFI NIC group 0 device #0 0000:56:00.0``, ``Initializing NIC mlx5_0``) and ``Using network IB``. Hosts of
+lines (``NET/OFI NIC group 0 device #0 0000:56:00.0``) and ``Using network IB`` (``IBext``: the IB plugin). Hosts of
 one job that list different devices for the network in use run unequal rails: the job goes as fast as the host with
 the fewest, or hangs where a rail has no peer.
 """
@@ -50,10 +50,6 @@ class NicLines:
         m = g.OFI_NIC.match(msg)
         if m:
             self._add(h, "NET/OFI", [m.group(1)])
-            return
-        m = g.INIT_NIC.search(msg)
-        if m:
-            self._add(h, msg.split(" ", 1)[0], [m.group(1)])
 
     def _add(self, host: str, source: str, names: list[str]) -> None:
         have = self._lists.setdefault(host, {}).setdefault(source, [])
@@ -75,7 +71,7 @@ def _in_use(lists: dict[str, list[str]], used: str | None) -> tuple[str, ...]:
     if used is not None:
         for source, names in lists.items():
             # ``Using network IB`` -> NET/IB; ``Libfabric`` / ``AWS Libfabric`` -> NET/OFI or NET/AWS Libfabric
-            if source == f"NET/{used}" or (
+            if source == f"NET/{used}" or (used.startswith("IB") and source == "NET/IB") or (
                 "Libfabric" in used and (source.startswith("NET/OFI") or "Libfabric" in source)
             ):
                 return tuple(names)

@@ -157,6 +157,13 @@ def test_net_ib_lists_per_host() -> None:
     assert rep.nics[0].network == "IB" and rep.unknown_lines == 0
 
 
+def test_ib_plugin_network_and_launcher_prefix() -> None:
+    # NVIDIA/nccl#1029: "Using network IBext" (the SHARP plugin) lists its devices as NET/IB; pdsh prefixes the host
+    rep = parse_files([REAL / "nvidia-nccl-1029-ibext-sharp.log"])
+    assert report_json(rep)["nics"] == {"rdma-gpu-train-worker-0": ["mlx5_9"]}
+    assert rep.nics[0].network == "IBext" and rep.unknown_lines == 0
+
+
 def test_two_hosts_with_the_same_nic_agree() -> None:
     rep = parse_files([REAL / "nvidia-nccl-tests-133-two-hosts-roce.log"])
     assert report_json(rep)["nics"] == {"nodea": ["mlx5_6"], "nodeb": ["mlx5_6"]}

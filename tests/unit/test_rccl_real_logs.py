@@ -14,7 +14,7 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "rccl" / "real"
 
 def test_every_excerpt_names_its_source() -> None:
     files = sorted(REAL.glob("*.log"))
-    assert len(files) == 17
+    assert len(files) == 18
     for f in files:
         assert f.read_text().splitlines()[0].startswith("# source: https://github.com/"), f
 
