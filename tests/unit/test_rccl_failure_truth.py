@@ -220,3 +220,11 @@ def test_logs_parse_json_carries_init_nics_and_the_new_flag_kinds(capsys: pytest
     assert main(["logs", "parse", *files]) == 0
     text = capsys.readouterr().out
     assert "! nccl_init_incomplete: comm-1: init never completed" in text and "! nic_mismatch:" in text
+
+
+def test_the_tail_marks_fatal_lines_as_errors() -> None:
+    from amdtop.rccl.lines import ERROR, INFO, classify
+
+    assert classify("node [1] [FATAL ERROR]: HIP failure: 'invalid argument'") == ERROR
+    assert classify("h:1:2 [0] NCCL INFO /x/src/group.cc:68 -> 3 [Async thread]") == ERROR
+    assert classify("h:1:2 [0] NCCL INFO Channel 00/0 : 0[5000] -> 1[26000] via P2P/IPC comm 0x5 nRanks 08") == INFO
