@@ -67,7 +67,8 @@ def init_flag(
         parts.append(f"rank{'s' if len(comm.missing) > 1 else ''} {ranges(comm.missing)} printed nothing")
     causes = likely_causes(report, comm)
     if causes:
-        parts.append(f"printed before: {causes[0]}")
+        more = f" (+{len(causes) - 1} more)" if len(causes) > 1 else ""
+        parts.append(f"printed before: {causes[0]}{more}")
     gpus = rank_gpus(comm, topology)
     extra: tuple[tuple[str, object], ...] = (
         ("comm", comm.id),
