@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 
 from amdtop.model import Flag, Topology
@@ -45,6 +47,7 @@ class LogUpdate:
         return next((w for w in self.workers if w.worker == name), None)
 
 
+_WORKER_FILE = attrgetter("worker", "file")
 LAUNCH_MARK = "=== amdtop launch "
 """The line the supervisor writes into a worker's log before each launch (amdtop/supervisor/core.py)."""
 
@@ -114,28 +117,25 @@ class LogMonitor:
         """Parse new tail lines in runs of one worker's file through the parser's batch loop (the fast path
         ``logs parse`` uses), each launch line starting a fresh parser. Returns the workers fed."""
         touched: set[str] = set()
-        i, n = 0, len(lines)
-        while i < n:
-            first = lines[i]
-            worker, file = first.worker, first.file
-            parser = self._parsers.get(worker)
-            if parser is None or first.text.startswith(LAUNCH_MARK):
-                # a new launch of the worker: its communicators replace the last run's (new pids, new pointers)
-                parser = self._parsers[worker] = LogParser()
-                self.init_watch.forget(worker)
-            texts = [first.text]
-            j = i + 1
-            while j < n:
-                nxt = lines[j]
-                if nxt.file != file or nxt.worker != worker or nxt.text.startswith(LAUNCH_MARK):
-                    break
-                texts.append(nxt.text)
-                j += 1
-            start = self._counts.get(file, 0) + 1
-            parser.feed_lines(texts, file, start)
-            self._counts[file] = start - 1 + len(texts)
+        # the follower hands each file's lines over together: few runs, grouped in C
+        for (worker, file), run in groupby(lines, key=_WORKER_FILE):
+            texts = [line.text for line in run]
+            if LAUNCH_MARK in "\n".join(texts):
+                cuts = [k for k, text in enumerate(texts) if text.startswith(LAUNCH_MARK)]
+            else:
+                cuts = []
+            for a, b in zip([0, *cuts], [*cuts, len(texts)], strict=True):
+                if a == b:
+                    continue
+                parser = self._parsers.get(worker)
+                if parser is None or texts[a].startswith(LAUNCH_MARK):
+                    # a new launch of the worker: its communicators replace the last run's (new pids, new pointers)
+                    parser = self._parsers[worker] = LogParser()
+                    self.init_watch.forget(worker)
+                start = self._counts.get(file, 0) + 1
+                parser.feed_lines(texts[a:b], file, start)
+                self._counts[file] = start - 1 + (b - a)
             touched.add(worker)
-            i = j
         return touched
 
     def _prime(self, worker: str, path: Path, nbytes: int) -> None:
