@@ -8,18 +8,20 @@ decoded with replacement characters. :meth:`LogFollower.poll` never blocks and n
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from amdtop.rccl.lines import ERROR, WARN, LogBatch, LogLine, classify, is_transport_line
+from amdtop.rccl.lines import ERROR, INFO, WARN, LogBatch, LogLine, classify, is_error_trail
 
 PathSpec = Path | str | tuple[str, Path | str]
 """A path (worker = file stem) or ``(worker, path)``."""
 
 _CHUNK = 1 << 20
 _MAX_PARTIAL = 1 << 20
-_CONTROL = {c: "?" for c in range(32) if c != 9}
+_CONTROL = {c: "?" for c in range(32) if c not in (9, 10)}
+_CONTROL_CHAR = re.compile("[\x00-\x08\x0b-\x1f]")
 # lines worth keeping even when a flood is dropped to counting: errors must never be lost in the noise
 _KEEP = (
     b" NCCL WARN ",
@@ -229,12 +231,22 @@ class LogFollower:
             dropped -= len(kept)
             parts = kept + parts
         name, worker = str(tail.path), tail.worker
-        out = []
-        # one decode for the whole run (a newline byte is never inside a UTF-8 sequence, so the split agrees)
-        for text in b"\n".join(parts).decode("utf-8", "replace").split("\n") if parts else ():
-            if text[-1:] == "\r":
-                text = text[:-1]
-            if not text.isprintable():
-                text = text.translate(_CONTROL)
-            out.append(LogLine(worker, name, text, classify(text), is_transport_line(text)))
+        if not parts:
+            return [], dropped
+        # one decode, one control-character scan and one CR fix for the whole run (a newline byte is never inside a
+        # UTF-8 sequence, so the split agrees with the lines); per line only the level and the transport mark
+        whole = b"\n".join(parts).decode("utf-8", "replace")
+        if "\r" in whole:
+            whole = whole.replace("\r\n", "\n")
+            if whole.endswith("\r"):
+                whole = whole[:-1]
+        if _CONTROL_CHAR.search(whole):
+            whole = whole.translate(_CONTROL)
+        out: list[LogLine] = []
+        add, make, info, trail = out.append, tuple.__new__, " NCCL INFO ", is_error_trail
+        for text in whole.split("\n"):
+            # INFO lines (most of a log) inline: an error only as a trail hop, whose "-> N" ends the line
+            level = (ERROR if "-> " in text[-24:] and trail(text) else INFO) if info in text else classify(text)
+            mark = (" via " in text and "Channel" in text) or "Connected all" in text
+            add(make(LogLine, (worker, name, text, level, mark)))
         return out, dropped
