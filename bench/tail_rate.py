@@ -2,10 +2,10 @@
 baseline revision in the same run.
 
 Usage: .venv/bin/python bench/tail_rate.py [--mb 20] [--runs 3] [--baseline 0c4b26b] [--chunk-mb 1]
-The log mixes 8-rank RCCL inits (16 channels each, one commId per init) with the lines issue 27 added to the grammar:
-``NET/IB : Using`` and ``NET/Socket : Using`` NIC lists, ``via NET/AWS Libfabric/1/GDRDMA/Shared`` channels,
-``hipIpcGetMemHandle failed`` WARNs without a trail, ``node [1] [FATAL ERROR]`` lines, old-NCCL Trees lines, an init
-that stops after its Trees line, ``Abort COMPLETE``, and vLLM INFO lines. The monitor follows the file the way the
+The log mixes 8-rank RCCL inits (16 channels each, one commId per init, an error block every 50 inits) with the lines
+issue 27 added to the grammar: ``NET/IB : Using`` and ``NET/Socket : Using`` NIC lists, ``via NET/AWS
+Libfabric/1/GDRDMA/Shared`` channels and old-NCCL Trees lines with every init, and every 50th init a trail-less
+``hipIpcGetMemHandle failed`` WARN, a ``node [1] [FATAL ERROR]`` line and ``Abort COMPLETE``; plus vLLM INFO lines. The monitor follows the file the way the
 dashboard does (``poll()``); the bench appends ``--chunk-mb`` of whole lines between polls until the whole log is
 written, timing only the polls, with ``max_lines`` high enough that no line is dropped (every line is parsed: the
 parser's line count is checked). The baseline's ``amdtop/`` comes from git (``git archive``); both run in alternating
@@ -28,19 +28,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _failure_block(k: int) -> list[str]:
-    """The new patterns, once per init (the commonest still being channel lines)."""
+def _new_lines(k: int) -> list[str]:
+    """The new patterns: startup NIC lines, a plugin channel and an old-NCCL Trees line with every init; the failure
+    lines (a trail-less IPC WARN, ``[FATAL ERROR]``, ``Abort COMPLETE``) with every 50th, like the error blocks."""
     h = f"node{k % 2}:{9000 + k % 8}:{9100 + k % 8}"
-    return [
+    lines = [
         f"{h} [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB [RO]; OOB bond0:10.0.0.{k % 250}<0>",
         f"{h} [0] NCCL INFO NET/Socket : Using [0]eth0:10.1.0.{k % 250}<0> [1]eth1:10.2.0.{k % 250}<0>",
         f"{h} [0] NCCL INFO Using network IB",
         f"{h} [2] NCCL INFO Channel 04/1 : 15[7] -> 2[2] [receive] via NET/AWS Libfabric/1/GDRDMA/Shared",
         f"{h} [2] NCCL INFO Trees [0] 6/-1/-1->5->4 [1] 6/-1/-1->5->4 [2] -1/-1/-1->5->4",
-        f"{h} [1] /app/rccl/build/release/hipify/src/transport/p2p.cc:256 NCCL WARN hipIpcGetMemHandle failed : invalid argument",
-        f"node [{k % 8}] [FATAL ERROR]: HIP failure: 'invalid argument'",
-        f"{h} [3] NCCL INFO comm 0x7f{k:x} rank 3 nranks 8 cudaDev 3 busId 65000 - Abort COMPLETE",
     ]
+    if k % 50 == 25:
+        lines += [
+            f"{h} [1] /app/rccl/build/release/hipify/src/transport/p2p.cc:256 NCCL WARN hipIpcGetMemHandle failed : invalid argument",
+            f"node [{k % 8}] [FATAL ERROR]: HIP failure: 'invalid argument'",
+            f"{h} [3] NCCL INFO comm 0x7f{k:x} rank 3 nranks 8 cudaDev 3 busId 65000 - Abort COMPLETE",
+        ]
+    return lines
 
 
 def generate(path: Path, mb: int) -> int:
@@ -53,7 +58,7 @@ def generate(path: Path, mb: int) -> int:
         block: list[str] = []
         for r in range(8):
             block += rccl_rank_lines(r, 8, nchannels=16, comm_id=f"0x{k:016x}", errors=(k % 50 == 0 and r == 3))
-        block += _failure_block(k)
+        block += _new_lines(k)
         block += [f"INFO 07-20 17:27:{k % 60:02d} metrics.py:351] Avg prompt throughput: 0.0 tokens/s"] * 100
         size += sum(len(x) + 1 for x in block)
         lines += block
