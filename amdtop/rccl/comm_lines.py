@@ -185,15 +185,6 @@ class CommLines:
             return pc.rank
         return dev
 
-    def _rank_of_proc(self) -> dict[ProcKey, int]:
-        # one rank per process (vLLM TP, torchrun): the rank of its first communicator
-        out: dict[ProcKey, int] = {}
-        for pc in self.procs:
-            own = pc.own_ranks()
-            if len(own) == 1 and pc.proc not in out:
-                out[pc.proc] = next(iter(own))
-        return out
-
     def seq(self, lineno: int) -> int:
         """Global sequence number of line ``lineno`` of the file being fed."""
         return self._base + lineno
