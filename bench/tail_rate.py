@@ -93,7 +93,20 @@ def measure(log: Path, chunk: int) -> dict[str, float]:
         report = mon.report("w")
         lines = report.lines if report else 0
         mon.close()
-    return {"lines": lines, "wall_s": wall, "cpu_s": cpu, "polls": polls}
+    # the peer in the same process: ``logs parse``'s whole-file path on the same bytes (its own 300k lines/s target)
+    from amdtop.rccl.parser import parse_files
+
+    t, c = time.perf_counter(), time.process_time()
+    parse_files([log])
+    peer_wall, peer_cpu = time.perf_counter() - t, time.process_time() - c
+    return {
+        "lines": lines,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "polls": polls,
+        "peer_wall_s": peer_wall,
+        "peer_cpu_s": peer_cpu,
+    }
 
 
 def _extract(rev: str, into: Path) -> Path:
@@ -130,7 +143,7 @@ def main() -> int:
         log = Path(tmp) / "big.log"
         total = generate(log, args.mb)
         base = args.baseline_dir.resolve() if args.baseline_dir else _extract(args.baseline, Path(tmp))
-        new_s, old_s, new_cpu, old_cpu = [], [], [], []
+        new_s, old_s, new_cpu, old_cpu, peer_s, peer_cpu = [], [], [], [], [], []
         new = old = {}
         for _ in range(args.runs):  # alternate so both see the same load
             new, old = _child(log, chunk, None), _child(log, chunk, base)
@@ -138,6 +151,8 @@ def main() -> int:
             old_s.append(old["wall_s"])
             new_cpu.append(new["cpu_s"])
             old_cpu.append(old["cpu_s"])
+            peer_s.append(new["peer_wall_s"])
+            peer_cpu.append(new["peer_cpu_s"])
         size = log.stat().st_size
     med_new, med_old = statistics.median(new_s), statistics.median(old_s)
     result = {
@@ -156,6 +171,10 @@ def main() -> int:
         "baseline_lines_per_s": round(total / med_old),
         "baseline_cpu_lines_per_s": round(total / statistics.median(old_cpu)),
         "new_over_baseline_time": round(med_new / med_old, 3),
+        "new_over_baseline_cpu": round(statistics.median(new_cpu) / statistics.median(old_cpu), 3),
+        "peer_parse_files_lines_per_s": round(total / statistics.median(peer_s)),
+        "peer_parse_files_cpu_lines_per_s": round(total / statistics.median(peer_cpu)),
+        "tail_over_parse_files_cpu": round(statistics.median(new_cpu) / statistics.median(peer_cpu), 3),
     }
     print(json.dumps(result, indent=2))
     return 0

@@ -49,11 +49,16 @@ class LogBatch:
 
 
 
+_APP_INFO = ("INFO ", "DEBUG ")
+
+
 def classify(text: str) -> str:
     """Level of a raw log line: cheap substring checks, no regex."""
     if " NCCL INFO " in text:
         # most of a log: an INFO line is an error only as a return-code trail hop, whose "-> N" ends the line
         return ERROR if "-> " in text[-24:] and is_error_trail(text) else INFO
+    if text.startswith(_APP_INFO):
+        return INFO  # vLLM / Python logging at INFO or DEBUG level: the rest of a serving log
     if "NCCL WARN" in text or " WARN " in text or text.startswith("WARNING"):
         return WARN
     if " -> " in text and "NCCL INFO" in text and is_error_trail(text):
