@@ -209,8 +209,12 @@ class LogParser(CommLines):
                 pc.phase = max(pc.phase, ph.TUNING)
 
     def _aborted(self, head: str, msg: str, file: str, lineno: int) -> None:
-        """``ncclCommAbort`` finished: the communicator is gone, an error of the rank that printed it."""
-        host, pid, _tid, dev, _ = self.header(head)
+        """``ncclCommAbort`` finished before the rank's init completed: the communicator failed, an error of the rank
+        that printed it. After a completed init it is a teardown (PyTorch aborts its communicators on shutdown)."""
+        host, pid, tid, dev, _ = self.header(head)
+        pc = self.current_comm(host, pid, tid)
+        if pc is not None and pc.complete_seq is not None:
+            return
         text = msg.strip()
         message = Message(file, lineno, text, "comm_aborted", self.rank_of(host, pid, dev), (), host, pid, dev)
         self.fatal_warns.append((self.seq(lineno), (host, pid, None), message))

@@ -228,3 +228,11 @@ def test_the_tail_marks_fatal_lines_as_errors() -> None:
     assert classify("node [1] [FATAL ERROR]: HIP failure: 'invalid argument'") == ERROR
     assert classify("h:1:2 [0] NCCL INFO /x/src/group.cc:68 -> 3 [Async thread]") == ERROR
     assert classify("h:1:2 [0] NCCL INFO Channel 00/0 : 0[5000] -> 1[26000] via P2P/IPC comm 0x5 nRanks 08") == INFO
+
+
+def test_abort_after_a_completed_init_is_a_teardown_not_an_error() -> None:
+    head = "n1:7000:7061 [0] NCCL INFO"
+    done = f"{head} comm 0x56 rank 0 nranks 2 cudaDev 0 busId 5000 used 67129296 bytes - Init COMPLETE"
+    abort = f"{head} comm 0x56 rank 0 nranks 2 cudaDev 0 busId 5000 - Abort COMPLETE"
+    rep = parse_lines([done, abort])
+    assert rep.errors == () and rep.comms[0].ended == "aborted"
