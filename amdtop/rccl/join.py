@@ -103,15 +103,62 @@ def group(procs: Sequence[ProcComm]) -> list[tuple[str | None, list[ProcComm]]]:
     return order
 
 
-def join(procs: Sequence[ProcComm]) -> list[Comm]:
-    """The communicators of ``procs`` (see module doc)."""
+FreezeCache = dict[tuple[object, ...], Comm]
+"""Frozen communicators by their members' fingerprints (see :func:`join`)."""
+
+
+def join(procs: Sequence[ProcComm], cache: FreezeCache | None = None) -> list[Comm]:
+    """The communicators of ``procs`` (see module doc).
+
+    ``cache``: the previous call's frozen communicators; a communicator whose members printed nothing since is reused
+    (a live tail joins every poll, and most communicators of a long log are long finished). Updated in place to hold
+    only this call's.
+    """
     out = []
     synthetic = 0
+    fresh: FreezeCache = {}
     for comm_id, members in group(procs):
         if comm_id is None:
             synthetic += 1
-        out.append(freeze(comm_id or f"comm-{synthetic}", members, comm_id is not None))
+        key_id = comm_id or f"comm-{synthetic}"
+        if cache is None:
+            out.append(freeze(key_id, members, comm_id is not None))
+            continue
+        key = (key_id, comm_id is not None, *(_fingerprint(pc) for pc in members))
+        comm = cache.get(key)
+        if comm is None:
+            comm = freeze(key_id, members, comm_id is not None)
+        fresh[key] = comm
+        out.append(comm)
+    if cache is not None:
+        cache.clear()
+        cache.update(fresh)
     return out
+
+
+def _fingerprint(pc: ProcComm) -> tuple[object, ...]:
+    # everything freeze reads; sets and dicts only grow, so their sizes say whether they changed
+    return (
+        id(pc),
+        pc.rank,
+        pc.nranks,
+        pc.dev,
+        pc.bus_id,
+        pc.comm_id,
+        pc.ptr,
+        pc.phase,
+        pc.complete_seq,
+        pc.ended,
+        pc.init_s,
+        pc.nnodes,
+        pc.coll_channels,
+        pc.rings,
+        pc.trees,
+        len(pc.printers),
+        len(pc.peers),
+        len(pc.edges),
+        sum(map(len, pc.edges.values())),
+    )
 
 
 def freeze(key: str, members: Sequence[ProcComm], by_id: bool) -> Comm:

@@ -16,7 +16,7 @@ from amdtop.rccl.lines import LogLine
 from amdtop.rccl.parser import LogParser
 from amdtop.rccl.report import LogReport
 from amdtop.rccl.tail import LogFollower, PathSpec
-from amdtop.rccl.views import WorkerLogs, worker_logs
+from amdtop.rccl.views import ViewCache, WorkerLogs, worker_logs
 from amdtop.thresholds import NCCL_INIT_STALL_S
 
 
@@ -79,6 +79,7 @@ class LogMonitor:
         self._views: dict[str, WorkerLogs] = {}
         self._reports: dict[str, LogReport] = {}
         self._found: dict[str, tuple[Flag, ...]] = {}
+        self._view_cache: dict[str, ViewCache] = {}
         self.init_watch = InitWatch(init_stall_s, clock, wall)
 
     def poll(self) -> LogUpdate:
@@ -96,7 +97,8 @@ class LogMonitor:
             report = self._reports[worker] = self._parsers[worker].report()
             # a live log is not finished: an init without Init COMPLETE is judged by time (init_watch), not by EOF
             self._found[worker] = tuple(diagnose(report, self.topology, worker, finished=False))
-            self._views[worker] = worker_logs(worker, report, self.topology, self._found[worker])
+            cache = self._view_cache.setdefault(worker, {})
+            self._views[worker] = worker_logs(worker, report, self.topology, self._found[worker], cache)
         changed = bool(touched)
         for worker, report in self._reports.items():
             # every poll, lines or not: a stall is time passing without lines

@@ -16,7 +16,7 @@ from amdtop.rccl import grammar as g
 from amdtop.rccl import phases as ph
 from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
-from amdtop.rccl.join import join
+from amdtop.rccl.join import FreezeCache, join
 from amdtop.rccl.nics import NicLines
 from amdtop.rccl.ranks import attribute
 from amdtop.rccl.report import EnvSetting, LogReport, Message
@@ -30,6 +30,7 @@ class LogParser(CommLines):
     def __init__(self) -> None:
         super().__init__()
         self.nic_lines = NicLines()
+        self._frozen: FreezeCache = {}
         self.fatal_warns: list[tuple[int, ThreadKey, Message]] = []
         """Fatal WARNs (IPC handle, reverse path, proxy call...): errors unless a failed trace of their thread
         already reports them (the trace then carries the WARN's text)."""
@@ -102,7 +103,7 @@ class LogParser(CommLines):
 
     def report(self) -> LogReport:
         """A frozen view of everything parsed so far."""
-        comms = tuple(join(self.procs))
+        comms = tuple(join(self.procs, self._frozen))
         rank_of = attribute(self.procs)
         library = self.library
         if library is None and (self.version or comms):

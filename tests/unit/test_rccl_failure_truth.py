@@ -236,3 +236,22 @@ def test_abort_after_a_completed_init_is_a_teardown_not_an_error() -> None:
     abort = f"{head} comm 0x56 rank 0 nranks 2 cudaDev 0 busId 5000 - Abort COMPLETE"
     rep = parse_lines([done, abort])
     assert rep.errors == () and rep.comms[0].ended == "aborted"
+
+
+def test_reports_between_feeds_reuse_unchanged_communicators_and_equal_one_parse() -> None:
+    # a live tail reports after every poll: finished communicators are reused, changed ones frozen again
+    from amdtop.rccl.parser import LogParser
+    from tests.fixtures.rccl.make_logs import MI300X_BUS, interleave, proc_comm_lines
+
+    lines: list[str] = []
+    for c in range(3):
+        procs = [proc_comm_lines(r, MI300X_BUS[:4], pid=7000 + r, ptr=f"0x{c + 1:x}{r:04x}") for r in range(4)]
+        lines += interleave(procs)
+    p = LogParser()
+    seen = []
+    for k in range(0, len(lines), 7):
+        p.feed_lines(lines[k : k + 7], "live", k + 1)
+        seen.append(p.report())
+    whole = parse_lines(lines, "live")
+    assert seen[-1].comms == whole.comms and len(whole.comms) == 3
+    assert seen[-1].comms[0] is seen[-2].comms[0]  # the first communicator, long finished, was not frozen again
