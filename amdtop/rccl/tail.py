@@ -216,26 +216,34 @@ class LogFollower:
         if not data and not kept:
             return [], dropped
         buf = tail.partial + data if tail.partial else data
-        parts = buf.split(b"\n")
-        tail.partial = parts.pop()
+        end = buf.rfind(b"\n")
+        body, tail.partial = (buf[:end], buf[end + 1 :]) if end >= 0 else (b"", buf)
+        count = body.count(b"\n") + 1 if end >= 0 else 0
+        extra: list[bytes] = []
         if len(tail.partial) > _MAX_PARTIAL:
             # a newline-free flood: hand it over cut, rather than hold MBs
-            parts.append(tail.partial[:_MAX_PARTIAL])
+            extra.append(tail.partial[:_MAX_PARTIAL])
             tail.partial = b""
-        if len(parts) > self.max_lines:
-            cut = len(parts) - self.max_lines
-            kept += _important(b"\n".join(parts[:cut]), _MAX_KEEP - len(kept))
-            dropped += cut
-            parts = parts[cut:]
-        if kept:
-            dropped -= len(kept)
-            parts = kept + parts
-        name, worker = str(tail.path), tail.worker
-        if not parts:
+        if count + len(extra) > self.max_lines or kept or extra:
+            # the rare path (a flood to cut, kept lines, a cut partial): work on the lines one by one
+            parts = (body.split(b"\n") if end >= 0 else []) + extra
+            if len(parts) > self.max_lines:
+                cut = len(parts) - self.max_lines
+                kept += _important(b"\n".join(parts[:cut]), _MAX_KEEP - len(kept))
+                dropped += cut
+                parts = parts[cut:]
+            if kept:
+                dropped -= len(kept)
+                parts = kept + parts
+            if not parts:
+                return [], dropped
+            body = b"\n".join(parts)
+        elif end < 0:
             return [], dropped
+        name, worker = str(tail.path), tail.worker
         # one decode, one control-character scan and one CR fix for the whole run (a newline byte is never inside a
         # UTF-8 sequence, so the split agrees with the lines); per line only the level and the transport mark
-        whole = b"\n".join(parts).decode("utf-8", "replace")
+        whole = body.decode("utf-8", "replace")
         if "\r" in whole:
             whole = whole.replace("\r\n", "\n")
             if whole.endswith("\r"):
