@@ -49,7 +49,8 @@ class LogBatch:
 
 
 
-_APP_INFO = ("INFO ", "DEBUG ")
+APP_INFO = ("INFO ", "DEBUG ")
+"""Python logging prefixes of factless lines (vLLM at INFO/DEBUG level)."""
 
 
 def classify(text: str) -> str:
@@ -57,7 +58,7 @@ def classify(text: str) -> str:
     if " NCCL INFO " in text:
         # most of a log: an INFO line is an error only as a return-code trail hop, whose "-> N" ends the line
         return ERROR if "-> " in text[-24:] and is_error_trail(text) else INFO
-    if text.startswith(_APP_INFO):
+    if text.startswith(APP_INFO):
         return INFO  # vLLM / Python logging at INFO or DEBUG level: the rest of a serving log
     if "NCCL WARN" in text or " WARN " in text or text.startswith("WARNING"):
         return WARN

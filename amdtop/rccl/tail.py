@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from amdtop.rccl.lines import ERROR, INFO, WARN, LogBatch, LogLine, classify, is_error_trail
+from amdtop.rccl.lines import APP_INFO, ERROR, INFO, WARN, LogBatch, LogLine, classify, is_error_trail
 
 PathSpec = Path | str | tuple[str, Path | str]
 """A path (worker = file stem) or ``(worker, path)``."""
@@ -253,8 +253,12 @@ class LogFollower:
         out: list[LogLine] = []
         add, make, info, trail = out.append, tuple.__new__, " NCCL INFO ", is_error_trail
         for text in whole.split("\n"):
-            # INFO lines (most of a log) inline: an error only as a trail hop, whose "-> N" ends the line
-            level = (ERROR if "-> " in text[-24:] and trail(text) else INFO) if info in text else classify(text)
+            # INFO lines (most of a log) inline: an error only as a trail hop, whose "-> N" ends the line; vLLM's
+            # own INFO/DEBUG lines (the rest of a serving log) by their prefix
+            if info in text:
+                level = ERROR if "-> " in text[-24:] and trail(text) else INFO
+            else:
+                level = INFO if text.startswith(APP_INFO) else classify(text)
             mark = (" via " in text and "Channel" in text) or "Connected all" in text
             add(make(LogLine, (worker, name, text, level, mark)))
         return out, dropped
