@@ -36,6 +36,9 @@ class FlagKind(str, Enum):
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
     PARTITION_SPLIT = "partition_split"
     GPU_FAULT = "gpu_fault"
+    NCCL_INIT_INCOMPLETE = "nccl_init_incomplete"
+    NCCL_INIT_STALLED = "nccl_init_stalled"
+    NIC_MISMATCH = "nic_mismatch"
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
         FlagKind.GPU_THROTTLED: "THR",
         FlagKind.ECC_UNCORRECTABLE: "ECC",
         FlagKind.GPU_FAULT: "FAULT",
+        FlagKind.NCCL_INIT_STALLED: "INIT",
+        FlagKind.NCCL_INIT_INCOMPLETE: "INIT",
     }
     for flag in frame.flags:
         tag = short.get(flag.kind)
