@@ -23,9 +23,12 @@ import pytest
 from amdtop.cli.main import main
 from amdtop.model import WorkerState
 from amdtop.supervisor import Supervisor
-from tests.unit.test_supervisor_hostile import cleanup, cli, one_error_line, run, status_of  # noqa: F401
+from tests.unit import test_supervisor_hostile as hostile
+from tests.unit.test_supervisor_hostile import one_error_line, run, status_of
 from tests.unit.test_supervisor_procs import FAMILY, STUBBORN, TOPO, alive, wait_files, write_profile
 from tests.unit.tinyfs import fill, tiny_tmpfs
+
+cleanup = hostile.cleanup  # the same fixture: kills what a test's workers leave, whatever happened
 
 
 def _marked_env(state: Path, marker: str, url: str = "http://127.0.0.1:18031") -> dict[str, str]:
