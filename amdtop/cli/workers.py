@@ -178,6 +178,8 @@ def run_status(args: argparse.Namespace) -> int:
         print_json([status_json(r) for r in rows])
     else:
         sys.stdout.write(render_status(rows))
+    for note in sup.notes:
+        sys.stderr.write(f"amdtop: note: {note}\n")
     if sup.config_error is not None:
         # The rows above come from the launch records; the file still needs fixing.
         raise sup.config_error

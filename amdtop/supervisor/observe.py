@@ -34,9 +34,11 @@ def observe(
     note: str | None = None,
     log_max_bytes: int = 50 * 1024 * 1024,
     log_backups: int = 3,
+    spawned: frozenset[int] = frozenset(),
 ) -> WorkerStatus:
     """Status of worker ``name`` from its launch record, the process ``table`` and a short HTTP probe; ``profile``
-    (``None`` when the worker left the file) only fills in what a never-launched worker would have."""
+    (``None`` when the worker left the file) only fills in what a never-launched worker would have. ``spawned``: the
+    launch's leader when this process started it and it still runs (known from spawn, not from its environment)."""
     if rec is None:
         return WorkerStatus(
             name,
@@ -49,7 +51,9 @@ def observe(
             note=note,
         )
     marker = f"{name}:{rec.launch_id}"
-    pids = procs.members(pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table)
+    pids = procs.members(
+        pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table, spawned=spawned
+    )
     leader = rec.pid in pids and table[rec.pid].start_ticks == rec.start_ticks
     engine = None
     lines: tuple[str, ...] = ()
