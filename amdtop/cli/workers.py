@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import config_path, open_from_args, print_json, state_dir
-from amdtop.errors import InputError, NoGpuFound
+from amdtop.errors import AmdtopError, InputError, NoGpuFound
 from amdtop.model import Topology, WorkerStatus
 from amdtop.supervisor import StopReport, Supervisor
 from amdtop.telemetry.base import TelemetryBackend
@@ -214,9 +214,12 @@ def run_stop(args: argparse.Namespace) -> int:
     """Stop one worker."""
     sup = open_supervisor(args)
     try:
-        _report(sup.stop(args.name, grace=args.grace))
+        rep = sup.stop(args.name, grace=args.grace)
+        _report(rep)
     finally:
         sup.close()
+    if rep.record_error:
+        raise AmdtopError(rep.record_error)
     return 0
 
 

@@ -308,19 +308,27 @@ class Supervisor:
         if rec is None:
             why = f" ({recovery.reason}; no running process carries its marker)" if recovery.reason else ""
             return StopReport(name, (), (), (), (), f"{name}: not running, nothing to stop{why}")
-        unsaved = self._save_quietly(rec.with_(stopping=True))
+        self._save_quietly(rec.with_(stopping=True))  # a stop goes on without it; the final record is what counts
         if grace is None:
             grace = profile.stop_grace_s if profile is not None and profile.stop_grace_s is not None else self.grace_s
         # The log read for vLLM's ids is always this worker's own log, whatever the record says.
         own = rec.with_(log=str(self.store.log_path(name)))
         report = stop_run(own, grace, reap=lambda: self._reap(name, forget=False))
         self._reap(name)
-        unsaved = self._save_quietly(rec.with_(stopping=False, stopped=True, shm=())) or unsaved
+        final = rec.with_(stopping=False, stopped=True, shm=())
+        failed = self._save_quietly(final)
+        record_error = None
+        # Status must never read a stopped worker as crashed: without room for a new file, rewrite the record in
+        # place or drop it (a missing record reads as stopped); a stop that could not record itself says so.
+        done = self.store.save_last_resort(final) if failed else None
+        if failed and done != "rewritten in place":
+            kept = "its state file was removed, so status shows it stopped" if done else "its state file is stale"
+            record_error = f"{failed}; {name} is stopped but the stop was not recorded ({kept})"
         self.prober.forget(name)
         if recovery.reason:
             report = replace(report, message=f"{report.message} ({recovery.reason})")
-        if unsaved:
-            report = replace(report, message=f"{report.message}; {unsaved}")
+        if record_error:
+            report = replace(report, record_error=record_error)
         self._last_stop[name] = report
         return report
 

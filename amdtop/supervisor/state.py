@@ -196,6 +196,29 @@ class StateStore:
             if tmp is not None and os.path.exists(tmp):
                 Path(tmp).unlink(missing_ok=True)
 
+    def save_last_resort(self, rec: WorkerRecord) -> str | None:
+        """Record ``rec`` when :meth:`save` could not (a full disk): rewrite the state file in place when the record
+        fits in the blocks the file already holds (no new space needed); else remove the file, which also needs no
+        space, so that no record is left saying the run is live. Returns what was done, ``None`` when neither
+        worked."""
+        path = self.path(rec.name)
+        data = json.dumps(_to_json(rec), indent=1).encode()
+        try:
+            with open(path, "r+b") as fh:
+                if len(data) <= os.fstat(fh.fileno()).st_size:
+                    fh.write(data)
+                    fh.truncate(len(data))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                    return "rewritten in place"
+        except OSError:
+            pass
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            return None
+        return "removed"
+
     def check_writable(self) -> None:
         """Raise the one-line error a launch would hit when the state dir cannot hold state files and logs."""
         for folder in (self.dir, self.logs):

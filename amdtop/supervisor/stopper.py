@@ -46,6 +46,8 @@ class StopReport:
     """One line for humans."""
     seconds: float = 0.0
     """Wall time of the stop."""
+    record_error: str | None = None
+    """Why the stop could not record itself in the state file (the CLI exits 1 with it); ``None`` when it did."""
 
 
 def _signal_group(pgid: int, pids: set[int], sig: signal.Signals) -> None:
