@@ -89,6 +89,7 @@ class Supervisor:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._last_stop: dict[str, StopReport] = {}
         self.prober = Prober(health_timeout_s)
+        self._share_keys()
         self.full_scan_every_s = REDISCOVER_EVERY_S
         self._full_scan_at: float | None = None
         self.notes: list[str] = []
@@ -164,6 +165,15 @@ class Supervisor:
         )  # fmt: skip
         self.store.adopt(rebuilt)
         return Recovery(rebuilt, rebuilt.rebuilt)
+
+    def _share_keys(self) -> None:
+        """Give the prober each keyed worker's API key (by URL), so its calls carry ``Authorization: Bearer``."""
+        self.prober.keys = {p.url: p.api_keys[0] for p in self._profiles if p.api_keys}
+
+    def api_key(self, name: str) -> str | None:
+        """The API key worker ``name``'s clients must send (the first of its ``args.api-key``), ``None`` when open."""
+        profile = self._find(name)
+        return profile.api_keys[0] if profile is not None and profile.api_keys else None
 
     def _spawned(self, name: str) -> frozenset[int]:
         """The leader of ``name``'s launch when this supervisor spawned it and has not reaped it: ours from spawn, even
@@ -392,6 +402,7 @@ class Supervisor:
         self._check_restartable(name, profiles)
         write_profile_file(self.config, tomlkit.dumps(doc))
         self._doc, self._profiles = doc, profiles
+        self._share_keys()
         current = self.status_one(name)
         if current.state in (WorkerState.STOPPED,):
             return current

@@ -7,6 +7,7 @@ from pathlib import Path
 from amdtop.errors import InputError
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
+from amdtop.secrets import mask_log_line
 from amdtop.supervisor import procs
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa
@@ -74,7 +75,7 @@ def observe(
         else:
             state = WorkerState.STARTING
     if state is WorkerState.CRASHED:
-        lines = tail_lines(Path(rec.log), 20)
+        lines = tuple(mask_log_line(line) for line in tail_lines(Path(rec.log), 20))
     if pids:
         known = set(rec.known) | {(p, table[p].start_ticks) for p in pids}
         if known != set(rec.known):

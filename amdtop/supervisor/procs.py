@@ -129,9 +129,9 @@ def members(
     sure: set[int] = set()
     grouped: list[ProcStat] = []
     for st in table.values():
-        if st.pid in spawned and (st.pid, st.start_ticks) in known_set:
-            sure.add(st.pid)
-        elif (st.pid, st.start_ticks) in known_set and still_ours(st.pid, marker, proc):
+        if (st.pid in spawned and (st.pid, st.start_ticks) in known_set) or (
+            (st.pid, st.start_ticks) in known_set and still_ours(st.pid, marker, proc)
+        ):
             sure.add(st.pid)
         elif (st.pgid == pgid or st.sid == pgid) and st.start_ticks >= start_ticks:
             grouped.append(st)

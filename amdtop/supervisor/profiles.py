@@ -62,6 +62,14 @@ class Profile:
         return None
 
     @property
+    def api_keys(self) -> tuple[str, ...]:
+        """The keys of ``args.api-key`` (a string or a list), empty when the server is open."""
+        value = self.arg("api-key")
+        if value is None or isinstance(value, bool):
+            return ()
+        return tuple(str(v) for v in value) if isinstance(value, tuple) else (str(value),)
+
+    @property
     def tp_size(self) -> int:
         """Tensor-parallel size: ``args.tensor-parallel-size`` or the number of GPUs (at least 1)."""
         value = self.arg("tensor-parallel-size")

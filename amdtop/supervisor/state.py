@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError, InputError, os_reason
+from amdtop.private_files import private_opener
 from amdtop.secrets import mask_env as mask_env
 
 FILE_MODE = 0o600
@@ -240,7 +241,7 @@ class StateStore:
         """
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{name}.lock", "w")  # noqa: SIM115 - held across the yield
+            fh = open(self.dir / f".{name}.lock", "w", opener=private_opener)  # noqa: SIM115 - held across the yield
         except OSError:
             yield
             return
@@ -257,7 +258,7 @@ class StateStore:
         cannot be written: a status poll only learns, it never fails for that)."""
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{seen.name}.lock", "w")  # noqa: SIM115
+            fh = open(self.dir / f".{seen.name}.lock", "w", opener=private_opener)  # noqa: SIM115
         except OSError:
             return seen.with_(**changed)
         with fh:
@@ -283,7 +284,7 @@ class StateStore:
         record is used from memory then, and rebuilt again next time)."""
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{rec.name}.lock", "w")  # noqa: SIM115
+            fh = open(self.dir / f".{rec.name}.lock", "w", opener=private_opener)  # noqa: SIM115
         except OSError:
             return
         with fh:

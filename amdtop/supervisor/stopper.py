@@ -13,7 +13,6 @@ from pathlib import Path
 from amdtop.supervisor import procs
 from amdtop.supervisor.state import WorkerRecord
 
-
 MAX_GRACE_S = 7 * 24 * 3600.0
 """The longest grace a stop waits (the CLI's --grace and a profile's stop_grace_s refuse more)."""
 KILL_WAIT_S = 10.0

@@ -13,6 +13,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -312,3 +313,163 @@ def test_files_in_the_state_dir_are_owner_only_whatever_the_umask(tmp_path: Path
     for p in (tmp_path / "state").rglob("*"):
         if p.is_file():
             assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+
+
+# -- item 7: secrets, one rule everywhere ----------------------------------------------------------------------------
+def test_one_rule_covers_lists_patterns_userinfo_and_the_workers_own_echo() -> None:
+    from amdtop.rccl.lines import make_line
+    from amdtop.secrets import is_secret_name, mask_argv, mask_env, mask_log_line, mask_url
+
+    for name in ("MY_PASSPHRASE", "GH_PAT", "AWS_CREDENTIALS_FILE", "APP_SECRET", "S3_KEY", "HF_TOKEN", "DBPASS"):
+        assert is_secret_name(name), name
+    for name in ("PATH", "NCCL_P2P_LEVEL", "PATCH_SIZE", "max-num-batched-tokens", "tokenizer", "ssl-keyfile"):
+        assert not is_secret_name(name), name
+    assert mask_env({"MY_PASSPHRASE": "p1", "GH_PAT": "ghp_2"}) == {"MY_PASSPHRASE": "***", "GH_PAT": "***"}
+    assert mask_argv(["vllm", "serve", "m", "--api-key", "k1", "k2", "--port", "8000"]) == [
+        "vllm", "serve", "m", "--api-key", "***", "***", "--port", "8000"
+    ]  # fmt: skip
+    assert mask_url("https://u:pw@h:1/x https://ghp_tok@github.com/r") == "https://u:***@h:1/x https://***@github.com/r"
+    echo = (
+        "INFO 12-02 06:00:00 [utils.py:253] non-default args: {'model_tag': '/m', 'api_key': ['k1', 'k2'], "
+        "'hf_token': 'hf_x', 'max_num_batched_tokens': 4096, 'port': 8000}"
+    )
+    for shown in (mask_log_line(echo), make_line("w", "w.log", echo).text):
+        assert "k1" not in shown and "k2" not in shown and "hf_x" not in shown, shown
+        assert "'max_num_batched_tokens': 4096" in shown and "'api_key': '***'" in shown
+    nccl = "node:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"
+    assert mask_log_line(nccl) == nccl
+
+
+ECHO_THEN_CRASH = """
+import sys
+print("INFO non-default args: {'model_tag': 'm', 'api_key': ['k1-secret', 'k2-secret'], 'port': 1}", flush=True)
+sys.exit(3)
+"""
+
+
+def test_list_valued_keys_and_the_workers_echo_never_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path]
+) -> None:
+    extra = '[worker.args]\napi-key = ["k1-secret", "k2-secret"]\n[worker.env]\nMY_PASSPHRASE = "pp-secret"\n'
+    extra += 'GH_PAT = "ghp-secret"\nDB = "postgres://u:pw-secret@db/x"\n'
+    cfg, state = write_profile(tmp_path, ECHO_THEN_CRASH, port=18036, extra_args=extra), tmp_path / "state"
+    cleanup.append(state)
+    assert run(cfg, state, capsys, "launch", "w")[0] == 0
+    deadline = time.monotonic() + 20
+    while (row := status_of(cfg, state, capsys))["state"] != "crashed" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert row["state"] == "crashed", row
+    _, out, err = run(cfg, state, capsys, "status", "--json")
+    texts = {
+        "log": (state / "logs" / "w.log").read_text(),  # the launch line amdtop writes
+        "state": (state / "workers" / "w.json").read_text(),
+        "status": out + err,
+        "last_log_lines": json.dumps(row["last_log_lines"]),
+    }
+    for where, text in texts.items():
+        for secret in ("k1-secret", "k2-secret", "pp-secret", "ghp-secret", "pw-secret"):
+            if where == "log" and secret.startswith("k"):
+                # The worker's own echo is its output: amdtop shows it masked (Logs pane, last_log_lines).
+                text = text.split("\n", 1)[0]
+            assert secret not in text, (where, secret)
+    assert "non-default args" in texts["last_log_lines"]
+    for f in (state / "logs" / "w.log", state / "workers" / "w.json"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600
+
+
+def test_one_api_key_travels_in_the_environment_and_amdtop_sends_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = 18037
+    cfg, state = tmp_path / "w.toml", tmp_path / "state"
+    cleanup.append(state)
+    cfg.write_text(
+        f'[[worker]]\nname = "w"\nmodel = "sim"\ngpus = [0]\nnuma_node = "none"\nport = {port}\n'
+        f'command = ["{sys.executable}", "-m", "amdtop.simserver"]\n'
+        '[worker.args]\napi-key = "sk-only-mine"\ntokens-per-s = 0\n'
+    )
+    rc, _, err = run(cfg, state, capsys, "launch", "w", "--wait", "--timeout", "60")
+    assert rc == 0, err
+    row = status_of(cfg, state, capsys)
+    pid = int(row["pid"])  # type: ignore[call-overload]
+    assert b"sk-only-mine" not in Path(f"/proc/{pid}/cmdline").read_bytes()  # every user reads cmdline
+    assert b"VLLM_API_KEY=sk-only-mine" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    import httpx
+
+    url = f"http://127.0.0.1:{port}"
+    assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401  # the key is in force
+    # amdtop's own clients: the prober (health, metrics) and the ramp send it as a Bearer token.
+    sup = Supervisor(cfg, state, topology=TOPO)
+    try:
+        assert sup.prober.keys == {url: "sk-only-mine"} and sup.api_key("w") == "sk-only-mine"
+        assert sup.status_one("w").engine is not None
+    finally:
+        sup.close()
+    ramp = ["ramp", "--url", url, "--concurrency", "1", "--step-seconds", "1", "--warmup-seconds", "0",
+            "--no-refine", "--no-record", "--input-len", "8", "--output-len", "4", "--json", str(tmp_path / "r.json")]  # fmt: skip
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code = main(["--backend", "sim", "--state-dir", str(state), *ramp])
+    assert code != 0 or not json.loads((tmp_path / "r.json").read_text())["steps"][0]["completed"]
+    capsys.readouterr()
+    monkeypatch.setenv("VLLM_API_KEY", "sk-only-mine")
+    assert main(["--backend", "sim", "--state-dir", str(state), *ramp]) == 0, capsys.readouterr().err
+    doc = (tmp_path / "r.json").read_text()
+    assert json.loads(doc)["steps"][0]["completed"] > 0 and "sk-only-mine" not in doc
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o600
+    assert run(cfg, state, capsys, "stop", "w", "--grace", "5")[0] == 0
+
+
+def test_prober_sends_the_bearer_token_to_health_and_metrics(tmp_path: Path) -> None:
+    import http.server
+
+    from amdtop.supervisor.metrics import Prober
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"vllm:num_requests_running 0\n")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        prober = Prober(2.0)
+        prober.keys = {url: "sk-probe"}
+        assert prober.health(url) == 200 and prober.scrape("w", url) is not None
+        assert prober.health(url.replace("127.0.0.1", "localhost")) == 200  # another worker's URL: no key
+    finally:
+        server.shutdown()
+    assert seen == ["Bearer sk-probe", "Bearer sk-probe", None]
+
+
+# -- item 11: a URL password never reaches the ramp's files ------------------------------------------------------------
+def test_ramp_url_password_stays_out_of_the_ramp_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.simproc import simserver
+
+    state = tmp_path / "state"
+    with simserver(18038, "--tokens-per-s", "0"):
+        old = os.umask(0o022)
+        try:
+            code = main(["--backend", "sim", "--state-dir", str(state), "ramp", "--url",
+                         "http://u:pw-secret@127.0.0.1:18038", "--concurrency", "1", "--step-seconds", "1",
+                         "--warmup-seconds", "0", "--no-refine", "--no-record", "--input-len", "8", "--output-len", "4",
+                         "--json", str(tmp_path / "out.json")])  # fmt: skip
+        finally:
+            os.umask(old)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    files = [*(state / "ramp").iterdir(), tmp_path / "out.json"]
+    assert len(files) == 3
+    for f in files:
+        assert "pw-secret" not in f.read_text(), f
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    assert json.loads((tmp_path / "out.json").read_text())["url"] == "http://u:***@127.0.0.1:18038"
