@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -139,6 +140,8 @@ def _from_json(doc: Mapping[str, Any], name: str | None = None) -> WorkerRecord:
         raise ValueError(f"names worker {rec.name!r}")
     if rec.pid < 2 or rec.pgid < 2 or rec.start_ticks < 0:
         raise ValueError(f"pid {rec.pid} / pgid {rec.pgid} cannot be a launch")
+    if not math.isfinite(rec.started_at):  # JSON's NaN would reach status --json as an uptime no parser takes
+        raise ValueError(f"started_at {rec.started_at} is not a time")
     return rec
 
 

@@ -284,7 +284,9 @@ def test_secrets_never_reach_log_state_or_status(
     texts = {"log": log.read_text(), "state": rec.read_text(), "status": out + err}
     for where, text in texts.items():
         assert "sk-live-123456" not in text and "hf_abcdef" not in text, where
-    assert "--api-key ***" in texts["log"] and '"HF_TOKEN": "***"' in texts["state"]
+    # Issue 23: one api-key goes to vLLM as VLLM_API_KEY in its environment, never into argv.
+    assert "--api-key" not in texts["log"] and '"HF_TOKEN": "***"' in texts["state"]
+    assert '"VLLM_API_KEY": "***"' in texts["state"]
     assert '"NCCL_DEBUG": "INFO"' in texts["state"]
     for f in (log, rec):
         assert stat.S_IMODE(f.stat().st_mode) == 0o600, f

@@ -166,6 +166,18 @@ def test_float_args_in_a_profile_are_finite(tmp_path: Path, capsys: pytest.Captu
     assert rc == 2 and "worker[w].args.gpu-memory-utilization" in line, line
 
 
+def test_a_state_file_with_a_nan_time_counts_as_torn(tmp_path: Path) -> None:
+    from amdtop.supervisor.state import StateStore
+
+    store = StateStore(tmp_path / "state")
+    store.dir.mkdir(parents=True)
+    doc = {"name": "w", "launch_id": "a", "pid": 1234, "pgid": 1234, "start_ticks": 1, "started_at": float("nan"),
+           "argv": [], "log": "x", "port": 1, "url": "http://127.0.0.1:1"}  # fmt: skip
+    store.path("w").write_text(json.dumps(doc))  # json writes NaN, and reads it back
+    rec, problem = store.load_checked("w")
+    assert rec is None and "started_at nan is not a time" in str(problem)
+
+
 def test_stop_has_a_hard_ceiling_whatever_grace_it_is_given(tmp_path: Path) -> None:
     cfg = write_profile(tmp_path, STUBBORN)
     sup = Supervisor(cfg, tmp_path / "state", topology=TOPO)
