@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from amdtop.supervisor import procs
+from amdtop.supervisor import evidence, procs
 from amdtop.supervisor.state import WorkerRecord
 
 MAX_GRACE_S = 7 * 24 * 3600.0
@@ -50,15 +50,23 @@ class StopReport:
 
 
 def _signal_group(pgid: int, pids: set[int], sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    # killpg also reaches members forked since the scan, but as root it would reach another user's process that
+    # joined the group too: then only the processes known to be ours are signalled.
+    if _group_is_all_ours(pgid):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
     for pid in pids:
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _group_is_all_ours(pgid: int) -> bool:
+    uid = os.geteuid()
+    return all(evidence.is_own_process(st.pid, uid=uid) for st in procs.scan().values() if st.pgid == pgid)
 
 
 def _alive_of(pids: set[int]) -> set[int]:

@@ -128,6 +128,37 @@ def test_another_users_marked_process_is_never_adopted_or_signalled(
     assert rc == 0 and not alive(pids) and forger.poll() is None, err
 
 
+FORKS_AS_NOBODY = """
+import os, subprocess, sys, time
+child = subprocess.Popen(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", "sleep", "120"])
+open(sys.argv[1] + f".{child.pid}", "w").close()
+open(sys.argv[1] + f".{os.getpid()}", "w").close()
+time.sleep(600)
+"""
+
+
+def test_stop_never_signals_another_users_process_in_the_workers_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path]
+) -> None:
+    _other_user_prefix()
+    cfg, state = write_profile(tmp_path, FORKS_AS_NOBODY, port=18039), tmp_path / "state"
+    cleanup.append(state)
+    assert run(cfg, state, capsys, "launch", "w")[0] == 0
+    pids = wait_files(tmp_path, 2)
+    deadline = time.monotonic() + 10
+    while not any(Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep") for p in alive(pids)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    nobody = {p for p in pids if Path(f"/proc/{p}").stat().st_uid == 65534}
+    assert len(nobody) == 1, pids
+    row = status_of(cfg, state, capsys)
+    assert not nobody & set(row["pids"]), row  # type: ignore[arg-type]
+    rc, _, err = run(cfg, state, capsys, "stop", "w", "--grace", "2")
+    assert rc == 0, err
+    assert alive(pids) == nobody  # the worker is gone; the other user's process in its group was not touched
+    os.kill(nobody.pop(), signal.SIGKILL)
+
+
 def test_same_user_marker_with_an_unknown_launch_id_is_not_adopted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path], spawned: list[subprocess.Popen[bytes]]
 ) -> None:
