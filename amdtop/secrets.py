@@ -89,8 +89,9 @@ def mask_command_line(argv: Iterable[str]) -> str:
     return " ".join(mask_argv(argv))
 
 
-_LOG_HINT = re.compile(r"(?i)key|token|secret|pass|pat\b|_pat|credential|auth|@")
-"""Cheap test first: most log lines (NCCL INFO, progress bars) name nothing secret and skip the masking."""
+# Cheap test first (substring searches on the lowered line, ~10x cheaper than one case-insensitive regex): most log
+# lines (NCCL INFO, progress bars) name nothing secret and skip the masking.
+_PAT_WORD = re.compile(r"pat\b")
 _REPR_ITEM = re.compile(
     r"""(?P<q>['"])(?P<key>[A-Za-z0-9_.\-]+)(?P=q)(?P<sep>\s*:\s*)"""
     r"""(?P<value>'[^']*'|"[^"]*"|\[[^\]]*\]|\([^)]*\)|[^,}\s]+)"""
@@ -102,14 +103,31 @@ _FLAG_VALUES = re.compile(r"(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)(?P<rest>(?:[= 
 def mask_log_line(text: str) -> str:
     """A log line with secrets hidden: a worker's echo of its own arguments (``non-default args: {'api_key': ...}``,
     ``--api-key k1 k2``), ``NAME=value`` words with a secret name, and URL userinfo."""
-    if not _LOG_HINT.search(text):
+    low = text.lower()
+    # Chained ``in`` tests: a third of the cost of ``any()`` over _LOG_HINTS (bench/log_mask.py).
+    if not (
+        "key" in low
+        or "token" in low
+        or "secret" in low
+        or "pass" in low
+        or "credential" in low
+        or "auth" in low
+        or "@" in low
+        or ("pat" in low and _PAT_WORD.search(low))
+    ):
         return text
-    text = _REPR_ITEM.sub(
-        lambda m: f"{m['q']}{m['key']}{m['q']}{m['sep']}'{MASK}'" if is_secret_name(m["key"]) else m[0], text
-    )
-    text = _FLAG_VALUES.sub(lambda m: f"{m['flag']}{m['rest'][0]}{MASK}" if is_secret_name(m["flag"]) else m[0], text)
-    words = text.split(" ")
-    for i, word in enumerate(words):
-        if (m := _ASSIGN.match(word)) and is_secret_name(m[1]) and m[2]:
-            words[i] = f"{m[1]}={MASK}"
-    return mask_url(" ".join(words))
+    if ":" in text and ("'" in text or '"' in text):
+        text = _REPR_ITEM.sub(
+            lambda m: f"{m['q']}{m['key']}{m['q']}{m['sep']}'{MASK}'" if is_secret_name(m["key"]) else m[0], text
+        )
+    if "-" in text:
+        text = _FLAG_VALUES.sub(
+            lambda m: f"{m['flag']}{m['rest'][0]}{MASK}" if is_secret_name(m["flag"]) else m[0], text
+        )
+    if "=" in text:
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            if "=" in word and (m := _ASSIGN.match(word)) and is_secret_name(m[1]) and m[2]:
+                words[i] = f"{m[1]}={MASK}"
+        text = " ".join(words)
+    return mask_url(text)
