@@ -332,6 +332,8 @@ def test_stop_on_a_full_disk_says_so_and_status_never_shows_crashed(
         (["snapshot", "--window", "inf"], "--window"),
         (["probe", "--sizes", "inf"], "--sizes"),
         (["probe", "--sizes", "64K", "--copy-size", "nan"], "--copy-size"),
+        (["probe", "--sizes", "1e400"], "--sizes"),
+        (["--interval", "1e308", "snapshot"], "--interval"),
     ],
 )
 def test_nan_and_inf_flags_are_one_error_line(
