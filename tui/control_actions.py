@@ -17,6 +17,7 @@ from amdtop.exporter import Exporter
 from amdtop.model import Topology, WorkerStatus
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
+from amdtop.ramp import RampConfig
 from amdtop.ramp.observe import observer_from_frames
 from amdtop.ramp.target import check_base_url
 from amdtop.supervisor.stopper import StopReport
@@ -228,8 +229,10 @@ class ControlActions:
             if control is not None:
                 self._call("retune", worker.name, lambda: control.retune(worker.name, changes))
 
+        key = getattr(control, "api_key", lambda _name: None)(worker.name)  # a keyed worker answers 401 without it
         screen = RampScreen(
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
+            config=RampConfig(url=worker.url, api_key=key) if key else None,
             apply_changes=apply_changes if control is not None else None,
             # The dashboard's own frames: per-step GPU data costs no device call and no recomputation of its own.
             observer=observer_from_frames(self.mailbox.get, worker.gpus or None),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import config_path, open_from_args, print_json, state_dir
-from amdtop.errors import InputError, NoGpuFound
+from amdtop.errors import AmdtopError, InputError, NoGpuFound
 from amdtop.model import Topology, WorkerStatus
 from amdtop.supervisor import StopReport, Supervisor
 from amdtop.telemetry.base import TelemetryBackend
@@ -178,6 +178,8 @@ def run_status(args: argparse.Namespace) -> int:
         print_json([status_json(r) for r in rows])
     else:
         sys.stdout.write(render_status(rows))
+    for note in sup.notes:
+        sys.stderr.write(f"amdtop: note: {note}\n")
     if sup.config_error is not None:
         # The rows above come from the launch records; the file still needs fixing.
         raise sup.config_error
@@ -212,9 +214,12 @@ def run_stop(args: argparse.Namespace) -> int:
     """Stop one worker."""
     sup = open_supervisor(args)
     try:
-        _report(sup.stop(args.name, grace=args.grace))
+        rep = sup.stop(args.name, grace=args.grace)
+        _report(rep)
     finally:
         sup.close()
+    if rep.record_error:
+        raise AmdtopError(rep.record_error)
     return 0
 
 

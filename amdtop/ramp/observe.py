@@ -23,7 +23,7 @@ from amdtop.cpulist import format_cpulist
 from amdtop.health.throttle import throttle_shares
 from amdtop.health.traffic import fabric_traffic
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.supervisor.metrics import parse_samples
+from amdtop.supervisor.metrics import bearer, parse_samples
 
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 """New name first; vLLM before V1 called it ``gpu_cache_usage_perc``."""
@@ -438,10 +438,13 @@ async def recorded_step(
     observer: NodeObserver | None,
     worker_pids: WorkerPids,
     interval_s: float = 0.5,
+    api_key: str | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Await ``run()`` (one step of load) while a :class:`StepRecorder` watches; returns its result and the keys."""
     pids = await asyncio.to_thread(worker_pids)
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(2.0), trust_env=False) as http:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=httpx.Timeout(2.0), trust_env=False, headers=bearer(api_key)
+    ) as http:
         t0 = time.perf_counter()
         rec = StepRecorder(http, observer=observer, worker_pids=pids, interval_s=interval_s,
                            window=(t0 + warmup_s, t0 + warmup_s + duration_s))  # fmt: skip

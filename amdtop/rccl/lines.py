@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from amdtop.secrets import mask_log_line
+
 ERROR = "error"
 WARN = "warn"
 INFO = "info"
@@ -90,4 +92,5 @@ def is_transport_line(text: str) -> bool:
 
 def make_line(worker: str, file: str, text: str) -> LogLine:
     """Build a :class:`LogLine` with its level and transport mark filled in."""
+    text = mask_log_line(text)  # a worker echoes its own argv (``non-default args: {...}``): never show its keys
     return LogLine(worker, file, text, classify(text), is_transport_line(text))

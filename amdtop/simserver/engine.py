@@ -77,6 +77,8 @@ class SimConfig:
     """``NCCL_P2P_DISABLE=1``: the RCCL lines show ``SHM/direct`` between the ranks, as RCCL does."""
     background_load: int = 0
     """Synthetic sequences kept running (demo mode); 0 = none."""
+    api_keys: tuple[str, ...] = ()
+    """``--api-key`` values (empty: ``VLLM_API_KEY`` from the environment, as vLLM)."""
 
 
 @dataclass(slots=True, eq=False)

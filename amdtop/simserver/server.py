@@ -64,6 +64,9 @@ class SimServer:
         self._server: asyncio.base_events.Server | None = None
         self._last_stats = (time.monotonic(), 0, 0)
         self._background: asyncio.Task[None] | None = None
+        # vLLM's rule (entrypoints/serve/middleware): --api-key, else VLLM_API_KEY, guards the /v1 routes with
+        # ``Authorization: Bearer``; /health and /metrics stay open.
+        self.api_keys = tuple(k for k in (cfg.api_keys or (os.environ.get("VLLM_API_KEY", ""),)) if k)
 
     async def start(self) -> None:
         """Bind, start the engine and log the vLLM start-up milestones."""
@@ -136,6 +139,10 @@ class SimServer:
     async def _route(self, req: http.HttpRequest, w: asyncio.StreamWriter) -> int:
         cfg = self.cfg
         path, get = req.path, req.method == "GET"
+        if self.api_keys and path.startswith(("/v1", "/v2")):
+            scheme, _, token = req.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or token not in self.api_keys:
+                return await self._send(w, http.json_response(401, {"error": "Unauthorized"}), 401)
         if get and path == "/health":
             return await self._send(w, http.response_bytes(200, b""), 200)
         if get and path == "/version":

@@ -9,6 +9,7 @@ from pathlib import Path
 from amdtop.errors import InputError
 from amdtop.hip_devices import device_indices, hip_devices, is_partitioned
 from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.private_files import make_private_dirs, write_private
 from amdtop.supervisor.launchspec import HOST_NODES, command_path, host_numa_nodes
 from amdtop.supervisor.profiles import Profile, resolve_numa
 from amdtop.telemetry.sim import PARTITION_ENV, GpuDemand, SimBackend
@@ -60,8 +61,8 @@ def ensure_demo_profiles(state_dir: Path, topology: Topology, *, port_base: int)
     """Write the demo profile file of ``topology``'s mode into ``state_dir`` unless one is there already; its path."""
     path = Path(state_dir) / demo_file(topology)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(demo_profiles_text(topology, port_base))
+        make_private_dirs(path.parent)
+        write_private(path, demo_profiles_text(topology, port_base))
     return path
 
 

@@ -82,6 +82,11 @@ class EngineMeter:
         self._rate = None
 
 
+def bearer(key: str | None) -> dict[str, str]:
+    """The header amdtop's clients send a keyed vLLM (``--api-key``/``VLLM_API_KEY``): ``Authorization: Bearer``."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 class Prober:
     """Short HTTP calls to workers: ``/health`` and ``/metrics`` (with one :class:`EngineMeter` per worker).
 
@@ -93,6 +98,9 @@ class Prober:
         """Every call gives up after ``timeout_s``."""
         self._timeout = timeout_s
         self._meters: dict[str, EngineMeter] = {}
+        self.keys: dict[str, str] = {}
+        """API key per worker base URL: sent as ``Authorization: Bearer`` (vLLM guards /v1 with it; /health and
+        /metrics are open on vLLM, but a proxy in front may guard them too)."""
 
     def _get(self, url: str, path: str) -> tuple[int, bytes] | None:
         # No keep-alive: a pooled connection to a worker outlives its server and leaves the port in FIN_WAIT2.
@@ -103,7 +111,8 @@ class Prober:
         except ValueError:  # a port that is not a number
             return None
         try:
-            conn.request("GET", parts.path.rstrip("/") + path, headers={"Connection": "close"})
+            headers = {"Connection": "close", **bearer(self.keys.get(url.rstrip("/")))}
+            conn.request("GET", parts.path.rstrip("/") + path, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.read()
         except (OSError, http.client.HTTPException, ValueError):

@@ -7,6 +7,7 @@ from pathlib import Path
 from amdtop.errors import InputError
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
+from amdtop.secrets import mask_log_line
 from amdtop.supervisor import procs
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa
@@ -34,9 +35,11 @@ def observe(
     note: str | None = None,
     log_max_bytes: int = 50 * 1024 * 1024,
     log_backups: int = 3,
+    spawned: frozenset[int] = frozenset(),
 ) -> WorkerStatus:
     """Status of worker ``name`` from its launch record, the process ``table`` and a short HTTP probe; ``profile``
-    (``None`` when the worker left the file) only fills in what a never-launched worker would have."""
+    (``None`` when the worker left the file) only fills in what a never-launched worker would have. ``spawned``: the
+    launch's leader when this process started it and it still runs (known from spawn, not from its environment)."""
     if rec is None:
         return WorkerStatus(
             name,
@@ -49,7 +52,9 @@ def observe(
             note=note,
         )
     marker = f"{name}:{rec.launch_id}"
-    pids = procs.members(pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table)
+    pids = procs.members(
+        pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table, spawned=spawned
+    )
     leader = rec.pid in pids and table[rec.pid].start_ticks == rec.start_ticks
     engine = None
     lines: tuple[str, ...] = ()
@@ -70,7 +75,7 @@ def observe(
         else:
             state = WorkerState.STARTING
     if state is WorkerState.CRASHED:
-        lines = tail_lines(Path(rec.log), 20)
+        lines = tuple(mask_log_line(line) for line in tail_lines(Path(rec.log), 20))
     if pids:
         known = set(rec.known) | {(p, table[p].start_ticks) for p in pids}
         if known != set(rec.known):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ, read_proc_bytes
+from amdtop.supervisor import evidence
 from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
 from amdtop.sysread import read_text
 
@@ -109,6 +111,7 @@ def members(
     known: tuple[tuple[int, int], ...] = (),
     table: dict[int, ProcStat] | None = None,
     deep: bool = False,
+    spawned: frozenset[int] = frozenset(),
     proc: Path = PROC,
 ) -> set[int]:
     """PIDs of the worker launched as group ``pgid`` at ``start_ticks`` with env ``marker``.
@@ -116,8 +119,9 @@ def members(
     Positively ours: a (pid, start) seen before (the leader is recorded at launch) or a process carrying ``marker``.
     Processes in the group or session ``pgid`` (started no earlier than the leader) count too, but only while the
     group is anchored by a positively-ours member: the kernel does not reuse a PID while a group or session with that
-    id exists, and vLLM's EngineCore and workers lose their readable environment to setproctitle. Descendants of
-    members belong. ``deep`` reads every process's environment for the marker: that finds processes that left the
+    id exists, and vLLM's EngineCore and workers lose their readable environment to setproctitle. ``spawned`` are
+    the caller's own live children of this launch (from spawn, not from their environment, which reads empty while
+    they exec). Descendants of members belong. ``deep`` reads every process's environment for the marker: that finds processes that left the
     group and session and were reparented; it also takes orphaned ``VLLM::`` processes of an unanchored group.
     """
     table = scan(proc) if table is None else table
@@ -126,7 +130,9 @@ def members(
     sure: set[int] = set()
     grouped: list[ProcStat] = []
     for st in table.values():
-        if (st.pid, st.start_ticks) in known_set and still_ours(st.pid, marker, proc):
+        if (st.pid in spawned and (st.pid, st.start_ticks) in known_set) or (
+            (st.pid, st.start_ticks) in known_set and still_ours(st.pid, marker, proc)
+        ):
             sure.add(st.pid)
         elif (st.pgid == pgid or st.sid == pgid) and st.start_ticks >= start_ticks:
             grouped.append(st)
@@ -148,17 +154,40 @@ def members(
         # someone else that reused the group id would hang under its own live API server instead.
         titled = {st.pid for st in grouped if st.pid not in foreign and title(st.pid, proc).startswith(VLLM_TITLE)}
         found |= {p for p in titled if table[p].ppid == 1 or table[p].ppid in titled}
-    return _descendants(found, table) & set(table)
+    # Another user's process is never ours to signal or record, whatever it carries or wherever it hangs.
+    uid = os.geteuid()
+    return {p for p in _descendants(found, table) & set(table) if evidence.is_own_process(p, proc, uid)}
 
 
 def still_ours(pid: int, marker: str, proc: Path = PROC) -> bool:
     """A (pid, start) taken from a state file is trusted only while the process itself agrees: it carries the marker,
     or (environment overwritten by setproctitle) it bears a ``VLLM::`` title. A forged or stale record that names
-    someone else's process therefore names nothing."""
-    env_marker = read_environ(pid, proc).get(MARKER_ENV)
-    if env_marker is not None:
-        return env_marker == marker
-    return title(pid, proc).startswith(VLLM_TITLE)
+    someone else's process therefore names nothing; neither does another user's process."""
+    if not evidence.is_own_process(pid, proc):
+        return False
+    for attempt in range(EXEC_RETRIES + 1):
+        env = read_environ(pid, proc)
+        env_marker = env.get(MARKER_ENV)
+        if env_marker is not None:
+            return env_marker == marker
+        if title(pid, proc).startswith(VLLM_TITLE):
+            return True
+        # An empty environment may be an exec in progress (a wrapper that execs the server: the kernel swaps the
+        # memory the environment is read from): look again shortly before deciding the process is not ours.
+        if env or attempt == EXEC_RETRIES or _is_kernel_thread(pid, proc):
+            return False
+        time.sleep(EXEC_RETRY_S)
+    return False
+
+
+EXEC_RETRIES = 10
+EXEC_RETRY_S = 0.005
+"""How long an empty environment is re-read (10 x 5 ms): a process mid-exec reads empty for about a millisecond."""
+
+
+def _is_kernel_thread(pid: int, proc: Path) -> bool:
+    st = read_stat(pid, proc)
+    return st is None or pid == 2 or st.ppid == 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +205,19 @@ class FoundLaunch:
     """Environment of ``pid`` (or of the oldest marked process)."""
 
 
-def find_launches(state_dir: Path, table: dict[int, ProcStat], proc: Path = PROC) -> dict[str, FoundLaunch]:
+def find_launches(
+    state_dir: Path, table: dict[int, ProcStat], proc: Path = PROC, notes: list[str] | None = None
+) -> dict[str, FoundLaunch]:
     """The newest live launch per worker name whose processes carry this state dir's marker.
 
     Every process a launch starts inherits ``AMDTOP_WORKER=<name>:<launch-id>`` and ``AMDTOP_STATE_DIR``: that is
-    enough to find the worker again when its state file is gone, torn or unwritable. Processes of another state dir
-    (another amdtop, another user's) are never taken.
+    enough to find the worker again when its state file is gone, torn or unwritable. The marker is evidence, never
+    authority (:mod:`amdtop.supervisor.evidence`): processes of another state dir or another user, markers that name
+    no worker, and launch ids this state dir never launched are not taken; why goes into ``notes``.
     """
     want = str(state_dir_key(state_dir))
+    owner = evidence.owner_uid(state_dir)
+    ignored: list[str] = [] if notes is None else notes
     me = os.getpid()
     # Every launch starts its own session, so the environment of every process is not needed: a session is ours when
     # its first readable environment (the leader's, else the oldest member's: setproctitle leaves vLLM's titled
@@ -202,11 +236,24 @@ def find_launches(state_dir: Path, table: dict[int, ProcStat], proc: Path = PROC
         for st in members_:
             env = read_environ(st.pid, proc)
             marker = env.get(MARKER_ENV)
-            if marker and env.get(STATE_ENV) == want and ":" in marker:
+            if not marker or env.get(STATE_ENV) != want:
+                continue
+            if (bad := evidence.malformed_marker_note(st.pid, marker)) is not None:
+                ignored.append(bad)
+            elif evidence.process_uid(st.pid, proc) != owner:
+                ignored.append(f"ignored process {st.pid}: it carries this state dir's marker but runs as another user")
+            else:
                 by_marker.setdefault(marker, []).append((st, env))
     out: dict[str, FoundLaunch] = {}
     for marker, procs_ in by_marker.items():
         name, _, launch_id = marker.rpartition(":")
+        if not evidence.launch_is_known(state_dir, name, launch_id):
+            pids_ = " ".join(str(st.pid) for st, _ in procs_)
+            ignored.append(
+                f"ignored process(es) {pids_}: marker {marker!r} names a launch this state dir's record and log "
+                "do not know"
+            )
+            continue
         sids = Counter(st.sid for st, _ in procs_)
         pids = {st.pid for st, _ in procs_}
         leader = next((sid for sid, _ in sids.most_common() if sid in pids), None)

@@ -7,6 +7,7 @@ Every error is one line that names the worker and the field (``worker[NAME].FIEL
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from amdtop.cpulist import format_cpulist
 from amdtop.errors import InputError
 from amdtop.hip_devices import device_indices, device_numa
 from amdtop.model import Topology
+from amdtop.supervisor.retune import check_arg_value
 from amdtop.vllm_numa import uses_vllm_numa_binding
 
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
@@ -60,6 +62,14 @@ class Profile:
         return None
 
     @property
+    def api_keys(self) -> tuple[str, ...]:
+        """The keys of ``args.api-key`` (a string or a list), empty when the server is open."""
+        value = self.arg("api-key")
+        if value is None or isinstance(value, bool):
+            return ()
+        return tuple(str(v) for v in value) if isinstance(value, tuple) else (str(value),)
+
+    @property
     def tp_size(self) -> int:
         """Tensor-parallel size: ``args.tensor-parallel-size`` or the number of GPUs (at least 1)."""
         value = self.arg("tensor-parallel-size")
@@ -72,6 +82,18 @@ class Profile:
         """Base URL of the server on loopback."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
         return f"http://{host}:{self.port}"
+
+
+MAX_STOP_GRACE_S = 7 * 24 * 3600.0
+"""The longest stop grace a profile may ask (as the CLI's --grace)."""
+
+
+def _check_number(name: str, key: str, value: object) -> None:
+    """A number in ``[worker.args]`` is finite (TOML has ``nan`` and ``inf``), and a retunable flag is in the range
+    retune allows: checked when the file loads, not when vLLM refuses it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{_field(name, 'args.' + key)}: {value!r} is not a finite number; give a number")
+    check_arg_value(name, key, value)
 
 
 def _field(name: str, key: str) -> str:
@@ -116,8 +138,11 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
         if isinstance(value, list):
             if not all(isinstance(v, (str, int, float)) for v in value):
                 raise InputError(f"{_field(name, 'args.' + key)}: list values must be strings or numbers; fix the list")
+            for v in value:
+                _check_number(name, str(key), v)
             args.append((str(key), tuple(value)))
         elif isinstance(value, (str, int, float, bool)):
+            _check_number(name, str(key), value)
             args.append((str(key), value))
         else:
             raise InputError(
@@ -133,8 +158,16 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
     if not isinstance(host, str):
         raise InputError(f'{_field(name, "host")}: must be a string; e.g. host = "127.0.0.1"')
     grace = raw.get("stop_grace_s")
-    if grace is not None and (not isinstance(grace, (int, float)) or isinstance(grace, bool) or grace < 0):
-        raise InputError(f"{_field(name, 'stop_grace_s')}: must be a number of seconds >= 0; e.g. 30")
+    if grace is not None and (
+        not isinstance(grace, (int, float))
+        or isinstance(grace, bool)
+        or not math.isfinite(grace)
+        or not 0 <= grace <= MAX_STOP_GRACE_S
+    ):
+        raise InputError(
+            f"{_field(name, 'stop_grace_s')}: {grace!r} is not a number of seconds in 0..{MAX_STOP_GRACE_S:g} "
+            "(a week); e.g. 30"
+        )
     tp = dict(args).get("tensor-parallel-size")
     if tp is not None and not (_int(tp) and tp >= 1):
         raise InputError(f"{_field(name, 'args.tensor-parallel-size')}: must be a positive integer; e.g. 2")

@@ -35,6 +35,27 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
 past int64 is not even a TOML integer)."""
 
 
+def check_arg_value(name: str, key: str, value: object, text: str | None = None) -> None:
+    """InputError unless ``value`` of retunable flag ``key`` is finite and in its range (other keys pass): the same
+    rule for a retune and for a profile file as it loads."""
+    if key not in ARG_KEYS or isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
+        return
+    field = f"worker[{name}].args.{key}"
+    shown = text if text is not None else repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{field}: {shown!r} is not a finite number; e.g. {key}=0.9")
+    if key == "gpu-memory-utilization":
+        if not 0.0 < value <= 1.0:
+            raise InputError(f"{field}: {shown} is outside (0, 1]; e.g. gpu-memory-utilization=0.9")
+        return
+    lo, hi = INT_LIMITS[key]
+    if not lo <= value <= hi:
+        raise InputError(f"{field}: {shown} is outside {lo}..{hi}; e.g. {key}={16 if key == 'block-size' else 64}")
+    # vLLM 0.33 takes any block_size > 0 (CacheConfig), but its attention backends need powers of two.
+    if key == "block-size" and int(value) & (int(value) - 1):
+        raise InputError(f"{field}: {shown} is not a power of two; e.g. block-size=16")
+
+
 def _worker_table(doc: tomlkit.TOMLDocument, name: str) -> Any:
     for tbl in doc.get("worker", []):
         if tbl.get("name") == name:
@@ -52,20 +73,7 @@ def _parse_value(name: str, key: str, text: str) -> int | float | str:
             raise InputError(
                 f"{field}: {text!r} is not {'an integer' if kind is int else 'a number'}; e.g. {key}=64"
             ) from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"{field}: {text!r} is not a finite number; e.g. {key}=0.9")
-        if key == "gpu-memory-utilization":
-            if not 0.0 < value <= 1.0:
-                raise InputError(f"{field}: {text} is outside (0, 1]; e.g. gpu-memory-utilization=0.9")
-        else:
-            lo, hi = INT_LIMITS[key]
-            if not lo <= value <= hi:
-                raise InputError(
-                    f"{field}: {text} is outside {lo}..{hi}; e.g. {key}={16 if key == 'block-size' else 64}"
-                )
-            # vLLM 0.33 takes any block_size > 0 (CacheConfig), but its attention backends need powers of two.
-            if key == "block-size" and int(value) & (int(value) - 1):
-                raise InputError(f"{field}: {text} is not a power of two; e.g. block-size=16")
+        check_arg_value(name, key, value, text)
         return value
     if key == "numa_node":
         if text in ("auto", "none"):
