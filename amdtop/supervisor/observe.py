@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from amdtop.errors import InputError
+from amdtop.layout import WorkerLayout, layout_from_args
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
 from amdtop.supervisor import procs
@@ -19,6 +20,11 @@ def profile_numa(profile: Profile, topology: Topology) -> int | None:
         return resolve_numa(profile, topology)
     except InputError:
         return None
+
+
+def profile_layout(profile: Profile | None, n_gpus: int) -> WorkerLayout | None:
+    """The DP/TP layout the profile's flags give (``None`` for no profile)."""
+    return None if profile is None else layout_from_args(dict(profile.args), n_gpus)
 
 
 def observe(
@@ -47,6 +53,7 @@ def observe(
             numa_node=profile_numa(profile, topology) if profile else None,
             log=str(store.log_path(name)),
             note=note,
+            layout=profile_layout(profile, len(profile.gpus) if profile else 0),
         )
     marker = f"{name}:{rec.launch_id}"
     pids = procs.members(pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table)
@@ -65,6 +72,9 @@ def observe(
             if not rec.ready_seen:
                 changed["ready_seen"] = True
             engine = prober.scrape(name, rec.url)
+            if engine is not None and engine.sleep_level:
+                # Sleep mode frees the weights/KV on purpose: the worker is up, not lost, and not stalled.
+                state = WorkerState.ASLEEP
         elif code is not None and code >= 500:
             state = WorkerState.CRASHED
         else:
@@ -100,6 +110,7 @@ def observe(
             if b is not None:
                 cpus.update(b.cpus)
                 mems.update(b.mems)
+    layout = profile_layout(profile, len(rec.gpus))
     return WorkerStatus(
         name=name,
         state=state,
@@ -110,7 +121,7 @@ def observe(
         pgid=rec.pgid if pids else None,
         url=rec.url,
         pids=tuple(sorted(pids)),
-        rank_pids=procs.rank_pids(pids),
+        rank_pids=procs.rank_pids(pids, layout=layout),
         cpu_affinity=tuple(sorted(cpus)),
         mems_allowed=tuple(sorted(mems)),
         log=rec.log,
@@ -121,4 +132,5 @@ def observe(
         last_log_lines=lines,
         simulated=demo,
         note=note or (rec.rebuilt if pids else None),
+        layout=layout,
     )
