@@ -226,7 +226,7 @@ class ControlActions:
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
             apply_changes=apply_changes if control is not None else None,
             # The dashboard's own frames: per-step GPU data costs no device call and no recomputation of its own.
-            observer=observer_from_frames(self.mailbox.get, worker.gpus or None),
+            observer=observer_from_frames(self.mailbox.get, worker.gpus or None, [g.gpus for g in worker.tp_groups()]),
         )  # fmt: skip
         self.push_screen(screen)
 

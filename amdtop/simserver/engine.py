@@ -77,6 +77,10 @@ class SimConfig:
     """``NCCL_P2P_DISABLE=1``: the RCCL lines show ``SHM/direct`` between the ranks, as RCCL does."""
     background_load: int = 0
     """Synthetic sequences kept running (demo mode); 0 = none."""
+    dp: int = 1
+    """``--data-parallel-size``: engines (each with ``capacity`` slots and its own KV cache), labelled ``engine="i"``."""
+    dev_mode: bool = False
+    """``VLLM_SERVER_DEV_MODE=1``: serve ``/sleep``, ``/wake_up`` and ``/is_sleeping`` as vLLM does (404 otherwise)."""
 
 
 @dataclass(slots=True, eq=False)
