@@ -29,10 +29,10 @@ def live_groups(workers: Sequence[WorkerStatus], topology: Topology | None = Non
 
 
 def group_view(worker: WorkerStatus, group: TpGroupLayout) -> WorkerStatus:
-    """``worker`` narrowed to one TP group: its GPUs, its ranks renumbered from 0, named by the group's label."""
+    """``worker`` narrowed to one TP group: its GPUs, its ranks renumbered from 0, named ``worker/dp<d>``."""
     n = len(group.gpus)
     ranks = tuple((r - group.first_rank, pid) for r, pid in worker.rank_pids if 0 <= r - group.first_rank < n)
-    return replace(worker, name=group.label, gpus=group.gpus, rank_pids=ranks, layout=None)
+    return replace(worker, name=group.suffixed, gpus=group.gpus, rank_pids=ranks, layout=None)
 
 
 def per_group(
@@ -51,5 +51,5 @@ def per_group(
             continue
         for g in groups:
             views.append(group_view(w, g))
-            owner[g.label] = w.name
+            owner[g.suffixed] = w.name
     return [replace(f, worker=owner.get(f.worker or "", f.worker)) for f in check(topology, views)]

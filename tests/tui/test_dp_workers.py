@@ -1,0 +1,85 @@
+"""A data-parallel worker in the dashboard: engine rows under its Workers row (enter), sleep/wake (z), TP groups pane."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.tui.conftest import make_app, settle
+from tui.screens.confirm import ConfirmScreen
+from widgets.workers_table import WorkersTable
+
+STEPS = 6
+
+
+async def _ready(pilot: Any, steps: int = STEPS) -> None:
+    await pilot.pause()
+    pilot.app.step(steps)
+    await settle(pilot)
+
+
+async def test_enter_expands_and_collapses_engine_rows() -> None:
+    app = make_app(demo_layout="dp")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("5")
+        table = app.dashboard.query_one("#pane-workers", WorkersTable)
+        assert table.row_count == 1
+        assert str(table.get_row("w-deepseek-moe")[0]).startswith("▸ deepseek-moe")
+        assert "DP2xTP4+EP" in str(table.get_row("w-deepseek-moe")[2])
+        await pilot.press("enter")
+        await pilot.pause()
+        assert table.row_count == 3
+        engine1 = table.get_row("e-deepseek-moe/1")
+        assert str(engine1[2]) == "4,5,6,7" and str(engine1[10]) == "dp1"
+        # Engine rows belong to their worker: control keys act on it.
+        await pilot.press("down")
+        await pilot.pause()
+        assert app.dashboard.selected_worker() == "deepseek-moe"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert table.row_count == 1
+
+
+async def test_z_sleeps_after_confirmation_and_wakes_at_once() -> None:
+    app = make_app(demo_layout="dp")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("5", "z")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        app.step(2)
+        await settle(pilot)
+        table = app.dashboard.query_one("#pane-workers", WorkersTable)
+        assert str(table.get_row("w-deepseek-moe")[1]) == "asleep L1"
+        assert app.control.calls[-1] == ("sleep", "deepseek-moe", "1")  # type: ignore[attr-defined]
+        await pilot.press("z")
+        await settle(pilot)
+        assert not isinstance(app.screen, ConfirmScreen)
+        app.step(2)
+        await settle(pilot)
+        assert str(table.get_row("w-deepseek-moe")[1]) == "ready"
+
+
+async def test_readonly_has_no_sleep_key() -> None:
+    app = make_app(demo_layout="dp", readonly=True)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("5", "z")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert app.check_action("sleep", ()) is False
+
+
+def test_dp_by_tp_node(snap_compare: Any) -> None:
+    assert snap_compare(make_app(demo_layout="dp"), terminal_size=(200, 50), run_before=_ready)
+
+
+def test_expanded_dp_worker(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _ready(pilot)
+        await pilot.press("5", "enter")
+        await pilot.pause()
+
+    assert snap_compare(make_app(demo_layout="dp"), terminal_size=(200, 50), run_before=run_before)
