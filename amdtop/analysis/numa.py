@@ -109,6 +109,14 @@ def _check(
     return f"{who} " + " and ".join(parts) + f" (GPUs {','.join(map(str, gpus))} on node {node_list})"
 
 
+def _rank_name(worker: WorkerStatus, rank: int) -> str:
+    # Ranks of a data-parallel worker are global (the device's position); name the replica and the TP rank in it.
+    lay = worker.layout
+    if lay is None or lay.is_plain:
+        return f"TP rank {rank}"
+    return f"rank {rank} (dp{rank // lay.world_size} tp{rank % lay.tp})"
+
+
 def numa_flags(
     topology: Topology,
     workers: Sequence[WorkerStatus],
@@ -153,7 +161,7 @@ def numa_flags(
             if rank is None or rank >= len(worker.gpus):
                 continue
             per_rank_checked = True
-            why = _check(topology, worker.name, (worker.gpus[rank],), cpus, mems, f"TP rank {rank} (pid {pid})")
+            why = _check(topology, worker.name, (worker.gpus[rank],), cpus, mems, f"{_rank_name(worker, rank)} (pid {pid})")
             if why:
                 reasons.append(why)
         if not per_rank_checked:

@@ -173,6 +173,14 @@ def render_status(rows: list[WorkerStatus]) -> str:
             f"{_num(e.running if e else None):>5}{_num(e.waiting if e else None):>5}{_num(kv, '{:.1f}'):>6}"
             f"{_num(e.gen_tokens_per_s if e else None, '{:.1f}'):>8}"
         )
+        if e is not None and len(e.engines) > 1:
+            # One line per engine (DP replica): its own gauges, never summed (docs/vllm-metrics.md).
+            for eng in e.engines:
+                ekv = "-" if eng.kv_cache_usage is None else f"{eng.kv_cache_usage * 100:.1f}"
+                out.append(
+                    f"    engine {eng.engine}: run {_num(eng.running)} wait {_num(eng.waiting)} kv% {ekv} "
+                    f"tok/s {_num(eng.gen_tokens_per_s, '{:.1f}')}" + (f" asleep L{eng.sleep_level}" if eng.sleep_level else "")
+                )
         if st.note:
             out.append(f"    ! {st.note}")
         for line in st.last_log_lines[-3:]:

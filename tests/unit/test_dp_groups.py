@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,20 @@ def test_sleep_state_from_metric_else_is_sleeping_in_dev_mode() -> None:
     assert not _asleep(p, "u", EngineStats(), plain) and p.asked == 0  # type: ignore[arg-type]
     assert _asleep(p, "u", EngineStats(), dev) and p.asked == 1  # type: ignore[arg-type]
     assert not _asleep(_Prober(None), "u", EngineStats(), dev)  # type: ignore[arg-type]
+
+
+def test_cli_sleep_of_a_stopped_worker_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from amdtop.cli.main import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(PROFILE + "data-parallel-size = 2\n")
+    common = ["--backend", "sim", "--config", str(cfg), "--state-dir", str(tmp_path / "st")]
+    assert main([*common, "workers", "sleep", "moe"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["amdtop: error: worker[moe]: stopped, not serving; launch it and wait until it is ready"]
+    assert main([*common, "--readonly", "workers", "wake", "moe"]) == 2
+    assert "--readonly: wake is disabled" in capsys.readouterr().err
+    assert main([*common, "workers", "status", "--json"]) == 0
+    [doc] = json.loads(capsys.readouterr().out)
+    assert doc["layout"]["dp"] == 2 and doc["layout"]["tp"] == 4 and doc["engines"] == []
+    assert [g["gpus"] for g in doc["layout"]["tp_groups"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
