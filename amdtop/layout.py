@@ -9,7 +9,7 @@ Rank-to-device order (vLLM 0.32.0 ``vllm/v1/engine/utils.py``, ``get_physical_gp
 V1 releases did the same in ``CoreEngineProcManager`` through ``get_device_indices``): local DP rank ``d`` takes the
 visible devices ``[d * world_size, d * world_size + world_size)`` with ``world_size = T * P``, and inside one engine
 rank ``r = pp_rank * T + tp_rank`` uses the ``r``-th of those (``parallel_state.initialize_model_parallel`` reshapes
-the ranks ``(-1, D, P, T)``: TP is the innermost dimension). So the TP groups are consecutive runs of ``T`` devices of
+the ranks ``(-1, D, P, PCP, T)``: TP is the innermost dimension). So the TP groups are consecutive runs of ``T`` devices of
 the worker's device list, DP-major: DP=2 x TP=4 on GPUs 0-7 gives ``[0, 1, 2, 3]`` (DP 0) and ``[4, 5, 6, 7]`` (DP 1).
 """
 

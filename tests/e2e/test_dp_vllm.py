@@ -29,7 +29,7 @@ from tests.e2e.conftest import (
     require_vllm,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
+pytestmark = [pytest.mark.e2e, pytest.mark.quiet, pytest.mark.timeout(900)]
 DP_PORT = 18240
 
 
@@ -61,7 +61,7 @@ def dp2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
     t0 = time.monotonic()
     sup.launch("dp2")
     try:
-        sup.wait_ready("dp2", timeout=READY_TIMEOUT_S)
+        sup.wait_ready("dp2", timeout=2 * READY_TIMEOUT_S)  # two engines start side by side on two shared cores
         print(f"\nE2E dp2: launch->ready {time.monotonic() - t0:.1f} s")
         yield sup
     finally:
