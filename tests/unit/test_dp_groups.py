@@ -12,11 +12,10 @@ from amdtop.analysis.imbalance import ImbalanceTracker
 from amdtop.analysis.tp_groups import per_group
 from amdtop.errors import InputError
 from amdtop.layout import WorkerLayout
-from amdtop.model import FlagKind, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
+from amdtop.model import GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.supervisor.parallel_args import check_parallel_args
-from amdtop.supervisor.profiles import profiles_from_document, validate_profiles
+from amdtop.supervisor.profiles import parse_document, profiles_from_document, validate_profiles
 from amdtop.supervisor.retune import apply_changes
-from amdtop.supervisor.profiles import parse_document
 from amdtop.telemetry.sim import SimBackend
 from tests.unit.test_analysis_discover import proc
 
@@ -199,3 +198,35 @@ def test_cli_sleep_of_a_stopped_worker_is_one_error_line(tmp_path: Path, capsys:
     [doc] = json.loads(capsys.readouterr().out)
     assert doc["layout"]["dp"] == 2 and doc["layout"]["tp"] == 4 and doc["engines"] == []
     assert [g["gpus"] for g in doc["layout"]["tp_groups"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_cli_ramp_finds_the_tp_groups_of_a_dp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import amdtop.analysis as analysis
+    from amdtop.cli.ramp_verdict import _tp_groups
+
+    proc(tmp_path, 1, 0, ["/sbin/init"])
+    proc(tmp_path, 100, 1, ["python3", "/v/bin/vllm", "serve", "/m", "-dp", "2", "-tp", "2"], {"HIP_VISIBLE_DEVICES": "6,7,4,5"})
+    for dp, engine in ((0, 110), (1, 120)):
+        proc(tmp_path, engine, 100, [f"VLLM::EngineCore_DP{dp}"], {"HIP_VISIBLE_DEVICES": "6,7,4,5"})
+        for tp in (0, 1):
+            proc(tmp_path, engine + 1 + tp, engine, [f"VLLM::Worker_DP{dp}_TP{tp}"], {"HIP_VISIBLE_DEVICES": "6,7,4,5"})
+    real = analysis.discover_vllm
+    monkeypatch.setattr(analysis, "discover_vllm", lambda **kw: real(tmp_path, **kw))
+    pids = [100, 110, 111, 112, 120, 121, 122]
+    assert _tp_groups(pids, [4, 5, 6, 7]) == [(6, 7), (4, 5)]  # rank order from the server, not the sorted list
+    assert _tp_groups(pids, None) == [(6, 7), (4, 5)]
+    assert _tp_groups([], None) == []
+
+
+def test_ramp_spread_is_judged_inside_each_tp_group() -> None:
+    from amdtop.ramp.observe import _util_spread, group_index
+
+    means = {0: 90.0, 1: 88.0, 2: 91.0, 3: 89.0, 4: 30.0, 5: 31.0, 6: 29.0, 7: 10.0}
+    group_of = group_index([(0, 1, 2, 3), (4, 5, 6, 7)])
+    out = _util_spread(means, group_of)
+    # DP1's GPU 7 lags its own group by 21 points; the 81-point gap to DP0 is load balancing, not TP evidence.
+    assert out["gpu_util_spread"] == pytest.approx(21.0) and out["gpu_util_min_gpu"] == 7
+    assert out["gpu_util_spread_by_group"] == {"0": 3.0, "1": 21.0}
+    plain = _util_spread(means, {})
+    assert plain["gpu_util_spread"] == pytest.approx(81.0) and plain["gpu_util_spread_by_group"] is None
+    assert group_index([(0, 1)]) == {}
