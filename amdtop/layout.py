@@ -72,6 +72,15 @@ class WorkerLayout:
         return self.dp * self.tp * self.pp
 
     @property
+    def busy_when_idle(self) -> bool:
+        """The DP ranks of a MoE model run dummy forward passes while any rank has requests, so the experts'
+        collectives stay in step (vLLM 0.32.0 ``vllm/v1/engine/core.py``: ``DPEngineCoreProc``, used when
+        ``data_parallel and model_config.is_moe``; its ``run_busy_loop`` calls ``execute_dummy_batch``): a busy GPU with
+        no requests of its own is by design there, not a stall. amdtop cannot read ``is_moe`` from the command line;
+        ``--enable-expert-parallel`` says the model is MoE."""
+        return self.dp > 1 and self.expert_parallel
+
+    @property
     def is_plain(self) -> bool:
         """One engine, one TP group: the layout amdtop always assumed."""
         return self.dp == 1 and self.pp == 1

@@ -69,3 +69,9 @@ def test_title_ranks_and_global_ranks() -> None:
 def test_worker_status_tp_groups_default_to_one_group() -> None:
     w = WorkerStatus("w", WorkerState.READY, (0, 1))
     assert [g.gpus for g in w.tp_groups()] == [(0, 1)]
+
+
+def test_busy_when_idle_only_for_expert_parallel_replicas() -> None:
+    assert WorkerLayout(dp=2, tp=4, expert_parallel=True).busy_when_idle
+    assert not WorkerLayout(dp=2, tp=4).busy_when_idle
+    assert not WorkerLayout(tp=8, expert_parallel=True).busy_when_idle
