@@ -153,7 +153,7 @@ def numa_flags(
             continue
         known = None if bindings is None else bindings.get(worker.name)
         binding = known if known is not None else worker_binding(worker, proc_root)
-        reasons = []
+        reasons: list[tuple[str, tuple[int, ...]]] = []
         rank_of = {pid: rank for rank, pid in worker.rank_pids}
         per_rank_checked = False
         for pid, cpus, mems in binding.per_pid:
@@ -163,18 +163,23 @@ def numa_flags(
             per_rank_checked = True
             why = _check(topology, worker.name, (worker.gpus[rank],), cpus, mems, f"{_rank_name(worker, rank)} (pid {pid})")
             if why:
-                reasons.append(why)
+                reasons.append((why, tuple(worker.gpus)))
         if not per_rank_checked:
-            why = _check(topology, worker.name, worker.gpus, binding.cpus, binding.mems, worker.name)
-            if why:
-                reasons.append(why)
-        for why in reasons:
+            # Without per-rank bindings, each TP group (a DP replica) against the worker's binding: a replica on the
+            # other socket is a mismatch even when the worker's GPUs together span both nodes.
+            groups = worker.tp_groups()
+            for g in groups:
+                who = worker.name if len(groups) == 1 else g.suffixed
+                why = _check(topology, worker.name, g.gpus, binding.cpus, binding.mems, who)
+                if why:
+                    reasons.append((why, g.gpus))
+        for why, gpus in reasons:
             flags.append(
                 Flag(
                     FlagKind.NUMA_MISMATCH,
                     why,
                     worker=worker.name,
-                    gpus=tuple(worker.gpus),
+                    gpus=gpus,
                     extra=(("cpus", format_cpulist(binding.cpus)), ("mems", format_cpulist(binding.mems))),
                 )
             )

@@ -17,6 +17,7 @@ from pathlib import Path
 import tomlkit
 
 from amdtop.errors import InputError
+from amdtop.layout import WorkerLayout
 from amdtop.model import EngineSample, EngineStats, WorkerState, WorkerStatus
 from amdtop.simserver.background import OUTPUT_TOKENS, PROMPT_TOKENS, target
 from amdtop.simserver.engine import SimConfig
@@ -43,6 +44,7 @@ class Scenario:
     cpus: tuple[int, ...] = ()
     mems: tuple[int, ...] = ()
     numa_node: int | None = None
+    layout: WorkerLayout | None = None
 
 
 def _num(profile: Profile, key: str, default: float) -> float:
@@ -110,6 +112,7 @@ class DemoControl:
             status = WorkerStatus(
                 name, WorkerState.READY, s.gpus, port=s.port, numa_node=s.numa_node, url=f"http://127.0.0.1:{s.port}",
                 cpu_affinity=s.cpus, mems_allowed=s.mems, restarts=restarts, started_at=started, source="amdtop",
+                layout=s.layout,
                 engine=EngineStats(running=round(running), waiting=0, kv_cache_usage=0.42,
                                    gen_tokens_per_s=round(running * 31.0)),
                 simulated=True,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from amdtop.layout import WorkerLayout
 from tests.tui.conftest import make_app, settle
+from tests.tui.demo_control import Scenario
 from tui.screens.confirm import ConfirmScreen
 from widgets.workers_table import WorkersTable
 
@@ -83,3 +85,12 @@ def test_expanded_dp_worker(snap_compare: Any) -> None:
         await pilot.pause()
 
     assert snap_compare(make_app(demo_layout="dp"), terminal_size=(200, 50), run_before=run_before)
+
+
+def test_imbalance_inside_one_dp_replica(snap_compare: Any) -> None:
+    # DP0 (GPUs 0-3) even, DP1 (4-7) with GPU 7 lagging: only DP1 is flagged; the gap between replicas is not.
+    # The worker is bound to node 0: a NUMA mismatch for DP1 (GPUs on node 1) only.
+    node0 = tuple(range(0, 32)) + tuple(range(64, 96))
+    spec = Scenario("moe", tuple(range(8)), 18210, (0.85, 0.84, 0.86, 0.85, 0.50, 0.52, 0.51, 0.12), (170,) * 8,
+                    node0, (0,), 0, WorkerLayout(dp=2, tp=4, expert_parallel=True))  # fmt: skip
+    assert snap_compare(make_app(specs=[spec]), terminal_size=(200, 50), run_before=_ready)

@@ -230,3 +230,17 @@ def test_ramp_spread_is_judged_inside_each_tp_group() -> None:
     plain = _util_spread(means, {})
     assert plain["gpu_util_spread"] == pytest.approx(81.0) and plain["gpu_util_spread_by_group"] is None
     assert group_index([(0, 1)]) == {}
+
+
+def test_numa_check_per_replica_without_rank_bindings() -> None:
+    from amdtop.analysis import numa_flags
+
+    node0 = tuple(range(0, 32)) + tuple(range(64, 96))
+    w = WorkerStatus("moe", WorkerState.READY, tuple(range(8)), cpu_affinity=node0, mems_allowed=(0,),
+                     simulated=True, layout=WorkerLayout(dp=2, tp=4))  # fmt: skip
+    [flag] = numa_flags(TOPO, [w], balancing=False)
+    assert flag.worker == "moe" and flag.gpus == (4, 5, 6, 7)
+    assert flag.message.startswith("moe/dp1 runs on CPUs") and "GPUs 4,5,6,7 on node 1" in flag.message
+    # Judged as one 8-GPU group (no layout) the same binding passed: the GPUs span both nodes.
+    plain = WorkerStatus("moe", WorkerState.READY, tuple(range(8)), cpu_affinity=node0, mems_allowed=(0,), simulated=True)
+    assert numa_flags(TOPO, [plain], balancing=False) == []
