@@ -94,3 +94,33 @@ def test_imbalance_inside_one_dp_replica(snap_compare: Any) -> None:
     spec = Scenario("moe", tuple(range(8)), 18210, (0.85, 0.84, 0.86, 0.85, 0.50, 0.52, 0.51, 0.12), (170,) * 8,
                     node0, (0,), 0, WorkerLayout(dp=2, tp=4, expert_parallel=True))  # fmt: skip
     assert snap_compare(make_app(specs=[spec]), terminal_size=(200, 50), run_before=_ready)
+
+
+async def test_retune_dialog_checks_dp_against_the_gpus(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from amdtop.supervisor import Supervisor
+    from amdtop.telemetry.sim import SimBackend
+    from tests.tui.conftest import FROZEN, NO_PROC
+    from tui.app import AmdtopApp
+    from tui.screens.retune import RetuneScreen
+
+    sim = SimBackend(seed=7, clock=lambda: FROZEN, hostname="amdtop-demo")
+    cfg = Path(tmp_path) / "w.toml"
+    text = '[[worker]]\nname = "moe"\nmodel = "m"\ngpus = [0, 1, 2, 3, 4, 5, 6, 7]\nnuma_node = "none"\nport = 18480\n'
+    cfg.write_text(text)
+    sup = Supervisor(cfg, Path(tmp_path) / "st", topology=sim.topology())
+    app = AmdtopApp(sim, workers=sup, control=sup, autopoll=False, clock=lambda: FROZEN, proc_root=NO_PROC,
+                    discover=False, state_dir=Path(tmp_path) / "st")  # fmt: skip
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot, 2)
+        await pilot.press("5", "e")
+        await pilot.pause()
+        assert isinstance(app.screen, RetuneScreen)
+        await pilot.press(*"data-parallel-size=3", "enter")
+        await settle(pilot)
+        assert not isinstance(app.screen, ConfirmScreen)  # refused before any confirmation: nothing restarts
+        assert app.dashboard.worker_errors["moe"].startswith(
+            "retune moe: worker[moe].args.data-parallel-size: DP3xTP2 needs 6 GPUs"
+        )
+        assert cfg.read_text() == text
