@@ -73,6 +73,12 @@ def test_dp_worker_runs_two_engines_and_two_tp_groups(dp_demo: tuple[Supervisor,
     assert [e["engine"] for e in w["engines"]] == ["0", "1"]
     # The two replicas sit on different NUMA nodes by design: no TP placement flag for spanning them.
     assert not frame.flags_of(FlagKind.TP_PLACEMENT)
+    # The exporter keeps one spread series per worker (no duplicate label sets): the more uneven replica's.
+    from amdtop.exporter.families import build_families
+
+    [spread] = [f for f in build_families(frame) if f.name == "amdtop_tp_spread_percent"]
+    util = [s.value for s in spread.samples if s.labels["metric"] == "util_pct"]
+    assert util == [max(g.util_spread_pct or 0.0 for g in groups)]
 
 
 def test_sleep_and_wake_through_dev_mode(dp_demo: tuple[Supervisor, SimBackend]) -> None:
