@@ -244,3 +244,18 @@ def test_numa_check_per_replica_without_rank_bindings() -> None:
     # Judged as one 8-GPU group (no layout) the same binding passed: the GPUs span both nodes.
     plain = WorkerStatus("moe", WorkerState.READY, tuple(range(8)), cpu_affinity=node0, mems_allowed=(0,), simulated=True)
     assert numa_flags(TOPO, [plain], balancing=False) == []
+
+
+def test_human_status_prints_one_line_per_engine() -> None:
+    from amdtop.cli.workers import render_status
+    from amdtop.model import EngineSample, EngineStats
+
+    engines = (EngineSample("0", 3.0, 0.0, 0.5, 12.0, 1), EngineSample("1", 5.0, 1.0, 0.25, 20.0, 1))
+    st = WorkerStatus("moe", WorkerState.ASLEEP, tuple(range(8)), layout=WorkerLayout(dp=2, tp=4),
+                      engine=EngineStats(8.0, 1.0, 0.5, 32.0, engines, 1))  # fmt: skip
+    lines = render_status([st]).splitlines()
+    assert lines[1].split()[:2] == ["moe", "asleep"]
+    assert lines[2:] == [
+        "    engine 0: run 3 wait 0 kv% 50.0 tok/s 12.0 asleep L1",
+        "    engine 1: run 5 wait 1 kv% 25.0 tok/s 20.0 asleep L1",
+    ]
