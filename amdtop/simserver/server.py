@@ -201,6 +201,8 @@ class SimServer:
             return await self._send(w, http.json_response(200, {"is_sleeping": self.sleep_level > 0}), 200)
         if path == "/wake_up" and req.method == "POST":
             self.sleep_level = 0
+            for engine in self.engines:
+                engine.resume()
             return await self._send(w, http.json_response(200, {"status": "awake", "tags": None}), 200)
         if path == "/sleep" and req.method == "POST":
             params = dict(p.partition("=")[::2] for p in query.split("&") if p)
@@ -208,6 +210,8 @@ class SimServer:
             if level not in (1, 2):
                 return await self._send(w, self._error(400, f"invalid sleep level {params.get('level')}"), 400)
             self.sleep_level = level
+            for engine in self.engines:
+                engine.pause()
             self.log.info("abstract.py:390", "It took 0.002 seconds to fall asleep.", proc="EngineCore")
             return await self._send(w, http.json_response(200, {"status": "sleeping", "level": level}), 200)
         return await self._send(w, self._error(405, "Method Not Allowed"), 405)

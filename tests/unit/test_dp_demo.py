@@ -86,6 +86,10 @@ def test_sleep_and_wake_through_dev_mode(dp_demo: tuple[Supervisor, SimBackend])
     sup.launch("deepseek-moe")
     _ready(sup)
     assert "sleeping" in sup.sleep("deepseek-moe", level=1)
+    time.sleep(0.3)  # a step in flight finishes
+    tokens = _tokens(sup)
+    time.sleep(0.6)
+    assert _tokens(sup) == tokens  # asleep: no step runs (the demo's background load waits)
     st = sup.status_one("deepseek-moe")
     assert st.state is WorkerState.ASLEEP and st.engine is not None and st.engine.sleep_level == 1
     sup.demo_load()([st])  # type: ignore[misc]
@@ -96,6 +100,19 @@ def test_sleep_and_wake_through_dev_mode(dp_demo: tuple[Supervisor, SimBackend])
     assert not frame.flags_of(FlagKind.GPU_LOST, FlagKind.TP_IMBALANCE)
     assert "awake" in sup.sleep("deepseek-moe", wake=True)
     _ready(sup)
+    deadline = time.monotonic() + 10
+    while _tokens(sup) == tokens:
+        assert time.monotonic() < deadline, "no token after wake_up"
+        time.sleep(0.2)
+
+
+def _tokens(sup: Supervisor) -> float:
+    import httpx
+
+    from amdtop.vllm_scrape import Scrape
+
+    url = sup.status_one("deepseek-moe").url or ""
+    return Scrape.parse(httpx.get(f"{url}/metrics", timeout=5).text).total("generation_tokens") or 0.0
 
 
 def test_sleep_says_dev_mode_is_off(tmp_path: Path) -> None:
