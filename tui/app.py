@@ -60,6 +60,9 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("colon", "command_mode", "Command", id="command", tooltip="command mode: launch, ramp, retune NAME"),
         Binding("slash", "filter", "Filter", id="filter", tooltip="filter GPU and worker rows by GPU, worker or flag"),
         *(Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}") for i, (key, label) in enumerate(PANES, start=1)),
+        Binding(
+            "z", "sleep", "Sleep/Wake", show=False, id="sleep", tooltip="vLLM sleep mode: sleep or wake the selected worker"
+        ),
     ]
 
     def __init__(

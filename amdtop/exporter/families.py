@@ -253,6 +253,13 @@ def _worker(b: _Builder, w: WorkerStatus, group: TpGroup | None, host: str) -> N
         b.add("amdtop_tp_spread_percent", (*key, "vram_used_bytes"), group.vram_spread_pct)
 
 
+def _worst_group(state: NodeFrame, worker: str) -> TpGroup | None:
+    # A data-parallel worker has one TP group per replica: its series carries the most uneven one (what an alert on
+    # the worker should see); a plain worker has one group.
+    groups = state.groups_of(worker)
+    return max(groups, key=lambda g: g.util_spread_pct or 0.0, default=None)
+
+
 def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Metric]:
     """Turn one frame into metric families (only those with samples)."""
     b = _Builder()
@@ -284,7 +291,7 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         lo, hi = sorted((bw.a, bw.b))
         b.add("amdtop_link_measured_bandwidth_bytes_per_second", (host, str(lo), str(hi)), bw.gbps * 1e9)
     for w in state.workers:
-        _worker(b, w, state.group(w.name), host)
+        _worker(b, w, _worst_group(state, w.name), host)
     flags = state.flags
     by_kind: dict[str, int] = {}
     for flag in flags:

@@ -42,6 +42,13 @@ class TpGroup:
     """The devices the worker names (HIP indices: partitions on a partitioned node, else the GPUs themselves)."""
     traffic: GroupTraffic | None = None
     """Live XGMI/NVLink traffic inside the group over the last interval (``None`` where the backend gives none)."""
+    dp_rank: int | None = None
+    """Data-parallel rank of this group when its worker runs several replicas (``None``: the worker is one group)."""
+
+    @property
+    def label(self) -> str:
+        """``worker``, or ``worker/dp1`` for a replica of a data-parallel worker."""
+        return self.worker if self.dp_rank is None else f"{self.worker}/dp{self.dp_rank}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +157,10 @@ class NodeFrame:
     def group(self, worker: str) -> TpGroup | None:
         """The TP group of ``worker``."""
         return next((g for g in self.groups if g.worker == worker), None)
+
+    def groups_of(self, worker: str) -> tuple[TpGroup, ...]:
+        """Every TP group of ``worker`` (one per data-parallel replica)."""
+        return tuple(g for g in self.groups if g.worker == worker)
 
     def binding_of(self, worker: str) -> WorkerBinding | None:
         """The binding read for ``worker`` this tick."""

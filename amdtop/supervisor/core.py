@@ -504,6 +504,13 @@ class Supervisor:
                 raise AmdtopError(f"worker[{name}]: not ready after {timeout:g} s; see {st.log}")
             time.sleep(poll)
 
+    def sleep(self, name: str, *, wake: bool = False, level: int = 1) -> str:
+        """vLLM sleep mode for worker ``name``: sleep at ``level`` or wake (amdtop/supervisor/sleep.py)."""
+        self._check_writable("wake" if wake else "sleep")
+        from amdtop.supervisor.sleep import sleep_or_wake
+
+        return sleep_or_wake(self.prober, self.status_one(name), wake=wake, level=level)
+
     def close(self) -> None:
         """Release the HTTP client (workers keep running)."""
         self.prober.close()

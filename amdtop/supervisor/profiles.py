@@ -19,7 +19,9 @@ from tomlkit.exceptions import TOMLKitError
 from amdtop.cpulist import format_cpulist
 from amdtop.errors import InputError
 from amdtop.hip_devices import device_indices, device_numa
+from amdtop.layout import WorkerLayout, layout_from_args
 from amdtop.model import Topology
+from amdtop.supervisor.parallel_args import check_parallel_args
 from amdtop.supervisor.retune import check_arg_value
 from amdtop.vllm_numa import uses_vllm_numa_binding
 
@@ -71,11 +73,13 @@ class Profile:
 
     @property
     def tp_size(self) -> int:
-        """Tensor-parallel size: ``args.tensor-parallel-size`` or the number of GPUs (at least 1)."""
-        value = self.arg("tensor-parallel-size")
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        return max(1, len(self.gpus))
+        """Tensor-parallel size: ``args.tensor-parallel-size``, else the GPUs per data-parallel replica (at least 1)."""
+        return self.layout.tp
+
+    @property
+    def layout(self) -> WorkerLayout:
+        """DP/TP/PP sizes, expert parallel and API server count from the args (TP defaults to GPUs / (DP x PP))."""
+        return layout_from_args(dict(self.args), len(self.gpus))
 
     @property
     def url(self) -> str:
@@ -171,6 +175,7 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
     tp = dict(args).get("tensor-parallel-size")
     if tp is not None and not (_int(tp) and tp >= 1):
         raise InputError(f"{_field(name, 'args.tensor-parallel-size')}: must be a positive integer; e.g. 2")
+    check_parallel_args(name, dict(args), len(gpus))
     return Profile(
         name=name,
         model=model,
@@ -310,10 +315,10 @@ def validate_profiles(profiles: Sequence[Profile], topology: Topology) -> None:
         if len(set(p.gpus)) != len(p.gpus):
             raise InputError(f"{_field(p.name, 'gpus')}: a GPU is listed twice; list each GPU once")
         tp = p.arg("tensor-parallel-size")
-        if p.gpus and tp is not None and tp != len(p.gpus):
+        if p.gpus and tp is not None and p.layout.gpus_needed != len(p.gpus):
             raise InputError(
                 f"{_field(p.name, 'args.tensor-parallel-size')}: {tp} does not match the {len(p.gpus)} GPUs listed; "
-                f"drop it or list {tp} GPUs"
+                f"drop it or list {p.layout.gpus_needed} GPUs"
             )
         heads = attention_heads(p.model)
         if heads is not None and heads % p.tp_size:

@@ -15,6 +15,7 @@ from tomlkit.items import Item, Table
 
 from amdtop.errors import AmdtopError, InputError, os_reason
 from amdtop.secrets import mask_env
+from amdtop.supervisor.parallel_args import MAX_API_SERVERS, check_parallel_args
 
 ARG_KEYS: dict[str, type] = {
     "max-num-seqs": int,
@@ -22,6 +23,9 @@ ARG_KEYS: dict[str, type] = {
     "block-size": int,
     "max-model-len": int,
     "max-num-batched-tokens": int,
+    "data-parallel-size": int,
+    "api-server-count": int,
+    "enable-expert-parallel": bool,
 }
 """Retunable ``vllm serve`` flags and their value types."""
 RETUNE_KEYS = (*ARG_KEYS, "numa_node", "env.NAME")
@@ -30,6 +34,8 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "max-model-len": (1, 2**31 - 1),
     "block-size": (1, 4096),
     "max-num-batched-tokens": (1, 2**31 - 1),
+    "data-parallel-size": (1, 4096),
+    "api-server-count": (1, MAX_API_SERVERS),
 }
 """Sane ranges: vLLM keeps these in int32 tensors and sizes; far beyond them is a typo, not a setting (and a value
 past int64 is not even a TOML integer)."""
@@ -67,6 +73,10 @@ def _parse_value(name: str, key: str, text: str) -> int | float | str:
     field = f"worker[{name}].{'args.' if key in ARG_KEYS else ''}{key}"
     if key in ARG_KEYS:
         kind = ARG_KEYS[key]
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise InputError(f"{field}: {text!r} is not true or false; e.g. {key}=true")
+            return text.lower() == "true"
         try:
             value: int | float = kind(text)
         except ValueError:
@@ -142,6 +152,8 @@ def apply_changes(doc: tomlkit.TOMLDocument, name: str, changes: Mapping[str, st
         if old != new:
             out.append((key, old, new))
     _check_batched_tokens(name, tbl)
+    gpus = tbl.get("gpus", [])
+    check_parallel_args(name, dict(tbl.get("args", {}).unwrap() if "args" in tbl else {}), len(gpus))
     return out
 
 

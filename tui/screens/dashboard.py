@@ -57,6 +57,9 @@ class DashboardScreen(Screen[None]):
         self.worker_errors: dict[str, str] = {}
         """Last failed control action per worker, shown on its row until an action on it succeeds."""
         self._worker_rows: dict[str, tuple[object, ...]] = {}
+        self.expanded: set[str] = set()
+        """Workers whose engine rows are shown (``enter`` on a worker row)."""
+        self._now = 0.0
         self._composed = False
         self.filter_term = ""
         """``/`` filter: GPU and worker rows must mention every word of it."""
@@ -182,7 +185,8 @@ class DashboardScreen(Screen[None]):
             self.query_one("#pane-groups", TextPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", TextPane).view = views.numa_view(frame)
             self._drain_failures()
-            self._worker_rows = views.worker_rows(frame, now)
+            self._now = now
+            self._worker_rows = views.worker_rows(frame, now, self.expanded)
             self._show_workers()
             if frame.logs is not None:
                 self.query_one("#pane-logs", LogTailPane).show_update(frame.logs)
@@ -279,7 +283,15 @@ class DashboardScreen(Screen[None]):
 
     def selected_worker(self) -> str | None:
         key = self.query_one("#pane-workers", WorkersTable).selected_key()
-        return None if key is None else key.removeprefix("w-")
+        return None if key is None else views.worker_key(key)
+
+    @on(WorkersTable.ToggleEngines, "#pane-workers")
+    def _toggle_engines(self, event: WorkersTable.ToggleEngines) -> None:
+        name = views.worker_key(event.row_key)
+        self.expanded.symmetric_difference_update({name})
+        if self.last_frame is not None:
+            self._worker_rows = views.worker_rows(self.last_frame, self._now, self.expanded)
+            self._show_workers()
 
 
 def with_errors(
