@@ -22,3 +22,6 @@ STATE_FILES_EVERY_S = 5.0
 GPU_FAULT_HOLD_S = 600.0
 """A ``gpu_fault`` flag stays up this long after amdtop last read a line of that fault: a fault is one line in the log,
 and an operator who opens amdtop minutes later should still see what happened."""
+NCCL_INIT_STALL_S = 60.0
+"""A communicator of a live log whose init printed no progress (no rank reached a new phase, none completed) for this
+long is ``nccl_init_stalled``: a healthy RCCL init of a TP group takes seconds, a hang never ends."""

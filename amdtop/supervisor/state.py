@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError, InputError, os_reason
+from amdtop.private_files import private_opener
 from amdtop.secrets import mask_env as mask_env
 from amdtop.sysread import read_text
 
@@ -139,6 +141,8 @@ def _from_json(doc: Mapping[str, Any], name: str | None = None) -> WorkerRecord:
         raise ValueError(f"names worker {rec.name!r}")
     if rec.pid < 2 or rec.pgid < 2 or rec.start_ticks < 0:
         raise ValueError(f"pid {rec.pid} / pgid {rec.pgid} cannot be a launch")
+    if not math.isfinite(rec.started_at):  # JSON's NaN would reach status --json as an uptime no parser takes
+        raise ValueError(f"started_at {rec.started_at} is not a time")
     return rec
 
 
@@ -197,6 +201,29 @@ class StateStore:
             if tmp is not None and os.path.exists(tmp):
                 Path(tmp).unlink(missing_ok=True)
 
+    def save_last_resort(self, rec: WorkerRecord) -> str | None:
+        """Record ``rec`` when :meth:`save` could not (a full disk): rewrite the state file in place when the record
+        fits in the blocks the file already holds (no new space needed); else remove the file, which also needs no
+        space, so that no record is left saying the run is live. Returns what was done, ``None`` when neither
+        worked."""
+        path = self.path(rec.name)
+        data = json.dumps(_to_json(rec), indent=1).encode()
+        try:
+            with open(path, "r+b") as fh:
+                if len(data) <= os.fstat(fh.fileno()).st_size:
+                    fh.write(data)
+                    fh.truncate(len(data))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                    return "rewritten in place"
+        except OSError:
+            pass
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            return None
+        return "removed"
+
     def check_writable(self) -> None:
         """Raise the one-line error a launch would hit when the state dir cannot hold state files and logs."""
         for folder in (self.dir, self.logs):
@@ -218,7 +245,7 @@ class StateStore:
         """
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{name}.lock", "w")  # noqa: SIM115 - held across the yield
+            fh = open(self.dir / f".{name}.lock", "w", opener=private_opener)  # noqa: SIM115 - held across the yield
         except OSError:
             yield
             return
@@ -235,7 +262,7 @@ class StateStore:
         cannot be written: a status poll only learns, it never fails for that)."""
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{seen.name}.lock", "w")  # noqa: SIM115
+            fh = open(self.dir / f".{seen.name}.lock", "w", opener=private_opener)  # noqa: SIM115
         except OSError:
             return seen.with_(**changed)
         with fh:
@@ -261,7 +288,7 @@ class StateStore:
         record is used from memory then, and rebuilt again next time)."""
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{rec.name}.lock", "w")  # noqa: SIM115
+            fh = open(self.dir / f".{rec.name}.lock", "w", opener=private_opener)  # noqa: SIM115
         except OSError:
             return
         with fh:
