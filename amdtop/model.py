@@ -35,6 +35,7 @@ class FlagKind(str, Enum):
     GPU_THROTTLED = "gpu_throttled"
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
     PARTITION_SPLIT = "partition_split"
+    WORKER_STALLED = "worker_stalled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +322,13 @@ class EngineStats:
     """KV-cache usage 0..1 (``vllm:kv_cache_usage_perc``, old ``vllm:gpu_cache_usage_perc``)."""
     gen_tokens_per_s: float | None = None
     """Generation tokens/s from ``vllm:generation_tokens_total`` deltas."""
+    gen_tokens_total: float | None = None
+    """``vllm:generation_tokens_total`` as scraped (the stall judge compares it between scrapes)."""
+    requests_finished: float | None = None
+    """``vllm:request_success_total`` summed over ``finished_reason``."""
+    requests_started: float | None = None
+    """Requests that got their first token (``vllm:time_to_first_token_seconds_count``): with ``requests_finished``
+    it tells the requests in flight where the CPU build's gauges read 0 under load."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,3 +377,45 @@ class WorkerStatus:
     note: str | None = None
     """Why amdtop's view of this worker is not its plain launch record (e.g. the state was rebuilt from the running
     processes because the state file was torn); ``None`` normally."""
+    ranks: tuple[RankSample, ...] = ()
+    """Each TP rank's process as read from ``/proc`` with this status (a rank seen earlier and now gone is
+    ``state == "gone"``)."""
+    health: WorkerHealth | None = None
+    """Instant verdict over :attr:`ranks` (and the crash log); ``None`` where nothing was judged."""
+    error_line: str | None = None
+    """For a crashed worker: what its log says went wrong (the rank that died, else the last error line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankSample:
+    """One TP rank's process at one look (``/proc/PID/stat``)."""
+
+    rank: int
+    """TP rank."""
+    pid: int
+    """Its process."""
+    state: str
+    """Kernel state letter (``R S D T t Z``...) or ``gone``."""
+    cpu_s: float | None = None
+    """User + system CPU time so far, seconds."""
+    threads: int | None = None
+    """Threads of the process."""
+    at: float = 0.0
+    """When it was read (monotonic seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHealth:
+    """A worker's health verdict (``health`` in ``workers status --json``)."""
+
+    verdict: str
+    """``ok`` or a cause: ``rank_stopped``, ``rank_dead``, ``rank_blocked``, ``collective_wait``, ``engine_idle``,
+    ``unknown``."""
+    rank: int | None = None
+    """The rank the verdict names."""
+    pid: int | None = None
+    """That rank's process."""
+    message: str = ""
+    """One line for humans, with the fix where there is one."""
+    evidence: tuple[str, ...] = ()
+    """What the verdict rests on, one fact per entry."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdtop.cpulist import format_cpulist
 from amdtop.health.report import fabric_json, gpu_health_json
+from amdtop.health.stall import health_json
 from amdtop.hip_devices import partition_keys
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
 from amdtop.rccl.views import worker_logs_json
@@ -133,6 +134,7 @@ def worker_json(w: WorkerStatus) -> dict[str, Any]:
         "restarts": w.restarts,
         "source": w.source,
         "rank_pids": [{"rank": r, "pid": p} for r, p in w.rank_pids],
+        "health": health_json(w.health),
     }
 
 

@@ -19,3 +19,17 @@ REDISCOVER_EVERY_S = 30.0
 cannot read): its cost grows with the host's process count, so it runs rarely."""
 STATE_FILES_EVERY_S = 5.0
 """How often the probe cache and the ramp results in the state dir are checked for changes."""
+
+STALL_RAISE_AFTER_S = 3.0
+"""A stall verdict must hold this long before ``worker_stalled`` is raised (py-spy's dump stops a rank for ~0.1 s)."""
+
+STALL_CLEAR_AFTER_S = 5.0
+"""The worker must be judged ok this long before a raised ``worker_stalled`` clears (no flapping)."""
+
+STALL_NO_TOKENS_S = 15.0
+"""No generated token for this long while requests are in flight counts as a stall (a long prefill takes seconds)."""
+
+STALL_BUSY_CPU = 0.5
+"""A rank using this share of one core (or its GPU this busy, percent below) is spinning, not idle."""
+
+STALL_BUSY_GPU_PCT = 50.0

@@ -11,6 +11,7 @@ from typing import Any
 
 from amdtop.cli.common import config_path, open_from_args, print_json, state_dir
 from amdtop.errors import InputError, NoGpuFound
+from amdtop.health.stall import health_json
 from amdtop.model import Topology, WorkerStatus
 from amdtop.supervisor import StopReport, Supervisor
 from amdtop.telemetry.base import TelemetryBackend
@@ -135,6 +136,8 @@ def status_json(st: WorkerStatus, now: float | None = None) -> dict[str, Any]:
         },
         "last_log_lines": list(st.last_log_lines),
         "note": st.note,
+        "health": health_json(st.health),
+        "error_line": st.error_line,
     }
 
 
@@ -162,6 +165,10 @@ def render_status(rows: list[WorkerStatus]) -> str:
         )
         if st.note:
             out.append(f"    ! {st.note}")
+        if st.health is not None and st.health.verdict != "ok":
+            out.append(f"    ! {st.health.verdict}: {st.health.message}")
+        elif st.error_line:
+            out.append(f"    ! {st.error_line}")
         for line in st.last_log_lines[-3:]:
             out.append(f"    | {line}")
     return "\n".join(out) + "\n"

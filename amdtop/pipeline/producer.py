@@ -24,6 +24,7 @@ from amdtop.analysis.imbalance import GroupJudgement
 from amdtop.control import DemoLoad
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import HealthWindow
+from amdtop.health.stall import StallTracker
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
 from amdtop.hip_devices import physical_worker
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
@@ -123,6 +124,7 @@ class NodePipeline:
         # Counters (throttle residency, ECC, fabric traffic) are judged over the last minute of snapshots.
         self._snaps: deque[NodeSnapshot] = deque()
         self._health = HealthWindow()
+        self.stalls = StallTracker(clock=clock)
         self.monitor = monitor
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
@@ -267,6 +269,7 @@ class NodePipeline:
             flags += logs.flags
         self._state_files(now, workers)
         flags += self._probe_flags
+        flags += self.stalls.judge(workers, snap)
         all_flags = _dedupe(flags)
         devices = {w.name: tuple(w.gpus) for w in workers}
         errors = tuple(e for e in (self._own_error, log_error) if e)

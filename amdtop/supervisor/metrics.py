@@ -15,6 +15,8 @@ RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 GEN_TOKENS = ("vllm:generation_tokens_total", "vllm:generation_tokens")
+FINISHED = ("vllm:request_success_total",)
+STARTED = ("vllm:time_to_first_token_seconds_count",)
 
 
 def parse_samples(text: str) -> dict[str, float]:
@@ -74,6 +76,9 @@ class EngineMeter:
             waiting=_first(s, WAITING),
             kv_cache_usage=_first(s, KV_USAGE),
             gen_tokens_per_s=self._rate,
+            gen_tokens_total=total,
+            requests_finished=_first(s, FINISHED),
+            requests_started=_first(s, STARTED),
         )
 
     def reset(self) -> None:

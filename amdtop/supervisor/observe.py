@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from amdtop.errors import InputError
-from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.health.rankproc import read_rank
+from amdtop.health.stall import instant_health
+from amdtop.model import RankSample, Topology, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
 from amdtop.supervisor import procs
+from amdtop.supervisor.crashlog import crash_summary, rank_death
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa
 from amdtop.supervisor.state import StateStore, WorkerRecord, rotate_log, tail_lines
@@ -34,9 +37,13 @@ def observe(
     note: str | None = None,
     log_max_bytes: int = 50 * 1024 * 1024,
     log_backups: int = 3,
+    rank_book: dict[int, tuple[int, int]] | None = None,
 ) -> WorkerStatus:
     """Status of worker ``name`` from its launch record, the process ``table`` and a short HTTP probe; ``profile``
-    (``None`` when the worker left the file) only fills in what a never-launched worker would have."""
+    (``None`` when the worker left the file) only fills in what a never-launched worker would have.
+
+    ``rank_book`` (rank -> (pid, start) of this launch, kept by the caller between looks) lets a rank whose process
+    vanished still be named: it is read as ``gone``."""
     if rec is None:
         return WorkerStatus(
             name,
@@ -69,8 +76,9 @@ def observe(
             state = WorkerState.CRASHED
         else:
             state = WorkerState.STARTING
+    error: str | None = None
     if state is WorkerState.CRASHED:
-        lines = tail_lines(Path(rec.log), 20)
+        lines, error = _crash_lines(Path(rec.log))
     if pids:
         known = set(rec.known) | {(p, table[p].start_ticks) for p in pids}
         if known != set(rec.known):
@@ -100,6 +108,9 @@ def observe(
             if b is not None:
                 cpus.update(b.cpus)
                 mems.update(b.mems)
+    rank_pids = procs.rank_pids(pids)
+    ranks = _look_at_ranks(rank_pids, table, {} if rank_book is None else rank_book)
+    health = _health(name, state, ranks, lines, rank_book or {})
     return WorkerStatus(
         name=name,
         state=state,
@@ -110,7 +121,7 @@ def observe(
         pgid=rec.pgid if pids else None,
         url=rec.url,
         pids=tuple(sorted(pids)),
-        rank_pids=procs.rank_pids(pids),
+        rank_pids=rank_pids,
         cpu_affinity=tuple(sorted(cpus)),
         mems_allowed=tuple(sorted(mems)),
         log=rec.log,
@@ -121,4 +132,49 @@ def observe(
         last_log_lines=lines,
         simulated=demo,
         note=note or (rec.rebuilt if pids else None),
+        ranks=ranks,
+        health=health,
+        error_line=error,
     )
+
+
+LAUNCH_LINE = "=== amdtop launch "
+
+
+def _crash_lines(log: Path) -> tuple[tuple[str, ...], str | None]:
+    """The last 20 lines of the run that crashed, and its error line (looked for in its last 400 lines: a traceback
+    can push the line that matters far above the end)."""
+    lines = tail_lines(log, 400, max_bytes=256 * 1024)
+    start = max((i for i, line in enumerate(lines) if line.startswith(LAUNCH_LINE)), default=-1)
+    run = lines[start + 1 :]  # only this run's lines: the log holds earlier runs above its launch line
+    return run[-20:], crash_summary(run)
+
+
+def _look_at_ranks(
+    rank_pids: tuple[tuple[int, int], ...], table: dict[int, procs.ProcStat], book: dict[int, tuple[int, int]]
+) -> tuple[RankSample, ...]:
+    """Each rank's process read now; ranks in ``book`` whose process is no longer a member read as ``gone``."""
+    for rank, pid in rank_pids:
+        book[rank] = (pid, table[pid].start_ticks)
+    return tuple(read_rank(rank, pid, start) for rank, (pid, start) in sorted(book.items()))
+
+
+def _health(
+    name: str,
+    state: WorkerState,
+    ranks: tuple[RankSample, ...],
+    lines: tuple[str, ...],
+    book: dict[int, tuple[int, int]],
+) -> WorkerHealth | None:
+    if state is WorkerState.CRASHED:
+        death = rank_death(lines)
+        if death is not None:
+            pid = book.get(death.rank, (None, 0))[0]
+            message = f"{death.describe()}; the worker crashed: {death.line.strip()}"
+            return WorkerHealth("rank_dead", death.rank, pid, message, (death.line.strip(),))
+        if ranks:
+            return instant_health(ranks, name)
+        return None
+    if state in (WorkerState.READY, WorkerState.STARTING) and ranks:
+        return instant_health(ranks, name)
+    return None
