@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import config_path, open_from_args, print_json, state_dir
-from amdtop.errors import InputError, NoGpuFound
+from amdtop.errors import AmdtopError, InputError, NoGpuFound
 from amdtop.health.stall import health_json
 from amdtop.model import Topology, WorkerStatus
 from amdtop.supervisor import StopReport, Supervisor
@@ -69,6 +69,10 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
             p.add_argument("--wait", action="store_true", help="wait until /health answers 200")
             p.add_argument("--timeout", type=seconds(True), default=300.0, help="seconds --wait waits (default 300)")
         p.set_defaults(func=func)
+    sk = wsub.add_parser("stacks", parents=[parent], help="Python stacks of each rank of a worker (py-spy)")
+    sk.add_argument("name", metavar="NAME", help="worker name from the profile file")
+    sk.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    sk.set_defaults(func=run_stacks)
 
 
 def open_supervisor(args: argparse.Namespace) -> Supervisor:
@@ -256,3 +260,34 @@ def run_retune(args: argparse.Namespace) -> int:
         return _finish(sup, args, sup.retune(args.name, changes, grace=args.grace))
     finally:
         sup.close()
+
+
+def worker_targets(st: WorkerStatus) -> list[tuple[int | None, int]]:
+    """What ``workers stacks`` dumps: each rank's process, else (no rank titled yet) the launched process."""
+    if st.rank_pids:
+        return [(rank, pid) for rank, pid in st.rank_pids]
+    return [(None, st.pid)] if st.pid else []
+
+
+def run_stacks(args: argparse.Namespace) -> int:
+    """Dump each rank's Python stacks with py-spy; exit 1 when any rank could not be dumped (its line says why)."""
+    from amdtop.supervisor.stacks import dump_stacks, render_stacks, require_py_spy
+
+    exe = require_py_spy()  # before anything else: a missing tool is one line, whatever the worker does
+    sup = open_supervisor(args)
+    try:
+        st = sup.status_one(args.name)
+    finally:
+        sup.close()
+    targets = worker_targets(st)
+    if not targets:
+        raise AmdtopError(f"worker[{args.name}]: {st.state.value}, no process to dump")
+    stacks = dump_stacks(targets, py_spy=exe)
+    if args.json:
+        print_json([{"rank": s.rank, "pid": s.pid, "stacks": s.text, "error": s.error} for s in stacks])
+    else:
+        sys.stdout.write(render_stacks(args.name, stacks))
+    failed = [s for s in stacks if s.error is not None]
+    for s in failed:
+        sys.stderr.write(f"amdtop: error: worker[{args.name}] {s.label()}: {s.error}\n")
+    return 1 if failed else 0
