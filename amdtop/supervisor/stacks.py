@@ -68,9 +68,14 @@ def _first_error(stderr: str) -> str:
     return lines[0] if lines else "no output"
 
 
+def _gone(pid: int, proc: Path) -> bool:
+    st = read_stat(pid, proc)
+    return st is None or st.state in ("Z", "X")  # a zombie has no memory left to read
+
+
 def _why(stack_pid: int, rc: int, stderr: str, proc: Path) -> str:
     text = stderr.lower()
-    if read_stat(stack_pid, proc) is None:
+    if _gone(stack_pid, proc):
         return "exited during the dump (nothing to show; nothing was killed)"
     if "permission denied" in text or "operation not permitted" in text:
         return (
@@ -85,7 +90,7 @@ def dump_one(
 ) -> RankStack:
     """Dump ``pid``'s Python stacks (all threads); a failure is one line in :attr:`RankStack.error`."""
     st = read_stat(pid, proc)
-    if st is None:
+    if st is None or _gone(pid, proc):
         return RankStack(rank, pid, None, "exited before the dump (nothing to show; nothing was killed)")
     argv = [py_spy, "dump", "--pid", str(pid)]
     if st.state in ("T", "t"):
