@@ -59,6 +59,7 @@ def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
         FlagKind.LINK_DEGRADED: "LINK",
         FlagKind.GPU_THROTTLED: "THR",
         FlagKind.ECC_UNCORRECTABLE: "ECC",
+        FlagKind.WORKER_STALLED: "STALL",
     }
     for flag in frame.flags:
         tag = short.get(flag.kind)
@@ -162,11 +163,16 @@ def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
             if f.kind in (FlagKind.NUMA_MISMATCH,):
                 continue  # the NUMA pane shows these beside the binding
             style = "red" if f.kind in (FlagKind.TP_IMBALANCE, FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT) else "yellow"
+            style = "bold red" if f.kind is FlagKind.WORKER_STALLED else style
             lines.append(Text(f"  ! {f.kind.value}: {f.message}", style=style))
         if g.lost_gpus:
             lines.append(
                 Text(f"  ! GPU {','.join(map(str, g.lost_gpus))} lost: the group cannot make progress", style="bold red")
             )
+    # A stalled worker without GPUs (a CPU worker) has no TP group above: its flag still belongs here.
+    for f in frame.flags_of(FlagKind.WORKER_STALLED):
+        if f.worker is not None and frame.group(f.worker) is None:
+            lines.append(Text(f"! worker_stalled: {f.message}", style="bold red"))
     if not lines:
         lines.append(Text("No TP groups: no worker is running.", style="dim"))
     # Flags of the node or of single GPUs (throttling, ECC, lost GPUs, degraded links): under the groups, with their
@@ -226,13 +232,22 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _state_cell(w: WorkerStatus, stalled: dict[str, object]) -> Text:
+    """The state, or ``stalled r1`` while ``worker_stalled`` names the worker (and the rank)."""
+    if w.name in stalled:
+        rank = stalled[w.name]
+        return Text("stalled" if rank is None else f"stalled r{rank}", style="bold white on red")
+    return Text(w.state.value, style=STATE_STYLE.get(w.state, ""))
+
+
 def worker_rows(frame: NodeFrame, now: float) -> dict[str, tuple[object, ...]]:
     rows: dict[str, tuple[object, ...]] = {}
+    stalled = {f.worker: dict(f.extra).get("rank") for f in frame.flags_of(FlagKind.WORKER_STALLED) if f.worker}
     for w in frame.workers:
         e = w.engine
         rows[f"w-{w.name}"] = (
             Text(w.name, style="bold"),
-            Text(w.state.value, style=STATE_STYLE.get(w.state, "")),
+            _state_cell(w, stalled),
             ",".join(map(str, w.gpus)) or "-",
             "-" if w.port is None else str(w.port),
             "-" if w.started_at is None or w.state is WorkerState.STOPPED else _uptime(now - w.started_at),

@@ -262,16 +262,9 @@ def run_retune(args: argparse.Namespace) -> int:
         sup.close()
 
 
-def worker_targets(st: WorkerStatus) -> list[tuple[int | None, int]]:
-    """What ``workers stacks`` dumps: each rank's process, else (no rank titled yet) the launched process."""
-    if st.rank_pids:
-        return [(rank, pid) for rank, pid in st.rank_pids]
-    return [(None, st.pid)] if st.pid else []
-
-
 def run_stacks(args: argparse.Namespace) -> int:
     """Dump each rank's Python stacks with py-spy; exit 1 when any rank could not be dumped (its line says why)."""
-    from amdtop.supervisor.stacks import dump_stacks, render_stacks, require_py_spy
+    from amdtop.supervisor.stacks import dump_stacks, render_stacks, require_py_spy, worker_targets
 
     exe = require_py_spy()  # before anything else: a missing tool is one line, whatever the worker does
     sup = open_supervisor(args)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdtop.errors import AmdtopError
+from amdtop.model import WorkerStatus
 from amdtop.procinfo import PROC
 from amdtop.supervisor.procs import read_stat
 
@@ -40,6 +41,13 @@ class RankStack:
     def label(self) -> str:
         """``rank 1 (pid 4321)``."""
         return f"pid {self.pid}" if self.rank is None else f"rank {self.rank} (pid {self.pid})"
+
+
+def worker_targets(worker: WorkerStatus) -> list[tuple[int | None, int]]:
+    """What a stack dump of ``worker`` covers: each rank's process, else (no rank titled yet) the launched process."""
+    if worker.rank_pids:
+        return [(rank, pid) for rank, pid in worker.rank_pids]
+    return [(None, worker.pid)] if worker.pid else []
 
 
 def find_py_spy() -> str | None:

@@ -68,7 +68,9 @@ def test_py_spy_missing_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(AmdtopError, match=r"py-spy is not installed; install it with pip install 'amdtop\[debug\]'"):
         require_py_spy(str(tmp_path / "no-py-spy"))
     monkeypatch.setattr(stacks, "find_py_spy", lambda: None)
-    assert main(["workers", "stacks", "llama", "--state-dir", str(tmp_path / "s"), "--config", str(tmp_path / "c")]) == 1
+    assert (
+        main(["workers", "stacks", "llama", "--state-dir", str(tmp_path / "s"), "--config", str(tmp_path / "c")]) == 1
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("amdtop: error: workers stacks: py-spy is not installed")
 

@@ -261,7 +261,9 @@ def test_rank_death_with_a_signal() -> None:
     line = "(EngineCore pid=9) ERROR 12-02 06:40:00 [multiproc_executor.py:316] Worker proc VllmWorker-1 died " \
         "unexpectedly (exit code: -9), shutting down executor."  # fmt: skip
     death = rank_death([line])
-    assert death is not None and death.signal_name == "SIGKILL" and death.describe() == "rank 1 died (killed by SIGKILL)"
+    assert (
+        death is not None and death.signal_name == "SIGKILL" and death.describe() == "rank 1 died (killed by SIGKILL)"
+    )
 
 
 def test_traceback_end_and_no_error() -> None:
