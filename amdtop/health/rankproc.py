@@ -43,6 +43,11 @@ def read_rank(
     return RankSample(rank, pid, state, cpu, threads, at)
 
 
+def sample_of(rank: int, pid: int, state: str, cpu_ticks: int, threads: int, at: float) -> RankSample:
+    """A rank's sample from a ``stat`` line already read (the supervisor's process table): no second read."""
+    return RankSample(rank, pid, state, cpu_ticks / CLK_TCK, threads, at)
+
+
 def read_ranks(
     ranks: Iterable[tuple[int, int]], *, proc: Path = PROC, clock: Callable[[], float] = time.monotonic
 ) -> tuple[RankSample, ...]:

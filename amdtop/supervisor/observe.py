@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from amdtop.errors import InputError
-from amdtop.health.rankproc import read_rank
+from amdtop.health.rankproc import read_rank, sample_of
 from amdtop.health.stall import instant_health
 from amdtop.model import RankSample, Topology, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
@@ -153,10 +154,19 @@ def _crash_lines(log: Path) -> tuple[tuple[str, ...], str | None]:
 def _look_at_ranks(
     rank_pids: tuple[tuple[int, int], ...], table: dict[int, procs.ProcStat], book: dict[int, tuple[int, int]]
 ) -> tuple[RankSample, ...]:
-    """Each rank's process read now; ranks in ``book`` whose process is no longer a member read as ``gone``."""
+    """Each rank's process as the status pass's table read it; ranks in ``book`` whose process left the table (gone,
+    or a zombie: the table holds live processes only) are read once more to tell which."""
+    now = time.monotonic()
     for rank, pid in rank_pids:
         book[rank] = (pid, table[pid].start_ticks)
-    return tuple(read_rank(rank, pid, start) for rank, (pid, start) in sorted(book.items()))
+    out = []
+    for rank, (pid, start) in sorted(book.items()):
+        st = table.get(pid)
+        if st is not None and st.start_ticks == start:
+            out.append(sample_of(rank, pid, st.state, st.cpu_ticks, st.threads, now))
+        else:
+            out.append(read_rank(rank, pid, start))
+    return tuple(out)
 
 
 def _health(
