@@ -11,7 +11,7 @@ from amdtop.health.stall import instant_health
 from amdtop.model import RankSample, Topology, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
 from amdtop.supervisor import procs
-from amdtop.supervisor.crashlog import crash_summary, rank_death
+from amdtop.supervisor.crashlog import RankDeath, crash_summary, rank_death
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa
 from amdtop.supervisor.state import StateStore, WorkerRecord, rotate_log, tail_lines
@@ -78,8 +78,9 @@ def observe(
         else:
             state = WorkerState.STARTING
     error: str | None = None
+    death: RankDeath | None = None
     if state is WorkerState.CRASHED:
-        lines, error = _crash_lines(Path(rec.log))
+        lines, error, death = _crash_lines(Path(rec.log))
     if pids:
         known = set(rec.known) | {(p, table[p].start_ticks) for p in pids}
         if known != set(rec.known):
@@ -111,7 +112,7 @@ def observe(
                 mems.update(b.mems)
     rank_pids = procs.rank_pids(pids)
     ranks = _look_at_ranks(rank_pids, table, {} if rank_book is None else rank_book)
-    health = _health(name, state, ranks, lines, rank_book or {})
+    health = _health(name, state, ranks, death, rank_book or {})
     return WorkerStatus(
         name=name,
         state=state,
@@ -142,13 +143,13 @@ def observe(
 LAUNCH_LINE = "=== amdtop launch "
 
 
-def _crash_lines(log: Path) -> tuple[tuple[str, ...], str | None]:
-    """The last 20 lines of the run that crashed, and its error line (looked for in its last 400 lines: a traceback
-    can push the line that matters far above the end)."""
+def _crash_lines(log: Path) -> tuple[tuple[str, ...], str | None, RankDeath | None]:
+    """The last 20 lines of the run that crashed, its error line and the rank its log says died (both looked for in
+    its last 400 lines: a traceback and exit noise can push the line that matters far above the end)."""
     lines = tail_lines(log, 400, max_bytes=256 * 1024)
     start = max((i for i, line in enumerate(lines) if line.startswith(LAUNCH_LINE)), default=-1)
     run = lines[start + 1 :]  # only this run's lines: the log holds earlier runs above its launch line
-    return run[-20:], crash_summary(run)
+    return run[-20:], crash_summary(run), rank_death(run)
 
 
 def _look_at_ranks(
@@ -173,11 +174,10 @@ def _health(
     name: str,
     state: WorkerState,
     ranks: tuple[RankSample, ...],
-    lines: tuple[str, ...],
+    death: RankDeath | None,
     book: dict[int, tuple[int, int]],
 ) -> WorkerHealth | None:
     if state is WorkerState.CRASHED:
-        death = rank_death(lines)
         if death is not None:
             pid = book.get(death.rank, (None, 0))[0]
             message = f"{death.describe()}; the worker crashed: {death.line.strip()}"
