@@ -16,9 +16,10 @@ the first signal, the flat token counter with requests in flight the second.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
+from amdtop.health.rankproc import read_ranks
 from amdtop.model import Flag, FlagKind, NodeSnapshot, RankSample, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.thresholds import (
     STALL_BUSY_CPU,
@@ -26,6 +27,7 @@ from amdtop.thresholds import (
     STALL_CLEAR_AFTER_S,
     STALL_NO_TOKENS_S,
     STALL_RAISE_AFTER_S,
+    WORKERS_EVERY_S,
 )
 
 OK = WorkerHealth("ok")
@@ -209,13 +211,17 @@ class StallTracker:
         clear_after_s: float = STALL_CLEAR_AFTER_S,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        reader: Callable[[Iterable[tuple[int, int]]], tuple[RankSample, ...]] = read_ranks,
     ) -> None:
-        """``clock`` times the hysteresis; ``wall`` stamps ``since``."""
+        """``clock`` times the hysteresis; ``wall`` stamps ``since``; ``reader`` reads the ranks of workers that come
+        without a look at them (vLLM servers discovered running, not launched by amdtop)."""
         self.raise_after_s = raise_after_s
         self.clear_after_s = clear_after_s
         self._clock = clock
         self._wall = wall
+        self._reader = reader
         self._tracks: dict[str, _Track] = {}
+        self._read: dict[str, tuple[float, tuple[RankSample, ...]]] = {}
 
     def judge(self, workers: Sequence[WorkerStatus], snap: NodeSnapshot | None = None) -> list[Flag]:
         """``worker_stalled`` flags for ``workers`` now (one per stalled worker)."""
@@ -223,7 +229,11 @@ class StallTracker:
         flags: list[Flag] = []
         live = set()
         for w in workers:
-            if w.state not in (WorkerState.READY, WorkerState.STARTING) or not w.ranks:
+            if w.state not in (WorkerState.READY, WorkerState.STARTING):
+                continue
+            if not w.ranks and w.rank_pids:
+                w = replace(w, ranks=self._look(w, now))
+            if not w.ranks:
                 continue
             live.add(w.name)
             track = self._tracks.setdefault(w.name, _Track())
@@ -233,7 +243,17 @@ class StallTracker:
                 flags.append(flag)
         for name in set(self._tracks) - live:
             del self._tracks[name]
+        for name in set(self._read) - live:
+            del self._read[name]
         return flags
+
+    def _look(self, w: WorkerStatus, now: float) -> tuple[RankSample, ...]:
+        """The ranks of a worker whose status carries none, read at the supervisor's cadence."""
+        held = self._read.get(w.name)
+        pids = tuple((r.rank, r.pid) for r in held[1]) if held else ()
+        if held is None or now - held[0] >= WORKERS_EVERY_S or pids != w.rank_pids:
+            held = self._read[w.name] = (now, self._reader(w.rank_pids))
+        return held[1]
 
     def _verdict(self, w: WorkerStatus, track: _Track, now: float, snap: NodeSnapshot | None) -> WorkerHealth:
         if w.ranks != track.ranks:  # a new look at the processes (the supervisor refreshes every 2 s)

@@ -270,3 +270,27 @@ def test_traceback_end_and_no_error() -> None:
     tb = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "KeyboardInterrupt", "bye"]
     assert error_line(tb) == "KeyboardInterrupt"
     assert error_line(["INFO starting", "INFO 0 errors so far"]) is None
+
+
+def test_discovered_worker_ranks_are_read_by_the_tracker(ranks: list[subprocess.Popen[bytes]]) -> None:
+    # A vLLM server amdtop did not launch comes with rank pids but no look at them: the tracker reads them itself.
+    os.kill(ranks[1].pid, signal.SIGSTOP)
+    _wait_state(ranks[1].pid, "T")
+    found = WorkerStatus("vllm-1", WorkerState.READY, (), rank_pids=((0, ranks[0].pid), (1, ranks[1].pid)),
+                         source="discovered")  # fmt: skip
+    (flag,) = StallTracker(raise_after_s=0.0).judge([found])
+    assert (flag.worker, dict(flag.extra)["rank"], dict(flag.extra)["cause"]) == ("vllm-1", 1, "rank_stopped")
+
+
+def test_crash_lines_are_this_runs_only(tmp_path: Path) -> None:
+    from amdtop.supervisor.observe import _crash_lines
+
+    # An earlier run died of a killed rank; this run failed on its config: only this run's lines count.
+    log = tmp_path / "w.log"
+    earlier = _fixture("worker-died-llm-scaler.log")
+    now = _fixture("pydantic-modelconfig-prefixed.log")
+    log.write_text("\n".join(["=== amdtop launch w:aaa at x: vllm serve", *earlier,
+                              "=== amdtop launch w:bbb at y: vllm serve", *now]) + "\n")  # fmt: skip
+    last, error, death = _crash_lines(log)
+    assert death is None and last == tuple(now)
+    assert error is not None and error.startswith("pydantic_core._pydantic_core.ValidationError")
