@@ -402,6 +402,8 @@ class RankSample:
     """Threads of the process."""
     at: float = 0.0
     """When it was read (monotonic seconds)."""
+    exit_status: int | None = None
+    """For a zombie: how it ended, as ``waitpid`` reports it (``stat`` field 52; the killing signal in the low bits)."""
 
 
 @dataclass(frozen=True, slots=True)

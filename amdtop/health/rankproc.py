@@ -40,7 +40,10 @@ def read_rank(
         return RankSample(rank, pid, GONE, at=at)
     if start_ticks is not None and start != start_ticks:
         return RankSample(rank, pid, GONE, at=at)  # the pid was reused: the rank's own process is gone
-    return RankSample(rank, pid, state, cpu, threads, at)
+    exit_status = None
+    if state == "Z" and len(fields) > 49:
+        exit_status = int(fields[49])  # field 52: the wait status its parent has not collected yet
+    return RankSample(rank, pid, state, cpu, threads, at, exit_status)
 
 
 def sample_of(rank: int, pid: int, state: str, cpu_ticks: int, threads: int, at: float) -> RankSample:

@@ -15,6 +15,8 @@ the first signal, the flat token counter with requests in flight the second.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -58,6 +60,19 @@ def _cause_of(state: str) -> str | None:
     return None
 
 
+def describe_exit(status: int) -> str:
+    """``killed by SIGKILL`` / ``exit code 1`` from a wait status."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    if os.WIFEXITED(status):
+        return f"exit code {os.WEXITSTATUS(status)}"
+    return f"wait status {status}"
+
+
 def instant_health(ranks: Sequence[RankSample], worker: str = "") -> WorkerHealth:
     """The verdict one look at the rank processes gives: the first rank that is dead, else stopped, else blocked."""
     found: dict[str, list[RankSample]] = {}
@@ -72,13 +87,18 @@ def instant_health(ranks: Sequence[RankSample], worker: str = "") -> WorkerHealt
         first = bad[0]
         others = f" (also rank {', '.join(str(r.rank) for r in bad[1:])})" if len(bad) > 1 else ""
         fix = _FIX[cause].format(pid=first.pid, worker=worker or "NAME")
-        message = f"rank {first.rank} (pid {first.pid}) {_STATE_WORDS[cause]}{others}; {fix}"
+        words = _STATE_WORDS[cause]
+        if first.exit_status is not None:
+            words = f"died ({describe_exit(first.exit_status)})"
+        message = f"rank {first.rank} (pid {first.pid}) {words}{others}; {fix}"
         return WorkerHealth(cause, first.rank, first.pid, message, tuple(_rank_fact(r) for r in ranks))
     return OK
 
 
 def _rank_fact(r: RankSample, cpu_share: float | None = None) -> str:
     fact = f"rank {r.rank} pid {r.pid} state {r.state}"
+    if r.exit_status is not None:
+        fact += f" ({describe_exit(r.exit_status)})"
     if r.threads is not None:
         fact += f" threads {r.threads}"
     if cpu_share is not None:

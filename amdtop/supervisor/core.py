@@ -91,8 +91,6 @@ class Supervisor:
         self.prober = Prober(health_timeout_s)
         self.full_scan_every_s = REDISCOVER_EVERY_S
         self._full_scan_at: float | None = None
-        # rank -> (pid, start) per worker and launch: a rank whose process vanished is still named (rank_dead).
-        self._rank_books: dict[str, tuple[str, dict[int, tuple[int, int]]]] = {}
 
     # -- profiles ---------------------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -437,13 +435,6 @@ class Supervisor:
     ) -> WorkerStatus:
         self._reap(name)
         recovery = self._recover(name, table, found, checked)
-        rec = recovery.record
-        book: dict[int, tuple[int, int]] | None = None
-        if rec is not None:
-            held = self._rank_books.get(name)
-            if held is None or held[0] != rec.launch_id:
-                held = self._rank_books[name] = (rec.launch_id, {})
-            book = held[1]
         return observe(
             name,
             profile,
@@ -456,7 +447,6 @@ class Supervisor:
             note=recovery.reason,
             log_max_bytes=self.log_max_bytes,
             log_backups=self.log_backups,
-            rank_book=book,
         )
 
     def wait_ready(self, name: str, timeout: float = 120.0, poll: float = 0.5) -> WorkerStatus:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from amdtop.errors import InputError
 from amdtop.health.rankproc import read_rank, sample_of
-from amdtop.health.stall import instant_health
+from amdtop.health.stall import describe_exit, instant_health
 from amdtop.model import RankSample, Topology, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
 from amdtop.supervisor import procs
@@ -38,13 +38,12 @@ def observe(
     note: str | None = None,
     log_max_bytes: int = 50 * 1024 * 1024,
     log_backups: int = 3,
-    rank_book: dict[int, tuple[int, int]] | None = None,
 ) -> WorkerStatus:
     """Status of worker ``name`` from its launch record, the process ``table`` and a short HTTP probe; ``profile``
     (``None`` when the worker left the file) only fills in what a never-launched worker would have.
 
-    ``rank_book`` (rank -> (pid, start) of this launch, kept by the caller between looks) lets a rank whose process
-    vanished still be named: it is read as ``gone``."""
+    Each rank's (pid, start) and how a dead rank ended are kept in the launch record: a rank whose process vanished
+    is still named (read as ``gone``), and the signal that killed it outlives the zombie vLLM reaps."""
     if rec is None:
         return WorkerStatus(
             name,
@@ -91,6 +90,13 @@ def observe(
             shm = set(rec.shm) | procs.mapped_shm(pids)
             if shm != set(rec.shm):
                 changed["shm"] = tuple(sorted(shm))
+    rank_pids = procs.rank_pids(pids)
+    ranks, seen = _look_at_ranks(rank_pids, table, rec.ranks)
+    if seen != rec.ranks:
+        changed["ranks"] = seen
+    exits = dict(rec.rank_exits) | {r.rank: r.exit_status for r in ranks if r.exit_status is not None}
+    if tuple(sorted(exits.items())) != rec.rank_exits:
+        changed["rank_exits"] = tuple(sorted(exits.items()))
     if changed:
         rec = store.merge(rec, changed)
     rotate_log(Path(rec.log), log_max_bytes, log_backups)
@@ -110,9 +116,9 @@ def observe(
             if b is not None:
                 cpus.update(b.cpus)
                 mems.update(b.mems)
-    rank_pids = procs.rank_pids(pids)
-    ranks = _look_at_ranks(rank_pids, table, {} if rank_book is None else rank_book)
-    health = _health(name, state, ranks, death, rank_book or {})
+    health = _health(name, state, ranks, death, rec)
+    if death is not None and health is not None and health.rank == death.rank:
+        error = health.message  # the rank and how it ended, with vLLM's line
     return WorkerStatus(
         name=name,
         state=state,
@@ -153,11 +159,13 @@ def _crash_lines(log: Path) -> tuple[tuple[str, ...], str | None, RankDeath | No
 
 
 def _look_at_ranks(
-    rank_pids: tuple[tuple[int, int], ...], table: dict[int, procs.ProcStat], book: dict[int, tuple[int, int]]
-) -> tuple[RankSample, ...]:
-    """Each rank's process as the status pass's table read it; ranks in ``book`` whose process left the table (gone,
-    or a zombie: the table holds live processes only) are read once more to tell which."""
+    rank_pids: tuple[tuple[int, int], ...], table: dict[int, procs.ProcStat], seen: tuple[tuple[int, int, int], ...]
+) -> tuple[tuple[RankSample, ...], tuple[tuple[int, int, int], ...]]:
+    """Each rank's process as the status pass's table read it, and the ranks seen so far (rank, pid, start). A rank
+    seen before whose process left the table (gone, or a zombie: the table holds live processes only) is read once
+    more to tell which."""
     now = time.monotonic()
+    book = {rank: (pid, start) for rank, pid, start in seen}
     for rank, pid in rank_pids:
         book[rank] = (pid, table[pid].start_ticks)
     out = []
@@ -167,21 +175,26 @@ def _look_at_ranks(
             out.append(sample_of(rank, pid, st.state, st.cpu_ticks, st.threads, now))
         else:
             out.append(read_rank(rank, pid, start))
-    return tuple(out)
+    return tuple(out), tuple((rank, pid, start) for rank, (pid, start) in sorted(book.items()))
 
 
 def _health(
-    name: str,
-    state: WorkerState,
-    ranks: tuple[RankSample, ...],
-    death: RankDeath | None,
-    book: dict[int, tuple[int, int]],
+    name: str, state: WorkerState, ranks: tuple[RankSample, ...], death: RankDeath | None, rec: WorkerRecord
 ) -> WorkerHealth | None:
+    exits = dict(rec.rank_exits)
+    pids = {rank: pid for rank, pid, _start in rec.ranks}
     if state is WorkerState.CRASHED:
         if death is not None:
-            pid = book.get(death.rank, (None, 0))[0]
-            message = f"{death.describe()}; the worker crashed: {death.line.strip()}"
-            return WorkerHealth("rank_dead", death.rank, pid, message, (death.line.strip(),))
+            # vLLM may log the exit code before it has collected it ("exit code: None"): the zombie said how.
+            how = death.describe()
+            if death.exit_code is None and death.rank in exits:
+                how = f"rank {death.rank} died ({describe_exit(exits[death.rank])})"
+            message = f"{how}; the worker crashed: {death.line.strip()}"
+            return WorkerHealth("rank_dead", death.rank, pids.get(death.rank), message, (death.line.strip(),))
+        if exits:
+            rank = min(exits)
+            message = f"rank {rank} died ({describe_exit(exits[rank])}); the worker crashed"
+            return WorkerHealth("rank_dead", rank, pids.get(rank), message)
         if ranks:
             return instant_health(ranks, name)
         return None

@@ -88,6 +88,8 @@ def test_killed_rank_is_dead_and_a_zombie_too(ranks: list[subprocess.Popen[bytes
     assert _wait_state(ranks[1].pid, "Z").state == "Z"
     zombie = instant_health(read_ranks([(0, ranks[0].pid), (1, ranks[1].pid)]))
     assert (zombie.verdict, zombie.rank) == ("rank_dead", 1)
+    # The zombie's stat still says how it ended: the signal is named before its parent collects it.
+    assert zombie.message.startswith(f"rank 1 (pid {ranks[1].pid}) died (killed by SIGKILL)")
     ranks[1].wait()
     gone = read_rank(1, ranks[1].pid)
     assert gone.state == "gone"
