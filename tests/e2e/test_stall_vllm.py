@@ -25,6 +25,7 @@ import pytest
 from amdtop.model import FlagKind, WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame, NodePipeline
 from amdtop.supervisor import Supervisor
+from amdtop.supervisor.procs import read_stat
 from amdtop.telemetry.sim import SimBackend
 from tests.e2e.conftest import READY_TIMEOUT_S, SERVED_NAME, VLLM_CACHE_ROOT, marked_pids, profile_toml, require_vllm
 
@@ -183,6 +184,13 @@ def test_sigstop_rank1_is_named_then_clears(tp2: Tp2) -> None:
         flags = [f for f in json.loads(done.stdout)["flags"] if f["kind"] == "worker_stalled"]
         assert [(f["worker"], f["rank"], f["pid"], f["cause"]) for f in flags] == [(NAME, 1, rank1, "rank_stopped")]
         assert flags[0]["since"] is not None and flags[0]["evidence"]
+        # Each rank's stacks with the real py-spy: the stopped rank is read without pausing it and stays stopped.
+        done = tp2.cli("workers", "stacks", NAME, "--json")
+        assert done.returncode == 0, done.stderr
+        dumps = {d["rank"]: d for d in json.loads(done.stdout)}
+        assert set(dumps) == {0, 1} and all(d["error"] is None and "Thread" in d["stacks"] for d in dumps.values())
+        assert dumps[1]["pid"] == rank1 and read_stat(rank1) is not None and read_stat(rank1).state == "T"  # type: ignore[union-attr]
+        print(f"E2E {NAME}: rank 1 stopped in: {[ln for ln in dumps[1]['stacks'].splitlines() if ln.strip()][2:4]}")
     finally:
         os.kill(rank1, signal.SIGCONT)
     resumed = time.monotonic()

@@ -315,3 +315,18 @@ def test_captured_sigkill_of_rank1_and_the_zombie_signal() -> None:
     health = _health("w", WorkerState.CRASHED, (), death, rec)
     assert health is not None and (health.verdict, health.rank, health.pid) == ("rank_dead", 1, 4321)
     assert health.message.startswith("rank 1 died (killed by SIGKILL); the worker crashed: (EngineCore pid=6722)")
+
+
+def test_flag_active_carries_the_rank() -> None:
+    from amdtop.exporter.families import build_families
+    from amdtop.model import Flag
+    from amdtop.pipeline import NodeFrame
+    from amdtop.telemetry.sim import SimBackend
+
+    clock = Clock()
+    (stalled,) = StallTracker(clock=clock, raise_after_s=0.0).judge([_look(clock, "T", 1.0, gpus=(4, 5))])
+    other = Flag(FlagKind.TP_IMBALANCE, "imbalance", worker="x", gpus=(0, 1))
+    frame = NodeFrame(SimBackend().sample(), flags=(stalled, other))
+    fams = {f.name: f for f in build_families(frame)}
+    labels = {(s.labels["kind"], s.labels["rank"], s.labels["gpus"]) for s in fams["amdtop_flag_active"].samples}
+    assert labels == {("worker_stalled", "1", "5"), ("tp_imbalance", "", "0,1")}
