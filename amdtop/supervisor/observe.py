@@ -91,7 +91,10 @@ def observe(
             if shm != set(rec.shm):
                 changed["shm"] = tuple(sorted(shm))
     rank_pids = procs.rank_pids(pids)
-    ranks, seen = _look_at_ranks(rank_pids, table, rec.ranks)
+    ranks: tuple[RankSample, ...] = ()
+    seen = rec.ranks
+    if state is not WorkerState.STOPPED:  # a stopped run's ranks are gone on purpose: nothing to read or judge
+        ranks, seen = _look_at_ranks(rank_pids, table, rec.ranks)
     if seen != rec.ranks:
         changed["ranks"] = seen
     exits = dict(rec.rank_exits) | {r.rank: r.exit_status for r in ranks if r.exit_status is not None}
