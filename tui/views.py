@@ -257,5 +257,6 @@ def worker_rows(frame: NodeFrame, now: float) -> dict[str, tuple[object, ...]]:
             _num(e.kv_cache_usage * 100 if e and e.kv_cache_usage is not None else None, "{:.0f}%"),
             _num(e.gen_tokens_per_s if e else None),
             w.source,
+            Text(f"✗ {w.error_line}", style="red") if w.state is WorkerState.CRASHED and w.error_line else "",
         )
     return rows

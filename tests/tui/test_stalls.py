@@ -130,3 +130,19 @@ async def test_d_without_py_spy_says_so_in_one_line(monkeypatch: pytest.MonkeyPa
         assert screen.result is not None and screen.result.error is not None
         assert screen.result.error.startswith("workers stacks: py-spy is not installed; install it with pip install")
         assert any("py-spy is not installed" in str(n.message) for n in app._notifications)
+
+
+def test_crashed_row_names_the_error_line() -> None:
+    from amdtop.model import WorkerState
+    from amdtop.pipeline import NodeFrame
+    from amdtop.telemetry.sim import SimBackend
+    from tui.screens.dashboard import with_errors
+    from tui.views import worker_rows
+
+    line = "rank 1 died (killed by SIGKILL); the worker crashed: Worker proc VllmWorker-1 died unexpectedly"
+    crashed = WorkerStatus("tp2", WorkerState.CRASHED, (), error_line=line)
+    rows = worker_rows(NodeFrame(SimBackend().sample(), workers=(crashed,)), 0.0)
+    width = len(WorkersTable.COLUMNS)
+    assert str(with_errors(rows, {}, width)["w-tp2"][-1]) == f"✗ {line}"
+    # A failed control action on the row still wins over it.
+    assert str(with_errors(rows, {"tp2": "launch tp2: refused"}, width)["w-tp2"][-1]) == "✗ launch tp2: refused"
