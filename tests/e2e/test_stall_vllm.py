@@ -2,7 +2,8 @@
 
 One TP=2 start is shared by the module (a start costs ~40 s of both cores): SIGSTOP rank 1 -> ``health`` names rank 1
 within 15 s, ``worker_stalled`` (frame, ``snapshot --json --window``) within the window, both clear within 30 s of
-SIGCONT; then SIGKILL rank 1 -> the crash names rank 1 and its signal. vLLM itself notices none of the stop:
+SIGCONT; SIGSTOP of EngineCore (no rank stopped) -> a progress stall (``engine_idle``/``collective_wait``); then SIGKILL
+rank 1 -> the crash names rank 1 and its signal. vLLM itself notices none of the stop:
 ``/health`` stays 200 and its gauges read 0 (shared/reference/vllm.md section 12).
 """
 
@@ -26,6 +27,7 @@ from amdtop.model import FlagKind, WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame, NodePipeline
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.procs import read_stat
+from amdtop.supervisor.procs import title as procs_title
 from amdtop.telemetry.sim import SimBackend
 from tests.e2e.conftest import READY_TIMEOUT_S, SERVED_NAME, VLLM_CACHE_ROOT, marked_pids, profile_toml, require_vllm
 
@@ -198,6 +200,31 @@ def test_sigstop_rank1_is_named_then_clears(tp2: Tp2) -> None:
     assert took is not None, f"not clear {CLEAR_WITHIN_S} s after SIGCONT: {_health_rank(frame)} {_stalled(frame)}"
     print(f"E2E {NAME}: health and flag clear {time.monotonic() - resumed:.1f} s after SIGCONT")
     _wait_tokens(tp2)  # and the streams move again
+
+
+def test_sigstop_enginecore_is_a_progress_stall(tp2: Tp2) -> None:
+    # No rank is stopped: the scheduler (EngineCore) is. Only the flat token counter with requests in flight (counted
+    # from /metrics' counters, as the gauges read 0 here) and the ranks' activity tell it.
+    _wait_tokens(tp2)
+    st = tp2.status()
+    (engine,) = [p for p in st.pids if procs_title(p).startswith("VLLM::EngineCore")]
+    _took, frame = _tick_until(tp2, lambda f: _stalled(f) is None, 30.0)
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        took, frame = _tick_until(tp2, lambda f: _stalled(f) is not None, 45.0)
+        flag = _stalled(frame)
+        assert took is not None and flag is not None, (
+            f"no worker_stalled with EngineCore stopped: {_health_rank(frame)}"
+        )
+        assert flag["cause"] in ("engine_idle", "collective_wait"), flag
+        assert _health_rank(frame)[0] == "ok"  # every rank process is fine: only progress says otherwise
+        assert any("requests in flight" in e for e in flag["evidence"])  # type: ignore[union-attr]
+        print(f"\nE2E {NAME}: EngineCore stopped -> {flag['cause']} after {took:.1f} s: {flag['evidence']}")
+    finally:
+        os.kill(engine, signal.SIGCONT)
+    took, frame = _tick_until(tp2, lambda f: _stalled(f) is None, CLEAR_WITHIN_S)
+    assert took is not None, f"not clear {CLEAR_WITHIN_S} s after SIGCONT: {_stalled(frame)}"
+    _wait_tokens(tp2)
 
 
 def test_sigkill_rank1_crash_names_rank_and_signal(tp2: Tp2) -> None:
