@@ -306,7 +306,10 @@ class StallTracker:
         else:
             track.ok_since = None
             if verdict.verdict != track.cause:
-                track.cause, track.cause_since, track.cause_since_wall = verdict.verdict, now, self._wall()
+                since_wall = self._wall()
+                if verdict.verdict not in PROCESS_CAUSES and track.moved_at is not None:
+                    since_wall -= now - track.moved_at  # a progress stall began with the last token, not the verdict
+                track.cause, track.cause_since, track.cause_since_wall = verdict.verdict, now, since_wall
             assert track.cause_since is not None
             if now - track.cause_since >= self.raise_after_s:
                 if track.raised is None:

@@ -202,13 +202,14 @@ def test_a_blip_does_not_flag() -> None:
 
 def test_flat_tokens_with_spinning_ranks_is_collective_wait() -> None:
     clock = Clock()
-    tracker = StallTracker(clock=clock)
+    tracker = StallTracker(clock=clock, wall=lambda: 1.7e9 + clock.t)
     flags = []
     for i in range(12):  # 24 s of looks: both ranks burn a core each, the token counter does not move
         clock.t += 2
         flags = tracker.judge([_look(clock, "R", 2.0 * i)])
     (flag,) = flags
     assert dict(flag.extra)["cause"] == "collective_wait"
+    assert dict(flag.extra)["since"] == pytest.approx(1.7e9 + 1002.0)  # the last look at which tokens moved
 
 
 def test_first_request_after_idle_is_not_a_stall() -> None:
