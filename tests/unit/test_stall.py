@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,8 +102,40 @@ def test_reused_pid_counts_as_gone(ranks: list[subprocess.Popen[bytes]]) -> None
     assert read_rank(0, ranks[0].pid, start_ticks=1).state == "gone"
 
 
+VFORK_STOPPED = """
+import ctypes, signal
+libc = ctypes.CDLL(None)
+if libc.vfork() == 0:
+    libc.kill(libc.getpid(), signal.SIGSTOP)  # the vfork child stops before exec: its parent waits in state D
+    libc._exit(0)
+"""
+
+
+def test_a_rank_in_uninterruptible_sleep_is_blocked() -> None:
+    # A real D state without a driver: a parent waiting in vfork() for a child that stopped before exec.
+    parent = subprocess.Popen([sys.executable, "-c", VFORK_STOPPED])
+    child = None
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            kids = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            if kids and read_rank(1, parent.pid).state == "D":
+                child = int(kids[0])
+                break
+            time.sleep(0.05)
+        assert child is not None, f"parent never blocked: {read_rank(1, parent.pid)}"
+        health = instant_health([RankSample(0, os.getpid(), "S"), read_rank(1, parent.pid)])
+        assert (health.verdict, health.rank, health.pid) == ("rank_blocked", 1, parent.pid)
+        assert "uninterruptible sleep (state D" in health.message
+    finally:
+        if child is not None:
+            os.kill(child, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+
+
 def test_dead_outranks_stopped_and_blocked() -> None:
-    # D state cannot be produced on demand without a driver to block in: the samples are built.
+    # The order of causes over built samples (one of each at once is hard to stage with real processes).
     built = [RankSample(0, 10, "D"), RankSample(1, 11, "T"), RankSample(2, 12, "gone"), RankSample(3, 13, "T")]
     h = instant_health(built)
     assert (h.verdict, h.rank, h.pid) == ("rank_dead", 2, 12)
