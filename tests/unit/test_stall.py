@@ -373,3 +373,21 @@ def test_captured_vllm_config_error_line() -> None:
     line = crash_summary(lines[1:])
     assert line is not None and line.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error")
     assert "User-specified max_model_len (99999)" in line
+
+
+def test_status_table_and_json_carry_health() -> None:
+    from amdtop.cli.workers import render_status, status_json
+
+    ranks = (RankSample(0, 10, "S"), RankSample(1, 11, "T"))
+    w = replace_health(_worker(ranks), instant_health(ranks, "llama"))
+    doc = status_json(w)
+    assert doc["health"]["verdict"] == "rank_stopped" and doc["health"]["rank"] == 1 and doc["error_line"] is None
+    assert "    ! rank_stopped: rank 1 (pid 11) is stopped" in render_status([w])
+    ok = status_json(_worker((RankSample(0, 10, "S"),), health=WorkerHealth("ok")))
+    assert ok["health"] == {"verdict": "ok"}
+
+
+def replace_health(w: WorkerStatus, health: WorkerHealth) -> WorkerStatus:
+    from dataclasses import replace
+
+    return replace(w, health=health)
