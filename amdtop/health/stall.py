@@ -22,7 +22,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from amdtop.health.rankproc import read_ranks
-from amdtop.model import Flag, FlagKind, NodeSnapshot, RankSample, WorkerHealth, WorkerState, WorkerStatus
+from amdtop.hip_devices import is_partitioned, physical_gpus
+from amdtop.model import (
+    Flag,
+    FlagKind,
+    NodeSnapshot,
+    RankSample,
+    Topology,
+    WorkerHealth,
+    WorkerState,
+    WorkerStatus,
+)
 from amdtop.thresholds import (
     STALL_BUSY_CPU,
     STALL_BUSY_GPU_PCT,
@@ -147,13 +157,21 @@ def cpu_shares(before: Sequence[RankSample], after: Sequence[RankSample]) -> dic
     return out
 
 
-def gpu_utils(worker: WorkerStatus, snap: NodeSnapshot | None) -> dict[int, float]:
-    """Utilization of each rank's GPU (rank r runs on ``worker.gpus[r]``) where the backend says."""
+def rank_gpus(worker: WorkerStatus, topology: Topology | None) -> tuple[int, ...]:
+    """The physical GPU of each rank (rank r runs on device ``worker.gpus[r]``: a HIP index, which on a partitioned
+    node is a partition of some GPU); -1 where the device is unknown."""
+    if topology is None or not is_partitioned(topology):
+        return worker.gpus
+    return tuple(next(iter(physical_gpus(topology, (h,))), -1) for h in worker.gpus)
+
+
+def gpu_utils(gpus: tuple[int, ...], snap: NodeSnapshot | None) -> dict[int, float]:
+    """Utilization of each rank's GPU (``gpus`` from :func:`rank_gpus`) where the backend says."""
     if snap is None:
         return {}
     out: dict[int, float] = {}
-    for rank, gpu in enumerate(worker.gpus):
-        s = snap.sample(gpu)
+    for rank, gpu in enumerate(gpus):
+        s = snap.sample(gpu) if gpu >= 0 else None
         if s is not None and s.util_pct is not None:
             out[rank] = s.util_pct
     return out
@@ -165,6 +183,7 @@ def progress_verdict(
     in_flight_now: float | None,
     cpu: dict[int, float],
     gpu: dict[int, float],
+    gpus: tuple[int, ...] | None = None,
 ) -> WorkerHealth:
     """``collective_wait``/``engine_idle`` once no token came for :data:`STALL_NO_TOKENS_S` with requests in flight
     (``stalled_for`` seconds so far), else ok."""
@@ -175,7 +194,8 @@ def progress_verdict(
     )
     facts = [f"no generated token for {stalled_for:.0f} s", f"requests in flight: {in_flight_now:.0f}"]
     facts += [f"rank {r} cpu {c * 100:.0f}% of a core" for r, c in sorted(cpu.items())]
-    facts += [f"rank {r} GPU {worker.gpus[r]} util {u:.0f}%" for r, u in sorted(gpu.items())]
+    on = worker.gpus if gpus is None else gpus
+    facts += [f"rank {r} GPU {on[r]} util {u:.0f}%" for r, u in sorted(gpu.items())]
     if busy:
         idle = sorted((set(cpu) | set(gpu)) - set(busy))
         rank = idle[0] if idle else None
@@ -257,8 +277,9 @@ class StallTracker:
                 continue
             live.add(w.name)
             track = self._tracks.setdefault(w.name, _Track())
-            verdict = self._verdict(w, track, now, snap)
-            flag = self._hysteresis(w, track, verdict, now)
+            gpus = rank_gpus(w, None if snap is None else snap.topology)
+            verdict = self._verdict(w, track, now, snap, gpus)
+            flag = self._hysteresis(w, track, verdict, now, gpus)
             if flag is not None:
                 flags.append(flag)
         for name in set(self._tracks) - live:
@@ -275,7 +296,9 @@ class StallTracker:
             held = self._read[w.name] = (now, self._reader(w.rank_pids))
         return held[1]
 
-    def _verdict(self, w: WorkerStatus, track: _Track, now: float, snap: NodeSnapshot | None) -> WorkerHealth:
+    def _verdict(
+        self, w: WorkerStatus, track: _Track, now: float, snap: NodeSnapshot | None, gpus: tuple[int, ...]
+    ) -> WorkerHealth:
         if w.ranks != track.ranks:  # a new look at the processes (the supervisor refreshes every 2 s)
             if track.ranks:
                 track.cpu = cpu_shares(track.ranks, w.ranks)
@@ -294,9 +317,11 @@ class StallTracker:
             return instant
         if track.tokens is None or track.moved_at is None:
             return OK
-        return progress_verdict(w, now - track.moved_at, track.in_flight, track.cpu or {}, gpu_utils(w, snap))
+        return progress_verdict(w, now - track.moved_at, track.in_flight, track.cpu or {}, gpu_utils(gpus, snap), gpus)
 
-    def _hysteresis(self, w: WorkerStatus, track: _Track, verdict: WorkerHealth, now: float) -> Flag | None:
+    def _hysteresis(
+        self, w: WorkerStatus, track: _Track, verdict: WorkerHealth, now: float, gpus: tuple[int, ...]
+    ) -> Flag | None:
         if verdict.verdict == "ok":
             track.cause = track.cause_since = track.cause_since_wall = None
             if track.ok_since is None:
@@ -317,13 +342,17 @@ class StallTracker:
                 track.raised = verdict  # the message follows the latest look; ``since`` stays the first
         if track.raised is None:
             return None
-        return stalled_flag(w, track.raised, track.raised_since_wall)
+        return stalled_flag(w, track.raised, track.raised_since_wall, gpus)
 
 
-def stalled_flag(w: WorkerStatus, health: WorkerHealth, since: float | None) -> Flag:
+def stalled_flag(
+    w: WorkerStatus, health: WorkerHealth, since: float | None, rank_gpus: tuple[int, ...] | None = None
+) -> Flag:
     """The ``worker_stalled`` flag of ``health`` (keys of the contract: worker, rank, pid, cause, since, message,
-    evidence)."""
-    gpus = (w.gpus[health.rank],) if health.rank is not None and 0 <= health.rank < len(w.gpus) else ()
+    evidence); ``gpus`` is the named rank's physical GPU."""
+    on = w.gpus if rank_gpus is None else rank_gpus
+    rank = health.rank
+    gpus = (on[rank],) if rank is not None and 0 <= rank < len(on) and on[rank] >= 0 else ()
     return Flag(
         FlagKind.WORKER_STALLED,
         f"{w.name}: {health.message}",

@@ -391,3 +391,17 @@ def replace_health(w: WorkerStatus, health: WorkerHealth) -> WorkerStatus:
     from dataclasses import replace
 
     return replace(w, health=health)
+
+
+def test_partitioned_node_names_the_physical_gpu() -> None:
+    from amdtop.health.stall import rank_gpus
+    from amdtop.telemetry.sim import SimBackend
+
+    # 8x MI300X in CPX: HIP devices 0-7 are GPU 0's partitions, 8-15 GPU 1's. Ranks on HIP 6..9 span GPUs 0 and 1.
+    sim = SimBackend(partition="CPX")
+    clock = Clock()
+    w = replace_health(_look(clock, "T", 1.0, gpus=(6, 7, 8, 9)), WorkerHealth("ok"))
+    w = WorkerStatus(w.name, w.state, (6, 7, 8, 9), ranks=w.ranks, rank_pids=w.rank_pids, engine=w.engine)
+    assert rank_gpus(w, sim.topology()) == (0, 0, 1, 1)
+    (flag,) = StallTracker(clock=clock, raise_after_s=0.0).judge([w], sim.sample())
+    assert dict(flag.extra)["rank"] == 1 and flag.gpus == (0,)  # rank 1 on HIP 7, a partition of GPU 0
