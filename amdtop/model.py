@@ -41,6 +41,7 @@ class FlagKind(str, Enum):
     NCCL_INIT_INCOMPLETE = "nccl_init_incomplete"
     NCCL_INIT_STALLED = "nccl_init_stalled"
     NIC_MISMATCH = "nic_mismatch"
+    WORKER_STALLED = "worker_stalled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +356,13 @@ class EngineStats:
     gauges over engines; ``kv_cache_usage`` is the highest engine's (a fraction is never summed)."""
     sleep_level: int | None = None
     """Deepest sleep level over the engines (0 awake); ``None`` where the server does not say."""
+    gen_tokens_total: float | None = None
+    """``vllm:generation_tokens_total`` as scraped (the stall judge compares it between scrapes)."""
+    requests_finished: float | None = None
+    """``vllm:request_success_total`` summed over ``finished_reason``."""
+    requests_started: float | None = None
+    """Requests that got their first token (``vllm:time_to_first_token_seconds_count``): with ``requests_finished``
+    it tells the requests in flight where the CPU build's gauges read 0 under load."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,9 +411,53 @@ class WorkerStatus:
     note: str | None = None
     """Why amdtop's view of this worker is not its plain launch record (e.g. the state was rebuilt from the running
     processes because the state file was torn); ``None`` normally."""
+    ranks: tuple[RankSample, ...] = ()
+    """Each TP rank's process as read from ``/proc`` with this status (a rank seen earlier and now gone is
+    ``state == "gone"``)."""
+    health: WorkerHealth | None = None
+    """Instant verdict over :attr:`ranks` (and the crash log); ``None`` where nothing was judged."""
+    error_line: str | None = None
+    """For a crashed worker: what its log says went wrong (the rank that died, else the last error line)."""
     layout: WorkerLayout | None = None
     """DP/TP/PP sizes and expert parallel (from the profile or the discovered command line); ``None``: plain TP."""
 
     def tp_groups(self) -> tuple[TpGroupLayout, ...]:
         """The worker's TP groups (one per DP replica and pipeline stage); one group of every GPU without a layout."""
         return (self.layout or WorkerLayout(tp=max(1, len(self.gpus)))).groups(self.name, self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class RankSample:
+    """One TP rank's process at one look (``/proc/PID/stat``)."""
+
+    rank: int
+    """TP rank."""
+    pid: int
+    """Its process."""
+    state: str
+    """Kernel state letter (``R S D T t Z``...) or ``gone``."""
+    cpu_s: float | None = None
+    """User + system CPU time so far, seconds."""
+    threads: int | None = None
+    """Threads of the process."""
+    at: float = 0.0
+    """When it was read (monotonic seconds)."""
+    exit_status: int | None = None
+    """For a zombie: how it ended, as ``waitpid`` reports it (``stat`` field 52; the killing signal in the low bits)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHealth:
+    """A worker's health verdict (``health`` in ``workers status --json``)."""
+
+    verdict: str
+    """``ok`` or a cause: ``rank_stopped``, ``rank_dead``, ``rank_blocked``, ``collective_wait``, ``engine_idle``,
+    ``unknown``."""
+    rank: int | None = None
+    """The rank the verdict names."""
+    pid: int | None = None
+    """That rank's process."""
+    message: str = ""
+    """One line for humans, with the fix where there is one."""
+    evidence: tuple[str, ...] = ()
+    """What the verdict rests on, one fact per entry."""

@@ -9,6 +9,7 @@ from amdtop.cpulist import format_cpulist
 from amdtop.engines_json import worker_extra_json
 from amdtop.gpuprocs.report import add_processes
 from amdtop.health.report import fabric_json, gpu_health_json
+from amdtop.health.stall import health_json
 from amdtop.hip_devices import partition_keys
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
 from amdtop.rccl.views import worker_logs_json
@@ -136,6 +137,7 @@ def worker_json(w: WorkerStatus) -> dict[str, Any]:
         "source": w.source,
         "rank_pids": [{"rank": r, "pid": p} for r, p in w.rank_pids],
         **worker_extra_json(w),
+        "health": health_json(w.health),
     }
 
 

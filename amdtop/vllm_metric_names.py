@@ -58,6 +58,14 @@ TABLE: tuple[MetricName, ...] = (
         "vllm/v1/metrics/loggers.py",
     ),
     MetricName(
+        "requests_finished",
+        ("vllm:request_success_total",),
+        "counter",
+        "requests (label finished_reason)",
+        "-",
+        "vllm/v1/metrics/loggers.py",
+    ),
+    MetricName(
         "prompt_tokens",
         ("vllm:prompt_tokens_total", "vllm:prompt_tokens"),
         "counter",

@@ -60,6 +60,14 @@ class AmdtopApp(ControlActions, App[int]):
         Binding(
             "z", "sleep", "Sleep/Wake", show=False, id="sleep", tooltip="vLLM sleep mode: sleep or wake the selected worker"
         ),
+        Binding(
+            "d",
+            "stacks",
+            "Stacks",
+            id="stacks",
+            show=False,
+            tooltip="dump the Python stacks of the selected worker's ranks",
+        ),
     ]
 
     def __init__(
@@ -244,6 +252,17 @@ class AmdtopApp(ControlActions, App[int]):
                 self.exit(0)
 
     # -- actions -----------------------------------------------------------------------------------------------------
+    def action_stacks(self) -> None:
+        from tui.screens.stacks import StacksScreen
+
+        name = self.dashboard.selected_worker()
+        frame = self.dashboard.last_frame
+        worker = None if name is None or frame is None else frame.worker(name)
+        if worker is None:
+            self.notify("select a worker first (its ranks' stacks are dumped)", severity="warning", timeout=4)
+            return
+        self.push_screen(StacksScreen(worker))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self._control_enabled(action)
 

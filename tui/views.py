@@ -52,6 +52,7 @@ def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
         FlagKind.GPU_FAULT: "FAULT",
         FlagKind.NCCL_INIT_STALLED: "INIT",
         FlagKind.NCCL_INIT_INCOMPLETE: "INIT",
+        FlagKind.WORKER_STALLED: "STALL",
     }
     for flag in frame.flags:
         tag = short.get(flag.kind)
@@ -164,12 +165,18 @@ def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
                 siblings = tuple(x.gpus for x in frame.groups_of(g.worker))
                 if siblings[_flag_group(f.gpus, siblings)] != g.gpus:
                     continue  # a DP replica shows its own flags; worker-wide ones under its first group
-            style = "red" if f.kind in (FlagKind.TP_IMBALANCE, FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT, FlagKind.GPU_FAULT) else "yellow"
+            red = (FlagKind.TP_IMBALANCE, FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT, FlagKind.GPU_FAULT)
+            style = "red" if f.kind in red else "yellow"
+            style = "bold red" if f.kind is FlagKind.WORKER_STALLED else style
             lines.append(Text(f"  ! {f.kind.value}: {f.message}", style=style))
         if g.lost_gpus:
             lines.append(
                 Text(f"  ! GPU {','.join(map(str, g.lost_gpus))} lost: the group cannot make progress", style="bold red")
             )
+    # A stalled worker without GPUs (a CPU worker) has no TP group above: its flag still belongs here.
+    for f in frame.flags_of(FlagKind.WORKER_STALLED):
+        if f.worker is not None and frame.group(f.worker) is None:
+            lines.append(Text(f"! worker_stalled: {f.message}", style="bold red"))
     if not lines:
         lines.append(Text("No TP groups: no worker is running.", style="dim"))
     # Flags of the node or of single GPUs (throttling, ECC, lost GPUs, degraded links): under the groups, with their
@@ -229,6 +236,14 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _state_cell(w: WorkerStatus, stalled: dict[str, object], state: str) -> Text:
+    """The state (``state``: its text), or ``stalled r1`` while ``worker_stalled`` names the worker (and the rank)."""
+    if w.name in stalled:
+        rank = stalled[w.name]
+        return Text("stalled" if rank is None else f"stalled r{rank}", style="bold white on red")
+    return Text(state, style=STATE_STYLE.get(w.state, ""))
+
+
 def worker_key(row_key: str) -> str:
     """The worker a Workers row belongs to: ``w-NAME`` or one of its engine rows ``e-NAME/ENGINE``."""
     if row_key.startswith("e-"):
@@ -260,6 +275,7 @@ def _engine_rows(w: WorkerStatus) -> dict[str, tuple[object, ...]]:
             _kv(e.kv_cache_usage),
             _num(e.gen_tokens_per_s),
             f"dp{e.engine}",
+            "",
         )
     return rows
 
@@ -269,6 +285,7 @@ def worker_rows(
 ) -> dict[str, tuple[object, ...]]:
     """One row per worker; a worker in ``expanded`` is followed by one row per engine."""
     rows: dict[str, tuple[object, ...]] = {}
+    stalled = {f.worker: dict(f.extra).get("rank") for f in frame.flags_of(FlagKind.WORKER_STALLED) if f.worker}
     for w in frame.workers:
         e = w.engine
         many = bool(e and len(e.engines) > 1)
@@ -277,7 +294,7 @@ def worker_rows(
         layout = f" {w.layout.summary()}" if w.layout is not None and not w.layout.is_plain else ""
         rows[f"w-{w.name}"] = (
             Text(mark + w.name, style="bold"),
-            Text(state, style=STATE_STYLE.get(w.state, "")),
+            _state_cell(w, stalled, state),
             (",".join(map(str, w.gpus)) or "-") + layout,
             "-" if w.port is None else str(w.port),
             "-" if w.started_at is None or w.state is WorkerState.STOPPED else _uptime(now - w.started_at),
@@ -287,6 +304,7 @@ def worker_rows(
             _kv(e.kv_cache_usage if e else None),
             _num(e.gen_tokens_per_s if e else None),
             w.source,
+            Text(f"✗ {w.error_line}", style="red") if w.state is WorkerState.CRASHED and w.error_line else "",
         )
         if w.name in expanded:
             rows.update(_engine_rows(w))

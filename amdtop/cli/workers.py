@@ -11,6 +11,7 @@ from typing import Any
 from amdtop.cli.common import open_from_args, print_json
 from amdtop.engines_json import worker_extra_json
 from amdtop.errors import AmdtopError, InputError, NoGpuFound
+from amdtop.health.stall import health_json
 from amdtop.model import WorkerStatus
 from amdtop.runtime import node as runtime_node
 from amdtop.supervisor import StopReport, Supervisor
@@ -80,6 +81,10 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
                 "--level", type=int, choices=(1, 2), default=1, help="1: offload weights to CPU (default), 2: discard"
             )
         p.set_defaults(func=run_sleep)
+    sk = wsub.add_parser("stacks", parents=[parent], help="Python stacks of each rank of a worker (py-spy)")
+    sk.add_argument("name", metavar="NAME", help="worker name from the profile file")
+    sk.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    sk.set_defaults(func=run_stacks)
 
 
 def open_supervisor(args: argparse.Namespace) -> Supervisor:
@@ -140,6 +145,8 @@ def status_json(st: WorkerStatus, now: float | None = None) -> dict[str, Any]:
         "last_log_lines": list(st.last_log_lines),
         "note": st.note,
         **worker_extra_json(st),
+        "health": health_json(st.health),
+        "error_line": st.error_line,
     }
 
 
@@ -175,6 +182,10 @@ def render_status(rows: list[WorkerStatus]) -> str:
                 )
         if st.note:
             out.append(f"    ! {st.note}")
+        if st.health is not None and st.health.verdict != "ok":
+            out.append(f"    ! {st.health.verdict}: {st.health.message}")
+        elif st.error_line:
+            out.append(f"    ! {st.error_line}")
         for line in st.last_log_lines[-3:]:
             out.append(f"    | {line}")
     return "\n".join(out) + "\n"
@@ -271,3 +282,27 @@ def run_sleep(args: argparse.Namespace) -> int:
         sup.close()
     sys.stderr.write(f"{args.name}: {'wake_up' if wake else 'sleep'}: {answer}\n")
     return 0
+
+
+def run_stacks(args: argparse.Namespace) -> int:
+    """Dump each rank's Python stacks with py-spy; exit 1 when any rank could not be dumped (its line says why)."""
+    from amdtop.supervisor.stacks import dump_stacks, render_stacks, require_py_spy, worker_targets
+
+    exe = require_py_spy()  # before anything else: a missing tool is one line, whatever the worker does
+    sup = open_supervisor(args)
+    try:
+        st = sup.status_one(args.name)
+    finally:
+        sup.close()
+    targets = worker_targets(st)
+    if not targets:
+        raise AmdtopError(f"worker[{args.name}]: {st.state.value}, no process to dump")
+    stacks = dump_stacks(targets, py_spy=exe)
+    if args.json:
+        print_json([{"rank": s.rank, "pid": s.pid, "stacks": s.text, "error": s.error} for s in stacks])
+    else:
+        sys.stdout.write(render_stacks(args.name, stacks))
+    failed = [s for s in stacks if s.error is not None]
+    for s in failed:
+        sys.stderr.write(f"amdtop: error: worker[{args.name}] {s.label()}: {s.error}\n")
+    return 1 if failed else 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from amdtop.gpuprocs.report import memory_series
-from amdtop.model import FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
+from amdtop.model import Flag, FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.pipeline.frame import NodeFrame, TpGroup
 
 MB = 1024 * 1024  # the AMD exporter's "MB" is amdsmi's MiB
@@ -82,7 +82,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_numa_mismatch", WORKER_LABELS, "1", "1 while the worker runs off its GPUs' NUMA node"),
         _g("amdtop_transport_fallback", WORKER_LABELS, "1", "1 while RCCL/NCCL fell back to a slower transport"),
         _g("amdtop_flags", ("hostname", "kind"), "1", "Active flags by kind"),
-        _g("amdtop_flag_active", ("hostname", "kind", "worker", "gpus"), "1", "1 per active flag (see the TUI or snapshot --json for its message)"),
+        _g("amdtop_flag_active", ("hostname", "kind", "worker", "gpus", "rank"), "1", "1 per active flag (see the TUI or snapshot --json for its message)"),
         _g("amdtop_rccl_errors", WORKER_LABELS, "1", "Error lines in the worker's RCCL/NCCL log"),
         _g("amdtop_rccl_warnings", WORKER_LABELS, "1", "Warning lines in the worker's RCCL/NCCL log"),
         _g("amdtop_worker_state", (*WORKER_LABELS, "state"), "1", "1 for the worker's current state"),
@@ -304,7 +304,7 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         flagged = {f.worker or "" for f in flags if f.kind is kind}
         for worker in sorted(flagged | {w.name for w in state.workers}):
             b.add(name, (host, worker), 1 if worker in flagged else 0)
-    active = {(host, f.kind.value, f.worker or "", ",".join(map(str, f.gpus))) for f in flags}
+    active = {(host, f.kind.value, f.worker or "", ",".join(map(str, f.gpus)), _rank_label(f)) for f in flags}
     for labels in sorted(active):
         b.add("amdtop_flag_active", labels, 1)
     for r in state.log_counts:
@@ -324,3 +324,9 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         b.add("amdtop_exporter_polls", (host,), stats.polls)
         b.add("amdtop_exporter_poll_duration_seconds", (host,), stats.last_duration_s)
     return list(b.families())
+
+
+def _rank_label(flag: Flag) -> str:
+    """The ``rank`` label of ``amdtop_flag_active``: the rank a flag names (``worker_stalled``), else empty."""
+    rank = dict(flag.extra).get("rank")
+    return "" if rank is None else str(rank)

@@ -26,6 +26,7 @@ from amdtop.control import DemoLoad
 from amdtop.gpuprocs import NoHost, ProcessHost, ProcessTable
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import HealthWindow
+from amdtop.health.stall import StallTracker
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
 from amdtop.hip_devices import physical_worker
 from amdtop.kernel.monitor import KernelFaultMonitor, KernelUpdate
@@ -131,6 +132,7 @@ class NodePipeline:
         # Counters (throttle residency, ECC, fabric traffic) are judged over the last minute of snapshots.
         self._snaps: deque[NodeSnapshot] = deque()
         self._health = HealthWindow()
+        self.stalls = StallTracker(clock=clock)
         self.monitor = monitor
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
@@ -298,6 +300,7 @@ class NodePipeline:
         kernel, kernel_error = self._kernel(snap, workers)
         if kernel is not None:
             flags += kernel.flags
+        flags += self.stalls.judge(workers, snap)
         all_flags = _dedupe(flags)
         devices = {(g.worker, g.dp_rank if g.first_rank else 0): g.gpus for w in workers for g in w.tp_groups()}
         errors = tuple(e for e in (self._own_error, log_error, kernel_error) if e)

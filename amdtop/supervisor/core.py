@@ -444,6 +444,8 @@ class Supervisor:
             if st.state is WorkerState.READY:
                 return st
             if st.state in (WorkerState.CRASHED, WorkerState.STOPPED):
+                if st.error_line is not None:
+                    raise AmdtopError(f"worker[{name}]: {st.state.value} before ready: {st.error_line} (log {st.log})")
                 last = st.last_log_lines[-1] if st.last_log_lines else "no log output"
                 raise AmdtopError(f"worker[{name}]: {st.state.value} before ready; last log line: {last}")
             if time.monotonic() >= deadline:

@@ -65,6 +65,10 @@ class EngineMeter:
             gen_tokens_per_s=sum(rates) if rates and len(rates) == len(gen) else None,
             engines=tuple(engines),
             sleep_level=max(sleep.values()) if sleep else None,
+            # The stall judge compares these between scrapes (the CPU build's running gauge reads 0 under load).
+            gen_tokens_total=page.total("generation_tokens"),
+            requests_finished=page.total("requests_finished"),
+            requests_started=page.total("ttft", "_count"),
         )
 
     def reset(self) -> None:

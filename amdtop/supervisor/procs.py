@@ -37,6 +37,10 @@ class ProcStat:
     state: str
     start_ticks: int
     comm: str
+    cpu_ticks: int = 0
+    """utime + stime, clock ticks (the stall verdicts take a rank's CPU time from the table a status pass read)."""
+    threads: int = 0
+    """num_threads."""
 
 
 def read_stat(pid: int, proc: Path = PROC) -> ProcStat | None:
@@ -49,8 +53,9 @@ def read_stat(pid: int, proc: Path = PROC) -> ProcStat | None:
     fields = text[rpar + 2 :].split()
     try:
         return ProcStat(
-            pid, int(fields[1]), int(fields[2]), int(fields[3]), fields[0], int(fields[19]), text[lpar + 1 : rpar]
-        )
+            pid, int(fields[1]), int(fields[2]), int(fields[3]), fields[0], int(fields[19]), text[lpar + 1 : rpar],
+            int(fields[11]) + int(fields[12]), int(fields[17]),
+        )  # fmt: skip
     except (IndexError, ValueError):
         return None
 

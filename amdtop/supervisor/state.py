@@ -98,6 +98,10 @@ class WorkerRecord:
     """Size of the log when this run started (its own lines follow)."""
     rebuilt: str | None = None
     """Why this record was rebuilt from the running processes (``None``: written at launch)."""
+    ranks: tuple[tuple[int, int, int], ...] = ()
+    """(TP rank, pid, start_ticks) of each rank process seen: a rank whose process vanished is still named."""
+    rank_exits: tuple[tuple[int, int], ...] = ()
+    """(TP rank, wait status) of each rank seen dead but not yet reaped (a zombie's ``stat`` holds how it ended)."""
 
     def with_(self, **changes: Any) -> WorkerRecord:
         """Copy with ``changes``."""
@@ -107,6 +111,8 @@ class WorkerRecord:
 def _to_json(rec: WorkerRecord) -> dict[str, Any]:
     doc = asdict(rec)
     doc["known"] = [list(p) for p in rec.known]
+    doc["ranks"] = [list(r) for r in rec.ranks]
+    doc["rank_exits"] = [list(r) for r in rec.rank_exits]
     return doc
 
 
@@ -134,6 +140,8 @@ def _from_json(doc: Mapping[str, Any], name: str | None = None) -> WorkerRecord:
         dist_ids=tuple(str(s) for s in doc.get("dist_ids", [])),
         log_offset=int(doc.get("log_offset", 0)),
         rebuilt=None if doc.get("rebuilt") is None else str(doc["rebuilt"]),
+        ranks=tuple((int(r), int(p), int(t)) for r, p, t in doc.get("ranks", [])),
+        rank_exits=tuple((int(r), int(w)) for r, w in doc.get("rank_exits", [])),
     )
     # A record that cannot describe a launch of ours is as good as torn: pid/pgid 0 or 1 would make a stop signal
     # the caller's own group or init, and a record under another worker's file name is not this worker's.

@@ -300,7 +300,9 @@ def with_errors(
     out: dict[str, tuple[object, ...]] = {}
     for key, cells in rows.items():
         error = errors.get(key.removeprefix("w-"))
-        note = Text(f"✗ {error}", style="bold red") if error else ""
+        # A control failure wins; else the row's own note (a crashed worker's error line) when it brings one.
+        own: object = cells[width - 1] if len(cells) >= width else ""
+        note = Text(f"✗ {error}", style="bold red") if error else own
         pad = ("",) * max(0, width - len(cells) - 1)
         out[key] = (*cells[: width - 1], *pad, note)
     return out
