@@ -19,3 +19,14 @@ REDISCOVER_EVERY_S = 30.0
 cannot read): its cost grows with the host's process count, so it runs rarely."""
 STATE_FILES_EVERY_S = 5.0
 """How often the probe cache and the ramp results in the state dir are checked for changes."""
+AUDIT_EVERY_S = 30.0
+"""The tuning audit (amdtop/audit) reads environ, numa_maps and sysfs of every worker: the slow cadence, like the
+full process walk; a control action asks for it at once."""
+GATE_ORPHAN_VRAM_BYTES = 1024**3
+"""VRAM in use on a GPU beyond what its live processes hold: more than this is memory a dead process left behind
+(an idle MI300X reports ~283 MiB of driver reservations)."""
+GATE_FREE_VRAM_SPREAD_PCT = 10.0
+"""Free VRAM across a TP group may differ by this much ((max-min)/max) before a launch is refused: vLLM sizes the
+KV cache of every rank by the smallest."""
+GATE_IDLE_HOT_C = 70.0
+"""An idle GPU at or above this temperature (junction) is not idle-cool: failing cooling or a stuck workload."""

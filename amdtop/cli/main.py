@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "amdtop.cli.ramp",
     "amdtop.cli.probe",
     "amdtop.cli.logs",
+    "amdtop.cli.audit",
 )
 
 

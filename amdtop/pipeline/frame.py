@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass
 
 from amdtop.analysis.numa import WorkerBinding
+from amdtop.audit.model import AuditReport
 from amdtop.health.throttle import ThrottleShare
 from amdtop.health.traffic import FabricTraffic, GroupTraffic
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerStatus
@@ -126,6 +127,8 @@ class NodeFrame:
     """Parts of the tick that failed (``workers: ...``), one line each; the rest of the frame still holds."""
     tick: int = 0
     """Tick number of the pipeline that built it (1 for the first)."""
+    audit: AuditReport | None = None
+    """The newest tuning audit (run on the slow cadence; the same report rides in frames until the next run)."""
 
     def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
         """Flags of the given kinds, in frame order."""

@@ -21,6 +21,8 @@ from amdtop.analysis import (
     worker_binding,
 )
 from amdtop.analysis.imbalance import GroupJudgement
+from amdtop.audit.auditor import Auditor
+from amdtop.audit.model import AuditReport
 from amdtop.control import DemoLoad
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import HealthWindow
@@ -90,6 +92,7 @@ class NodePipeline:
         rediscover_every_s: float = REDISCOVER_EVERY_S,
         history_points: int = HISTORY_POINTS,
         clock: Callable[[], float] = time.monotonic,
+        auditor: Auditor | None = None,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given)."""
         self.backend = backend
@@ -126,11 +129,14 @@ class NodePipeline:
         self.monitor = monitor
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
+        self.auditor = auditor
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
         """Refresh amdtop's workers on the next tick (a control action changed them); safe from any thread."""
         self._refresh.set()
+        if self.auditor is not None:
+            self.auditor.request()
 
     def request_state_files(self) -> None:
         """Re-read the probe and ramp results on the next tick (one was just written); safe from any thread."""
@@ -233,6 +239,16 @@ class NodePipeline:
             traffic=None if fabric is None else group_traffic(fabric, judgement.gpus),
         )
 
+    def _audit(
+        self, snap: NodeSnapshot, workers: Sequence[WorkerStatus], flags: Sequence[Flag]
+    ) -> tuple[AuditReport | None, str | None]:
+        if self.auditor is None:
+            return None, None
+        try:
+            return self.auditor.maybe_run(snap, workers, flags), None
+        except Exception as exc:  # the audit must not stop telemetry: the frame says what failed
+            return None, f"audit: {exc}"
+
     # -- the tick -----------------------------------------------------------------------------------------------
     def tick(self) -> NodeFrame:
         """Poll the backend and everything around it once."""
@@ -269,7 +285,8 @@ class NodePipeline:
         flags += self._probe_flags
         all_flags = _dedupe(flags)
         devices = {w.name: tuple(w.gpus) for w in workers}
-        errors = tuple(e for e in (self._own_error, log_error) if e)
+        audit, audit_error = self._audit(snap, workers, all_flags)
+        errors = tuple(e for e in (self._own_error, log_error, audit_error) if e)
         return NodeFrame(
             snapshot=snap,
             workers=tuple(workers),
@@ -285,6 +302,7 @@ class NodePipeline:
             throttle=tuple(throttle),
             errors=errors,
             tick=self._tick,
+            audit=audit,
         )
 
     def close(self) -> None:

@@ -95,6 +95,8 @@ class WorkerRecord:
     """Size of the log when this run started (its own lines follow)."""
     rebuilt: str | None = None
     """Why this record was rebuilt from the running processes (``None``: written at launch)."""
+    forced: tuple[str, ...] = ()
+    """Launch-gate reasons ``--force`` overrode for this run (empty: the gate passed or did not run)."""
 
     def with_(self, **changes: Any) -> WorkerRecord:
         """Copy with ``changes``."""
@@ -131,6 +133,7 @@ def _from_json(doc: Mapping[str, Any], name: str | None = None) -> WorkerRecord:
         dist_ids=tuple(str(s) for s in doc.get("dist_ids", [])),
         log_offset=int(doc.get("log_offset", 0)),
         rebuilt=None if doc.get("rebuilt") is None else str(doc["rebuilt"]),
+        forced=tuple(str(s) for s in doc.get("forced", [])),
     )
     # A record that cannot describe a launch of ours is as good as torn: pid/pgid 0 or 1 would make a stop signal
     # the caller's own group or init, and a record under another worker's file name is not this worker's.
