@@ -154,6 +154,8 @@ def leftover_vllm(ctx: AuditContext) -> Iterator[Outcome]:
 def free_vram_spread(ctx: AuditContext) -> Iterator[Outcome]:
     """Free VRAM differing by more than 10 % across a TP group (vLLM sizes every rank's KV cache by the least)."""
     samples = _samples(ctx)
+    if not any(len(ctx.physical(t)) > 1 for t in ctx.targets):
+        raise RuleSkipped("no TP group of 2 or more GPUs")
     for target in ctx.targets:
         gpus = ctx.physical(target)
         if len(gpus) < 2:
@@ -241,6 +243,8 @@ def partition_mixed(ctx: AuditContext) -> Iterator[Outcome]:
     """Compute or memory partition modes differing across a TP group."""
     if not any(g.compute_partition or g.memory_partition for g in ctx.topology.gpus):
         raise RuleSkipped("no GPU reports partition modes")
+    if not any(len(ctx.physical(t)) > 1 for t in ctx.targets):
+        raise RuleSkipped("no TP group of 2 or more GPUs")
     for target in ctx.targets:
         modes = {}
         for g in ctx.physical(target):
