@@ -18,7 +18,7 @@ MAX_READ = 16 * 1024 * 1024
 """At most this much of a log is read the first time (its end); later reads take only what was appended."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\^\[\[[0-9;]*m")
-_MSG = re.compile(r"\[[\w./-]+\.py:\d+\]\s?(.*)$")
+_MSG = re.compile(r"\[?[\w./-]+\.py:\d+\]\s?(.*)$")
 _VERSION = (
     re.compile(r"vLLM API server version (\S+)"),
     re.compile(r"Initializing a V\d LLM engine \(v([^)]+)\)"),
@@ -106,7 +106,7 @@ def scan(lines: list[str], facts: StartupFacts | None = None) -> StartupFacts:
             continue
         if attention is None and msg.startswith("Using") and "vit attention" not in msg and "MMEncoder" not in msg:
             m = _ATTN.match(msg)
-            if m:
+            if m and not m.group(2).startswith(" for "):  # "Using EMULATION backend for OCP_MX..." is a GEMM
                 attention, attn_line = m.group(1), msg
                 by_flag = "--attention-backend" in m.group(2)
         if custom_ar is None:
