@@ -60,8 +60,14 @@ def only(report, rule_id: str) -> Finding:  # type: ignore[no-untyped-def]
     return found[0]
 
 
-ENV_RULES = ("nccl_socket_ifname_missing", "nccl_ib_hca_missing", "nccl_p2p_forced_off", "visible_devices_mismatch",
-             "nccl_debug_not_info", "rccl_env_topology")  # fmt: skip
+ENV_RULES = (
+    "nccl_socket_ifname_missing",
+    "nccl_ib_hca_missing",
+    "nccl_p2p_forced_off",
+    "visible_devices_mismatch",
+    "nccl_debug_not_info",
+    "rccl_env_topology",
+)
 
 
 def test_a_good_environment_passes_every_env_rule(spawn, sysroot: Path) -> None:  # type: ignore[no-untyped-def]
@@ -95,7 +101,10 @@ def test_p2p_disabled_on_xgmi_offers_removing_it_through_the_profile(spawn, sysr
     pid = spawn(env)
     f = only(audit(pid, sysroot, env={"NCCL_P2P_DISABLE": "1"}), "nccl_p2p_forced_off")
     assert f.set_by == "profile"
-    assert f.fix.to_json() == {"kind": "profile_env", "changes": {"env.NCCL_P2P_DISABLE": "", "env.NCCL_SHM_DISABLE": ""}}
+    assert f.fix.to_json() == {
+        "kind": "profile_env",
+        "changes": {"env.NCCL_P2P_DISABLE": "", "env.NCCL_SHM_DISABLE": ""},
+    }
 
 
 def test_p2p_switches_on_a_pcie_node_are_not_judged(spawn, sysroot: Path) -> None:  # type: ignore[no-untyped-def]
@@ -148,9 +157,24 @@ def test_unreadable_environ_of_another_users_process(spawn, tmp_path: Path) -> N
     )
     root = str(Path(__file__).resolve().parents[2])
     out = subprocess.run(
-        ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", sys.executable, "-c", code, str(pid), root],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+        [
+            "setpriv",
+            "--reuid",
+            "nobody",
+            "--regid",
+            "nogroup",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            code,
+            str(pid),
+            root,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     doc = json.loads(out.stdout)
     why = {s["id"]: s["why"] for s in doc["skipped"] if s.get("worker") == "llama"}
     assert "permission denied: another user's process" in why["nccl_p2p_forced_off"]

@@ -24,8 +24,15 @@ H200 = Topology(
     (Link(0, 1, LinkType.NVLINK, 1),),
     (),
 )
-VLLM_RULES = ("aiter_off", "attention_backend_slow", "moe_path_slow", "custom_allreduce_disabled", "enforce_eager",
-              "tunableop_off", "kv_cache_dtype")  # fmt: skip
+VLLM_RULES = (
+    "aiter_off",
+    "attention_backend_slow",
+    "moe_path_slow",
+    "custom_allreduce_disabled",
+    "enforce_eager",
+    "tunableop_off",
+    "kv_cache_dtype",
+)
 
 
 def test_first_line_of_every_capture_names_its_source() -> None:
@@ -71,13 +78,23 @@ def test_incremental_reader_keeps_only_the_last_run(tmp_path: Path) -> None:
 def worker(tmp_path: Path) -> Iterator[object]:
     procs: list[subprocess.Popen[bytes]] = []
 
-    def make(log: str, env: dict[str, str], argv: tuple[str, ...] = (), *, topology: Topology = MI300X,
-             profile_args: tuple[tuple[str, object], ...] = ()):  # type: ignore[no-untyped-def]
+    def make(
+        log: str,
+        env: dict[str, str],
+        argv: tuple[str, ...] = (),
+        *,
+        topology: Topology = MI300X,
+        profile_args: tuple[tuple[str, object], ...] = (),
+    ):  # type: ignore[no-untyped-def]
         # A stand-in API server: argv as vLLM's would read, environment as the ranks inherit it.
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv], env={"PATH": "/usr/bin:/bin", **env})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)", *argv], env={"PATH": "/usr/bin:/bin", **env}
+        )
         procs.append(proc)
         profile = Profile("llama", "/m", (0, 1), "auto", 8000, env=tuple(env.items()), args=profile_args)  # type: ignore[arg-type]
-        target = AuditTarget("llama", (0, 1), 8000, pid=proc.pid, pids=(proc.pid,), log=str(LOGS / log), profile=profile)
+        target = AuditTarget(
+            "llama", (0, 1), 8000, pid=proc.pid, pids=(proc.pid,), log=str(LOGS / log), profile=profile
+        )
         ctx = AuditContext(topology=topology, targets=[target], sys_root=tmp_path)
         return run_audit(ctx, rules=[r for r in all_rules() if r.id in VLLM_RULES])
 
@@ -109,9 +126,11 @@ def test_aiter_fa_chosen_passes(worker) -> None:  # type: ignore[no-untyped-def]
 
 def test_custom_allreduce_off_by_the_profile_offers_the_retune(worker) -> None:  # type: ignore[no-untyped-def]
     report = worker(
-        "rocm_vllm_390_v064_disable_flag.log", {}, ("--disable-custom-all-reduce", "--enforce-eager"),
+        "rocm_vllm_390_v064_disable_flag.log",
+        {},
+        ("--disable-custom-all-reduce", "--enforce-eager"),
         profile_args=(("disable-custom-all-reduce", True), ("enforce-eager", True)),
-    )  # fmt: skip
+    )
     found = by_id(report)
     car = found["custom_allreduce_disabled"]
     assert car.set_by == "profile"
@@ -147,6 +166,8 @@ def test_a_missing_log_is_skipped_with_the_reason(worker) -> None:  # type: igno
 def test_cpu_platform_has_no_row_in_the_table(tmp_path: Path) -> None:
     cpu_only = Topology((), (), ())
     target = AuditTarget("cpu", (), pid=1, pids=(1,))
-    report = run_audit(AuditContext(cpu_only, targets=[target], sys_root=tmp_path),
-                       rules=[r for r in all_rules() if r.id == "aiter_off"])  # fmt: skip
+    report = run_audit(
+        AuditContext(cpu_only, targets=[target], sys_root=tmp_path),
+        rules=[r for r in all_rules() if r.id == "aiter_off"],
+    )
     assert report.skipped[0].why == "no GPU: the rules table covers gfx942, gfx950 and sm_90"
