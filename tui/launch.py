@@ -147,6 +147,12 @@ def run(args: argparse.Namespace) -> int:
         # Real vLLM processes have nothing to do with the simulated GPUs: discover only on real backends.
         discover=not isinstance(backend, SimBackend),
     )
+    if control is not None:
+        from pathlib import Path
+
+        from tui.gate_dialog import frame_gate
+
+        control.gate = frame_gate(app, backend.topology(), Path(args.sysfs_root))
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:
         autostart = DemoAutostart(control, on_failure=app.failures.put).start()

@@ -89,6 +89,7 @@ class AuditContext:
     """Start-up facts per log file (the dashboard keeps one across runs, so each run reads only new lines)."""
     _environ: dict[int, dict[str, str] | str] = field(default_factory=dict)
     _numa: dict[int, dict[int, int] | str] = field(default_factory=dict)
+    _worker_pids: set[int] | None = None
 
     @property
     def vendor(self) -> str:
@@ -105,7 +106,11 @@ class AuditContext:
 
     def all_worker_pids(self) -> set[int]:
         """Every pid of every target (processes of known workers are never leftovers)."""
-        return {p for t in self.targets for p in (*t.pids, *(pid for _r, pid in t.rank_pids), t.pid or 0) if p}
+        if self._worker_pids is None:
+            self._worker_pids = {
+                p for t in self.targets for p in (*t.pids, *(pid for _r, pid in t.rank_pids), t.pid or 0) if p
+            }
+        return self._worker_pids
 
     # -- procfs -------------------------------------------------------------------------------------------------
     def environ(self, pid: int) -> dict[str, str]:
@@ -159,8 +164,11 @@ class AuditContext:
         return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
 
     def alive(self, pid: int) -> bool:
-        """True when ``pid`` exists in procfs (a pid 0 or below is a foreign namespace: unknown, so alive)."""
-        return pid <= 0 or os.path.exists(f"{self.proc_root}/{pid}")
+        """True when ``pid`` exists in procfs or is a live worker's (a pid 0 or below is a foreign namespace:
+        unknown, so alive)."""
+        if pid <= 0 or pid in self.all_worker_pids():
+            return True
+        return os.path.exists(f"{self.proc_root}/{pid}")
 
     def read_sys(self, *parts: str) -> str | None:
         """A sysfs attribute under ``sys_root`` (stripped), ``None`` when absent or unreadable."""
