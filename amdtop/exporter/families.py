@@ -113,6 +113,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
         FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls made for scrapes"),
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
+        _g("amdtop_audit_findings", ("hostname", "severity", "id", "worker"), "1", "Tuning audit findings (amdtop audit)"),
     )
 }
 
@@ -299,6 +300,13 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         b.add("amdtop_ramp_recommended_max_num_seqs", (host, k.worker), k.recommended_max_num_seqs)
         b.add("amdtop_ramp_timestamp_seconds", (host, k.worker), k.timestamp)
     b.add("amdtop_snapshot_timestamp_seconds", (host,), snap.timestamp)
+    if state.audit is not None:
+        counts: dict[tuple[str, str, str, str], int] = {}
+        for f in state.audit.findings:
+            key = (host, f.severity, f.id, f.worker or "")
+            counts[key] = counts.get(key, 0) + 1
+        for labels, n in sorted(counts.items()):
+            b.add("amdtop_audit_findings", labels, n)
     if stats is not None:
         b.add("amdtop_exporter_polls", (host,), stats.polls)
         b.add("amdtop_exporter_poll_duration_seconds", (host,), stats.last_duration_s)
