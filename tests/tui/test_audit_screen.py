@@ -134,3 +134,17 @@ async def test_launch_dialog_shows_the_gate_reasons_and_forces() -> None:
         await pilot.press("y")
         await pilot.pause(0.5)
         assert calls == [False, True]
+
+
+def test_numa_pane_shows_measured_locality() -> None:
+    from dataclasses import replace
+
+    from tui.views import numa_view
+
+    app = make_app()
+    frame = app.pipeline.tick()
+    running = [w.name for w in frame.workers if w.state.value != "stopped"]
+    frame = replace(frame, audit=AuditReport(locality=((running[0], 62.4),)))
+    lines = [line.plain for line in numa_view(frame)]
+    (mine,) = [line for line in lines if line.startswith(running[0])]
+    assert "local 62%" in mine
