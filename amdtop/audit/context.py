@@ -81,8 +81,9 @@ class AuditContext:
     targets: Sequence[AuditTarget] = ()
     sys_root: Path = Path("/sys")
     proc_root: Path = PROC
-    flags: Sequence[Flag] = ()
-    """The frame's flags where an audit runs inside the pipeline (link and NUMA flags computed there)."""
+    flags: Sequence[Flag] | None = None
+    """The frame's flags where an audit runs inside the pipeline (link and NUMA flags computed there); ``None``
+    outside it (the NUMA rule then computes the binding check itself)."""
     launching: bool = False
     """True for the launch gate: the targets are about to start (their port must be free)."""
     startup_logs: StartupLogs = field(default_factory=StartupLogs)

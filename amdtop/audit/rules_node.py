@@ -185,7 +185,7 @@ def xgmi_down(ctx: AuditContext) -> Iterator[Outcome]:
     for link in ctx.topology.links:
         if link.a in fabric and link.b in fabric and link.type is LinkType.PCIE:
             down.append(f"GPU {link.a} - GPU {link.b}: {link.type.value} (hops {link.hops}) inside an XGMI fabric")
-    degraded = [f.message for f in ctx.flags if f.kind is FlagKind.LINK_DEGRADED]
+    degraded = [f.message for f in ctx.flags or () if f.kind is FlagKind.LINK_DEGRADED]
     if not down and not degraded:
         return
     pairs = sorted({g for text in down for g in re.findall(r"GPU (\d+)", text)}, key=int)

@@ -44,8 +44,8 @@ def numa_binding(ctx: AuditContext) -> Iterator[Outcome]:
         raise RuleSkipped(f"{len(ctx.topology.numa_nodes)} NUMA node(s): nothing to bind across")
     if not live:
         raise RuleSkipped("no running worker with GPUs")
-    flags = [f for f in ctx.flags if f.kind is FlagKind.NUMA_MISMATCH]
-    if not ctx.flags:
+    flags = [f for f in ctx.flags or () if f.kind is FlagKind.NUMA_MISMATCH]
+    if ctx.flags is None:
         statuses = [physical_worker(t.status, ctx.topology) for t in live if t.status is not None]
         flags = [
             f

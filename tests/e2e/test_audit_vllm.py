@@ -23,9 +23,14 @@ def test_audit_reads_environ_numa_maps_and_startup_log(vllm_tp1: VllmWorker) -> 
     target = target_of(st, sup.profile(vllm_tp1.name))
     ctx = AuditContext(topology=Topology((), (), read_numa_nodes(Path("/sys"))), targets=[target])
     assert len(target.pids) >= 3 and len(target.rank_or_all_pids) == 1  # API server, EngineCore, the one rank
-    # The profile's environment is what every process of the worker carries (vLLM's titles do not hide it).
+    # Every process of the worker, titled or spawned, shows its environment, with amdtop's launch marker; the
+    # profile's settings are in the API server's (vLLM consumes some, e.g. VLLM_CPU_KVCACHE_SPACE, before spawning).
     for pid in target.pids:
-        assert ctx.environ(pid).get("VLLM_CPU_KVCACHE_SPACE") == "1", pid
+        assert ctx.environ(pid).get("AMDTOP_WORKER", "").startswith(f"{vllm_tp1.name}:"), (
+            pid,
+            sorted(ctx.environ(pid)),
+        )
+    assert st.pid is not None and ctx.environ(st.pid).get("VLLM_CPU_KVCACHE_SPACE") == "1"
     # Pinned to node 0 with real numactl: all of its resident memory is there.
     pct, evidence = worker_locality(ctx, target)
     assert pct == 100.0 and len(evidence) == 1

@@ -52,8 +52,9 @@ def test_garbage_numa_maps_is_skipped(tmp_path: Path) -> None:
     (tmp_path / "77").mkdir()
     (tmp_path / "77" / "numa_maps").write_text("this is not numa_maps\n\x00\x01garbage\n")
     (tmp_path / "77" / "environ").write_bytes(b"A=1\0")
-    ctx = AuditContext(Topology((), (), ()), targets=[AuditTarget("w", (), pid=77, pids=(77,), numa_node=0)],
-                       proc_root=tmp_path)  # fmt: skip
+    ctx = AuditContext(
+        Topology((), (), ()), targets=[AuditTarget("w", (), pid=77, pids=(77,), numa_node=0)], proc_root=tmp_path
+    )
     report = run_audit(ctx, rules=[r for r in all_rules() if r.id == "numa_locality"])
     assert report.skipped[0].why == "numa_maps of pid 77 is not numa_maps (no 'ADDRESS policy ...' line)"
     assert report.locality == (("w", None),)
@@ -130,3 +131,38 @@ def test_fix_applies_profile_env_through_retune_and_restarts(
         assert "nccl_debug_not_info@llama" not in {x["fix_id"] for x in json.loads(capsys.readouterr().out)["findings"]}
     finally:
         main([*argv, "workers", "stop", "llama", "--grace", "0.2"])
+
+
+def test_rank_bound_off_its_gpus_node_offers_numa_retune() -> None:
+    import subprocess
+
+    from amdtop.model import GpuInfo, NumaNode, WorkerState, WorkerStatus
+    from amdtop.supervisor.profiles import Profile
+
+    # GPU 0 sits on node 1 (CPUs 40-47, none of which this host has); the stand-in rank runs on this host's CPUs.
+    topo = Topology(
+        (GpuInfo(0, "AMD Instinct MI300X", "0000:05:00.0", 1),),
+        (),
+        (NumaNode(0, tuple(range(40))), NumaNode(1, tuple(range(40, 48)))),
+    )
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        st = WorkerStatus("w", WorkerState.READY, (0,), pid=proc.pid, pids=(proc.pid,), rank_pids=((0, proc.pid),))
+        target = AuditTarget(
+            "w",
+            (0,),
+            pid=proc.pid,
+            pids=(proc.pid,),
+            rank_pids=((0, proc.pid),),
+            status=st,
+            profile=Profile("w", "/m", (0,), "none", 8000),
+        )
+        report = run_audit(
+            AuditContext(topo, targets=[target]), rules=[r for r in all_rules() if r.id == "numa_binding"]
+        )
+        (f,) = report.findings
+        assert f.title.startswith(f"TP rank 0 (pid {proc.pid}) runs on CPUs") and "GPUs 0 on node 1" in f.title
+        assert f.fix.to_json() == {"kind": "retune", "changes": {"numa_node": "auto"}}
+    finally:
+        proc.kill()
+        proc.wait()
