@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,30 @@ def test_rank_bound_off_its_gpus_node_offers_numa_retune() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_numa_bind_given_but_vllm_processes_unbound() -> None:
+    import subprocess
+
+    from amdtop.model import GpuInfo, NumaNode
+
+    # A two-node view of this host's two CPUs: an unpinned process may run on both nodes' CPUs.
+    topo = Topology((GpuInfo(0, "AMD Instinct MI300X", "0000:05:00.0", 0),), (), (NumaNode(0, (0,)), NumaNode(1, (1,))))
+    api = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "serve", "/m", "--numa-bind"])
+    rank = subprocess.Popen(["VLLM::Worker_TP0", "60"], executable="/bin/sleep")
+    try:
+        for _ in range(200):  # until exec has put the title in place
+            if Path(f"/proc/{rank.pid}/cmdline").read_bytes().startswith(b"VLLM::"):
+                break
+            time.sleep(0.01)
+        target = AuditTarget("w", (0,), pid=api.pid, pids=(api.pid, rank.pid), rank_pids=((0, rank.pid),))
+        report = run_audit(
+            AuditContext(topo, targets=[target]), rules=[r for r in all_rules() if r.id == "numa_bind_no_effect"]
+        )
+        (f,) = report.findings
+        assert f.severity == "error" and "vllm-project/vllm/issues/55416" in f.source
+        assert f.evidence[1] == f"/proc/{rank.pid}/status: Cpus_allowed_list 0-1, Mems_allowed_list 0"
+    finally:
+        for p in (api, rank):
+            p.kill()
+            p.wait()
