@@ -25,6 +25,7 @@ from pathlib import Path
 from amdtop.audit.auditor import Auditor
 from amdtop.audit.context import AuditContext, AuditTarget
 from amdtop.audit.registry import run_audit
+from amdtop.audit.startup_log import StartupLogs
 from amdtop.model import WorkerState, WorkerStatus
 from amdtop.pipeline import NodePipeline
 from amdtop.telemetry.sim import GpuDemand, SimBackend
@@ -85,7 +86,7 @@ def spawn(tmp: Path) -> tuple[list[subprocess.Popen[bytes]], list[WorkerStatus]]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--ticks", type=int, default=120, help="pipeline ticks per case for the per-tick cost")
+    ap.add_argument("--ticks", type=int, default=300, help="pipeline ticks per case for the per-tick cost")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="amdtop-bench-audit-"))
     procs, rows = spawn(tmp)
@@ -95,8 +96,9 @@ def main() -> int:
     time.sleep(1.0)  # the sleepers have imported their modules
     try:
         snap = sim.sample()
-        first_wall, walls, cpus = [], [], []
-        for r in range(a.rounds):
+        walls, cpus, steady = [], [], []
+        logs = StartupLogs()
+        for _ in range(a.rounds):
             targets = [AuditTarget(w.name, w.gpus, w.port, w.pid, w.pids, w.rank_pids, w.log, status=w) for w in rows]
             # A fresh context each round, as `amdtop audit` has: every environ, numa_maps and log read again.
             ctx = AuditContext(snap.topology, snap, targets)
@@ -104,8 +106,11 @@ def main() -> int:
             report = run_audit(ctx)
             walls.append(time.perf_counter() - w0)
             cpus.append(time.process_time() - c0)
-            if r == 0:
-                first_wall.append(walls[-1])
+            # The dashboard's later runs: the start-up logs are read only where they grew.
+            ctx = AuditContext(snap.topology, snap, targets, flags=(), startup_logs=logs)
+            c0 = time.process_time()
+            run_audit(ctx)
+            steady.append(time.process_time() - c0)
         # The command as a whole (interpreter start, imports, backend, pipeline tick, JSON), on the demo node.
         cmd_walls, cmd_cpus = [], []
         for _ in range(5):
@@ -124,8 +129,9 @@ def main() -> int:
         plain = NodePipeline(sim, Workers(rows), discover=False)
         audited = NodePipeline(sim, Workers(rows), discover=False, auditor=Auditor(every_s=30.0, clock=lambda: now[0]))
         now = [0.0]
+        audited.tick()  # the first run reads the logs whole: the dashboard's start, not its steady state
         costs: dict[str, list[float]] = {"plain": [], "audited": []}
-        for t in range(a.ticks):
+        for t in range(1, a.ticks + 1):
             now[0] = float(t)  # one tick a second of audit-clock time: a run every 30 ticks
             for key, pipe in (("plain", plain), ("audited", audited)):
                 c0 = time.process_time()
@@ -140,7 +146,7 @@ def main() -> int:
             "checked": len(report.checked),
             "audit_wall_ms_median": round(1000 * statistics.median(walls), 2),
             "audit_cpu_ms_median": round(1000 * statistics.median(cpus), 2),
-            "audit_wall_ms_first": round(1000 * first_wall[0], 2),
+            "audit_steady_cpu_ms_median": round(1000 * statistics.median(steady[1:]), 2),
             "command_wall_ms_median": round(1000 * statistics.median(cmd_walls), 1),
             "command_cpu_ms_median": round(1000 * statistics.median(cmd_cpus), 1),
             "tick_cpu_ms_mean_plain": round(1000 * statistics.mean(costs["plain"]), 3),

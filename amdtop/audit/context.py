@@ -91,6 +91,8 @@ class AuditContext:
     _environ: dict[int, dict[str, str] | str] = field(default_factory=dict)
     _numa: dict[int, dict[int, int] | str] = field(default_factory=dict)
     _worker_pids: set[int] | None = None
+    memo: dict[object, object] = field(default_factory=dict)
+    """Per-run results several rules share (a worker's vLLM view, a group's physical GPUs, argv): computed once."""
 
     @property
     def vendor(self) -> str:
@@ -99,7 +101,11 @@ class AuditContext:
 
     def physical(self, target: AuditTarget) -> tuple[int, ...]:
         """The physical GPUs under ``target``'s devices."""
-        return physical_gpus(self.topology, target.gpus)
+        key = ("physical", target.gpus)
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = physical_gpus(self.topology, target.gpus)
+        return found  # type: ignore[return-value]
 
     def gpu(self, index: int) -> GpuInfo | None:
         """Static facts of GPU ``index``."""
@@ -157,12 +163,16 @@ class AuditContext:
         return cached
 
     def cmdline(self, pid: int) -> tuple[str, ...]:
-        """argv of ``pid`` (empty when gone or hidden)."""
-        try:
-            raw = read_proc_bytes(pid, "cmdline", self.proc_root)
-        except OSError:
-            return ()
-        return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+        """argv of ``pid`` (empty when gone or hidden), read once per run."""
+        key = ("cmdline", pid)
+        found = self.memo.get(key)
+        if found is None:
+            try:
+                raw = read_proc_bytes(pid, "cmdline", self.proc_root)
+            except OSError:
+                raw = b""
+            found = self.memo[key] = tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+        return found  # type: ignore[return-value]
 
     def alive(self, pid: int) -> bool:
         """True when ``pid`` exists in procfs or is a live worker's (a pid 0 or below is a foreign namespace:

@@ -14,6 +14,21 @@ class NumaMapsError(ValueError):
 
 def node_kib(raw: bytes) -> dict[int, int]:
     """KiB resident per node in one ``numa_maps`` text; NumaMapsError when no line has the format."""
+    if _PAGE.search(raw) is not None and set(_PAGE.findall(raw)) == {b"4"}:
+        # Every mapping in 4 KiB pages (no hugepages): one pass over the whole text, no per-line work.
+        head = raw.split(b" ", 1)[0]
+        try:
+            int(head, 16)
+        except ValueError:
+            raise NumaMapsError("no 'ADDRESS policy ...' line") from None
+        out: dict[int, int] = {}
+        for node, pages in _NODE.findall(raw):
+            out[int(node)] = out.get(int(node), 0) + int(pages) * 4
+        return out
+    return _node_kib_lines(raw)
+
+
+def _node_kib_lines(raw: bytes) -> dict[int, int]:
     out: dict[int, int] = {}
     good = 0
     for line in raw.splitlines():

@@ -65,33 +65,48 @@ def _arch(ctx: AuditContext, target: AuditTarget) -> ArchRules:
     return table
 
 
+def _view(ctx: AuditContext, target: AuditTarget) -> VllmView | str:
+    """The worker as every vLLM rule reads it, built once per run (or why it cannot be)."""
+    key = ("vllm_view", target.name)
+    found = ctx.memo.get(key)
+    if found is not None:
+        return found  # type: ignore[return-value]
+    view: VllmView | str
+    try:
+        arch = _arch(ctx, target)
+    except RuleSkipped as why:
+        view = str(why)
+    else:
+        envs = rank_envs(ctx, target, "vllm")
+        if isinstance(envs, Skipped):
+            view = envs.why
+        else:
+            facts, problem = None, None
+            if target.log:
+                try:
+                    facts = ctx.startup_logs.facts(target.log)
+                except OSError as exc:
+                    problem = f"start-up log {target.log} unreadable ({os_reason(exc)})"
+            else:
+                problem = "no log file known for this worker (a discovered server)"
+            argv = ctx.cmdline(target.pid) if target.pid else ()
+            view = VllmView(target, arch, argv, envs[0][1], envs[0][0], facts, problem)
+    ctx.memo[key] = view
+    return view
+
+
 def _views(ctx: AuditContext, rule_id: str, *, need_log: bool = False) -> Iterator[VllmView | Skipped]:
     live = [t for t in ctx.targets if t.running]
     if not live:
         raise RuleSkipped("no running worker")
     for target in live:
-        try:
-            arch = _arch(ctx, target)
-        except RuleSkipped as why:
-            yield Skipped(rule_id, str(why), target.name)
-            continue
-        envs = rank_envs(ctx, target, rule_id)
-        if isinstance(envs, Skipped):
-            yield envs
-            continue
-        facts, problem = None, None
-        if target.log:
-            try:
-                facts = ctx.startup_logs.facts(target.log)
-            except OSError as exc:
-                problem = f"start-up log {target.log} unreadable ({os_reason(exc)})"
+        view = _view(ctx, target)
+        if isinstance(view, str):
+            yield Skipped(rule_id, view, target.name)
+        elif need_log and view.facts is None:
+            yield Skipped(rule_id, view.log_problem or "no start-up log", target.name)
         else:
-            problem = "no log file known for this worker (a discovered server)"
-        if need_log and facts is None:
-            yield Skipped(rule_id, problem or "no start-up log", target.name)
-            continue
-        argv = ctx.cmdline(target.pid) if target.pid else ()
-        yield VllmView(target, arch, argv, envs[0][1], envs[0][0], facts, problem)
+            yield view
 
 
 def _version_text(view: VllmView) -> str:
