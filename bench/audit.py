@@ -117,7 +117,7 @@ def main() -> int:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             w0 = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "tui.entry", "--demo", "--state-dir", str(tmp / "state"), "audit", "--json"],
+                [sys.executable, "-m", "tui", "--demo", "--state-dir", str(tmp / "state"), "audit", "--json"],
                 check=True,
                 capture_output=True,
                 cwd=REPO,

@@ -75,6 +75,8 @@ def numa_binding(ctx: AuditContext) -> Iterator[Outcome]:
 def worker_locality(ctx: AuditContext, target: AuditTarget) -> tuple[float | None, list[str]]:
     """(share of the worker's resident KiB on its reference node(s), per-rank evidence); RuleSkipped when the
     maps cannot be read or no node is known."""
+    if target.status is not None and target.status.simulated:
+        raise RuleSkipped("simulated worker: its memory is on this host, its GPUs on the simulated node")
     nodes = reference_nodes(ctx, target)
     if not nodes:
         raise RuleSkipped("neither its GPUs' nor its pinned NUMA node is known")
