@@ -112,19 +112,22 @@ def main() -> int:
             run_audit(ctx)
             steady.append(time.process_time() - c0)
         # The command as a whole (interpreter start, imports, backend, pipeline tick, JSON), on the demo node.
-        cmd_walls, cmd_cpus = [], []
+        # Peer: `amdtop --demo topo --json` (interpreter, imports, backend; no pipeline), interleaved.
+        cmd: dict[str, tuple[list[float], list[float]]] = {"audit": ([], []), "topo": ([], [])}
         for _ in range(5):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            w0 = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-m", "tui", "--demo", "--state-dir", str(tmp / "state"), "audit", "--json"],
-                check=True,
-                capture_output=True,
-                cwd=REPO,
-            )
-            cmd_walls.append(time.perf_counter() - w0)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cmd_cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            for key, argv in (("audit", ["audit", "--json"]), ("topo", ["topo", "--json"])):
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                w0 = time.perf_counter()
+                subprocess.run(
+                    [sys.executable, "-m", "tui", "--demo", "--state-dir", str(tmp / "state"), *argv],
+                    check=True,
+                    capture_output=True,
+                    cwd=REPO,
+                )
+                cmd[key][0].append(time.perf_counter() - w0)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cmd[key][1].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        cmd_walls, cmd_cpus = cmd["audit"]
         # Per dashboard tick at 1 s: the pipeline with and without the auditor, interleaved.
         plain = NodePipeline(sim, Workers(rows), discover=False)
         audited = NodePipeline(sim, Workers(rows), discover=False, auditor=Auditor(every_s=30.0, clock=lambda: now[0]))
@@ -149,6 +152,8 @@ def main() -> int:
             "audit_steady_cpu_ms_median": round(1000 * statistics.median(steady[1:]), 2),
             "command_wall_ms_median": round(1000 * statistics.median(cmd_walls), 1),
             "command_cpu_ms_median": round(1000 * statistics.median(cmd_cpus), 1),
+            "peer_topo_command_wall_ms_median": round(1000 * statistics.median(cmd["topo"][0]), 1),
+            "peer_topo_command_cpu_ms_median": round(1000 * statistics.median(cmd["topo"][1]), 1),
             "tick_cpu_ms_mean_plain": round(1000 * statistics.mean(costs["plain"]), 3),
             "tick_cpu_ms_mean_audited": round(1000 * statistics.mean(costs["audited"]), 3),
             "audit_per_tick_ms_mean": round(1000 * per_tick, 3),

@@ -24,9 +24,19 @@ def rank_envs(ctx: AuditContext, target: AuditTarget, rule_id: str) -> list[tupl
     launch marker and the profile's first variables gone). Its variables are then the API server's, which it
     inherited, with what survived in its own on top; the evidence names the API server's environ.
     """
+    key = ("rank_envs", target.name)
+    found = ctx.memo.get(key)
+    if found is None:
+        found = ctx.memo[key] = _rank_envs(ctx, target)
+    if isinstance(found, str):
+        return Skipped(rule_id, found, target.name)
+    return found  # type: ignore[return-value]
+
+
+def _rank_envs(ctx: AuditContext, target: AuditTarget) -> list[tuple[int, dict[str, str]]] | str:
     pids = target.rank_or_all_pids
     if not pids:
-        return Skipped(rule_id, "no live process to read", target.name)
+        return "no live process to read"
     out = []
     for pid in pids:
         try:
@@ -37,7 +47,7 @@ def rank_envs(ctx: AuditContext, target: AuditTarget, rule_id: str) -> list[tupl
             else:
                 out.append((pid, env))
         except RuleSkipped as why:
-            return Skipped(rule_id, str(why), target.name)
+            return str(why)
     return out
 
 
