@@ -74,7 +74,21 @@ def numa_binding(ctx: AuditContext) -> Iterator[Outcome]:
 
 def worker_locality(ctx: AuditContext, target: AuditTarget) -> tuple[float | None, list[str]]:
     """(share of the worker's resident KiB on its reference node(s), per-rank evidence); RuleSkipped when the
-    maps cannot be read or no node is known."""
+    maps cannot be read or no node is known. Computed once per run (the rule and the report's locality share it)."""
+    key = ("locality", target.name)
+    found = ctx.memo.get(key)
+    if found is None:
+        try:
+            found = _worker_locality(ctx, target)
+        except RuleSkipped as why:
+            found = str(why)
+        ctx.memo[key] = found
+    if isinstance(found, str):
+        raise RuleSkipped(found)
+    return found  # type: ignore[return-value]
+
+
+def _worker_locality(ctx: AuditContext, target: AuditTarget) -> tuple[float | None, list[str]]:
     if target.status is not None and target.status.simulated:
         raise RuleSkipped("simulated worker: its memory is on this host, its GPUs on the simulated node")
     nodes = reference_nodes(ctx, target)
