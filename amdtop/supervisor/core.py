@@ -365,7 +365,13 @@ class Supervisor:
         with self.store.lock(name):
             recovery = self._recover(name, procs.scan())
             old = recovery.record
-            own = () if old is None else (old.pid, *(pid for pid, _t in old.known))
+            own = (
+                set()
+                if old is None
+                else procs.members(
+                    pgid=old.pgid, start_ticks=old.start_ticks, marker=f"{name}:{old.launch_id}", known=old.known
+                )
+            )
             self._gate_check(profile, force, "restart", own)
             self._stop(name, profile, grace, recovery)
             self._start(profile, restarts=(old.restarts + 1) if old else 0)

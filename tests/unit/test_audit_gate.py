@@ -204,3 +204,43 @@ def test_cli_launch_refused_exit_1_then_forced_and_recorded(tmp_path: Path, caps
         assert '"forced": [' in (state / "workers" / "llama.json").read_text()
     finally:
         main([*argv, "workers", "stop", "llama", "--grace", "0.2"])
+
+
+RANKED = """
+import subprocess, sys, time
+rank = subprocess.Popen(["VLLM::Worker_TP0", "600"], executable="/bin/sleep")
+open(sys.argv[1], "w").write(str(rank.pid))
+time.sleep(600)
+"""
+
+
+def test_restart_does_not_count_the_workers_own_ranks(tmp_path: Path, sim: SimBackend) -> None:
+    # The worker's rank holds its GPU under a vLLM title; the supervisor never saw it (no status pass): it is still
+    # the worker's own (same process group, launch marker), not a leftover.
+    (tmp_path / "prog.py").write_text(RANKED)
+    cfg = tmp_path / "workers.toml"
+    cfg.write_text(
+        f'[[worker]]\nname = "llama"\nmodel = "{tmp_path / "rank.pid"}"\ngpus = [0, 1]\nnuma_node = "none"\n'
+        f'port = 18735\ncommand = ["{sys.executable}", "{tmp_path / "prog.py"}"]\n'
+    )
+    sup = Supervisor(cfg, tmp_path / "state", topology=sim.topology(), grace_s=1.0)
+    sup.gate = gate(sim)
+    try:
+        sup.launch("llama")
+        pid_file = tmp_path / "rank.pid"
+        for _ in range(500):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.01)
+        rank = int(pid_file.read_text())
+        sim.set_demand("llama", {g: GpuDemand(0.0, 50 * GIB, pid=rank) for g in (0, 1)})
+        for _ in range(500):  # until exec has put the title in place
+            if Path(f"/proc/{rank}/cmdline").read_bytes().startswith(b"VLLM::"):
+                break
+            time.sleep(0.01)
+        assert "leftover" in " ".join(titles(gate(sim)))  # to anyone else, it is a vLLM process on GPUs 0-1
+        sup.restart("llama")  # not refused
+        assert sup.store.load("llama").restarts == 1  # type: ignore[union-attr]
+    finally:
+        sup.stop("llama", grace=0.2)
+        sup.close()
