@@ -8,14 +8,18 @@ after ``[file.py:line]`` is matched.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from dataclasses import dataclass, field, replace
+from typing import BinaryIO
 
 LAUNCH_MARKER = b"=== amdtop launch "
 """The line amdtop writes before each launch: a run's start-up lines follow the last one."""
 MAX_READ = 16 * 1024 * 1024
-"""At most this much of a log is read the first time (its end); later reads take only what was appended."""
+"""How far back from a log's end the last launch marker is looked for."""
+START_WINDOW = 2 * 1024 * 1024
+"""A run's start-up lines lie in its first 2 MiB (a vLLM start logs a few hundred lines); later lines are not scanned."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\^\[\[[0-9;]*m")
 _MSG = re.compile(r"\[?[\w./-]+\.py:\d+\]\s?(.*)$")
@@ -142,13 +146,50 @@ def parse_text(text: str) -> StartupFacts:
 class _Followed:
     inode: int
     offset: int
+    """Bytes of the file looked at so far."""
+    window_end: int
+    """Where this run's start-up window ends: lines past it are only searched for the next launch marker."""
     facts: StartupFacts
     tail: bytes = b""
 
 
+def _last_marker(fh: BinaryIO, size: int) -> int | None:
+    """Offset of the last launch marker in the file's last MAX_READ bytes (a mapped search: nothing copied)."""
+    if size == 0:
+        return None
+    with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        at = mm.rfind(LAUNCH_MARKER, max(0, size - MAX_READ))
+    return None if at < 0 else at
+
+
+_KEYWORDS = (b"Using", b"version", b"platform", b"llreduce", b"all-reduce", b"AITER", b"_dtype=")
+
+
+def candidate_lines(data: bytes) -> list[str]:
+    """The lines of ``data`` that hold a keyword the scan looks for (found with ``bytes.find``, so the thousands
+    of other lines of a start-up, RCCL INFO among them, are never split or decoded)."""
+    starts: set[int] = set()
+    for kw in _KEYWORDS:
+        at = data.find(kw)
+        while at >= 0:
+            begin = data.rfind(b"\n", 0, at) + 1
+            starts.add(begin)
+            end = data.find(b"\n", at)
+            if end < 0:
+                break
+            at = data.find(kw, end)
+    out = []
+    for begin in sorted(starts):
+        end = data.find(b"\n", begin)
+        out.append(data[begin : len(data) if end < 0 else end].decode("utf-8", "replace"))
+    return out
+
+
 @dataclass
 class StartupLogs:
-    """Start-up facts per log file, read incrementally: each call reads only what was appended since the last."""
+    """Start-up facts per log file. A run's start-up lines follow its launch marker (or open a log amdtop did not
+    write): only the first START_WINDOW bytes of the run are scanned, and later calls only search what was appended
+    for a new launch marker, so a long-running worker's log costs a stat and a small read per call."""
 
     _files: dict[str, _Followed] = field(default_factory=dict)
 
@@ -156,21 +197,29 @@ class StartupLogs:
         """The facts of the last run in ``path``; OSError when the log cannot be read."""
         st = os.stat(path)
         known = self._files.get(path)
-        if known is None or known.inode != st.st_ino or st.st_size < known.offset:
-            known = _Followed(st.st_ino, max(0, st.st_size - MAX_READ), StartupFacts())
-            self._files[path] = known
-        if st.st_size == known.offset:
-            return known.facts
         with open(path, "rb") as fh:
+            if known is None or known.inode != st.st_ino or st.st_size < known.offset:
+                marker = _last_marker(fh, st.st_size)
+                start = 0 if marker is None else marker
+                known = _Followed(st.st_ino, start, start + START_WINDOW, StartupFacts())
+                self._files[path] = known
+            if st.st_size == known.offset:
+                return known.facts
             fh.seek(known.offset)
-            data = known.tail + fh.read(st.st_size - known.offset)
+            data = fh.read(st.st_size - known.offset)
+        base = known.offset
         known.offset = st.st_size
         cut = data.rfind(LAUNCH_MARKER)
-        if cut >= 0:
-            known.facts = StartupFacts()  # a new run: its own lines only
-            data = data[cut:]
-        head, _sep, known.tail = data.rpartition(b"\n")
-        if not _sep:
+        if cut >= 0 and base + cut > known.window_end - START_WINDOW:
+            # A new run was appended: its own lines only.
+            known.facts, known.tail = StartupFacts(), b""
+            known.window_end = base + cut + START_WINDOW
+            data, base = data[cut:], base + cut
+        if base >= known.window_end:
+            return known.facts
+        data = known.tail + data[: known.window_end - base]
+        head, sep, known.tail = data.rpartition(b"\n")
+        if not sep:
             head, known.tail = b"", data
-        known.facts = scan(head.decode("utf-8", "replace").splitlines(), known.facts)
+        known.facts = scan(candidate_lines(head), known.facts)
         return known.facts

@@ -171,3 +171,22 @@ def test_cpu_platform_has_no_row_in_the_table(tmp_path: Path) -> None:
         rules=[r for r in all_rules() if r.id == "aiter_off"],
     )
     assert report.skipped[0].why == "no GPU: the rules table covers gfx942, gfx950 and sm_90"
+
+
+def test_only_the_runs_start_window_is_scanned_and_a_new_run_is_found_past_it(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    filler = (
+        "(APIServer pid=1) INFO 11-29 13:47:00 [loggers.py:259] Engine 000: Avg generation throughput: 1 tokens/s\n"
+    )
+    with log.open("w") as fh:
+        fh.write("=== amdtop launch w:1 at now: vllm serve\n")
+        fh.write((LOGS / "vllm_38627_rocm_aiter_fa.log").read_text())
+        fh.write(filler * 30000)  # ~3 MB: past the start-up window
+        fh.write("(EngineCore pid=9) INFO 01-01 00:00:00 [rocm.py:1] Using TRITON_ATTN backend.\n")
+    logs = StartupLogs()
+    assert logs.facts(str(log)).attention == "ROCM_AITER_FA"  # the late line is not this run's start-up
+    with log.open("a") as fh:
+        fh.write(filler * 100 + "=== amdtop launch w:2 at later: vllm serve\n")
+        fh.write((LOGS / "vllm_49141_rocm_triton_attn_emulated_moe.log").read_text())
+    facts = logs.facts(str(log))
+    assert (facts.attention, facts.attention_by_flag) == ("TRITON_ATTN", True)
