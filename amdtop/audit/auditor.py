@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from amdtop.audit.context import AuditContext, target_of
+from amdtop.audit.context import AuditContext, ProcCache, target_of
 from amdtop.audit.model import AuditReport
 from amdtop.audit.registry import run_audit
 from amdtop.audit.startup_log import StartupLogs
@@ -49,9 +49,14 @@ class Auditor:
     every_s: float = AUDIT_EVERY_S
     clock: Callable[[], float] = time.monotonic
     _logs: StartupLogs = field(default_factory=StartupLogs)
+    _procs: ProcCache = field(init=False)
     _at: float | None = None
     _report: AuditReport | None = None
     _due: bool = True
+
+    def __post_init__(self) -> None:
+        """Process reads age on the auditor's own clock."""
+        self._procs = ProcCache(clock=self.clock)
 
     def request(self) -> None:
         """Run at the next tick (a control action changed the workers)."""
@@ -72,6 +77,7 @@ class Auditor:
             proc_root=self.proc_root,
             flags=flags,
             startup_logs=self._logs,
+            carry=self._procs,
         )
         self._report = run_audit(ctx)
         return self._report

@@ -7,7 +7,8 @@ value, so an unreadable input shows in ``skipped`` and never passes silently.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,6 +74,30 @@ def target_of(worker: WorkerStatus, profile: Profile | None = None) -> AuditTarg
 
 
 @dataclass
+class ProcCache:
+    """Reads of processes kept between audit runs for ``ttl_s`` (keyed by kind and pid; a restarted worker has new
+    pids, so it is read afresh)."""
+
+    ttl_s: float = 120.0
+    clock: Callable[[], float] = time.monotonic
+    _items: dict[tuple[str, int], tuple[float, object]] = field(default_factory=dict)
+
+    def get(self, kind: str, pid: int) -> object | None:
+        """The value read less than ``ttl_s`` ago, else ``None``."""
+        hit = self._items.get((kind, pid))
+        if hit is None or self.clock() - hit[0] >= self.ttl_s:
+            return None
+        return hit[1]
+
+    def put(self, kind: str, pid: int, value: object) -> None:
+        """Keep ``value``; entries older than ``ttl_s`` are dropped on the way."""
+        now = self.clock()
+        if len(self._items) > 4096:
+            self._items = {k: v for k, v in self._items.items() if now - v[0] < self.ttl_s}
+        self._items[(kind, pid)] = (now, value)
+
+
+@dataclass
 class AuditContext:
     """Inputs of one audit run (or one gate check)."""
 
@@ -91,6 +116,9 @@ class AuditContext:
     _environ: dict[int, dict[str, str] | str] = field(default_factory=dict)
     _numa: dict[int, dict[int, int] | str] = field(default_factory=dict)
     _worker_pids: set[int] | None = None
+    carry: ProcCache | None = None
+    """Per-process reads kept across runs (the dashboard's auditor keeps one): a process's environ is fixed at exec,
+    and where its memory sits moves slowly, so both are re-read only every ``ProcCache.ttl_s``."""
     memo: dict[object, object] = field(default_factory=dict)
     """Per-run results several rules share (a worker's vLLM view, a group's physical GPUs, argv): computed once."""
 
@@ -123,6 +151,8 @@ class AuditContext:
     def environ(self, pid: int) -> dict[str, str]:
         """Environment of ``pid``; RuleSkipped with the reason when it cannot be read (read once per run)."""
         cached = self._environ.get(pid)
+        if cached is None and self.carry is not None:
+            cached = self._environ[pid] = self.carry.get("environ", pid)  # type: ignore[assignment]
         if cached is None:
             try:
                 raw = read_proc_bytes(pid, "environ", self.proc_root)
@@ -141,6 +171,8 @@ class AuditContext:
                         env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
                 cached = env
             self._environ[pid] = cached
+            if self.carry is not None:
+                self.carry.put("environ", pid, cached)
         if isinstance(cached, str):
             raise RuleSkipped(cached)
         return cached
@@ -148,6 +180,8 @@ class AuditContext:
     def numa_kib(self, pid: int) -> dict[int, int]:
         """KiB resident per NUMA node of ``pid`` (``numa_maps``); RuleSkipped with the reason when unreadable."""
         cached = self._numa.get(pid)
+        if cached is None and self.carry is not None:
+            cached = self._numa[pid] = self.carry.get("numa", pid)  # type: ignore[assignment]
         if cached is None:
             try:
                 cached = node_kib(read_proc_bytes(pid, "numa_maps", self.proc_root))
@@ -158,6 +192,8 @@ class AuditContext:
             except NumaMapsError as exc:
                 cached = f"numa_maps of pid {pid} is not numa_maps ({exc})"
             self._numa[pid] = cached
+            if self.carry is not None:
+                self.carry.put("numa", pid, cached)
         if isinstance(cached, str):
             raise RuleSkipped(cached)
         return cached

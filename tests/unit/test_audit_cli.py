@@ -194,3 +194,25 @@ def test_numa_bind_given_but_vllm_processes_unbound() -> None:
         for p in (api, rank):
             p.kill()
             p.wait()
+
+
+def test_dashboard_auditor_rereads_a_process_only_after_the_ttl(tmp_path: Path) -> None:
+    from amdtop.audit.auditor import Auditor
+    from amdtop.model import NumaNode, WorkerState, WorkerStatus
+
+    (tmp_path / "79").mkdir()
+    maps = tmp_path / "79" / "numa_maps"
+    maps.write_text("7f1c00000000 default anon=10 N0=10 kernelpagesize_kB=4\n")
+    (tmp_path / "79" / "environ").write_bytes(b"NCCL_DEBUG=INFO\0")
+    now = [0.0]
+    auditor = Auditor(proc_root=tmp_path, sys_root=tmp_path, clock=lambda: now[0], every_s=30.0)
+    worker = WorkerStatus("w", WorkerState.READY, (), pid=79, pids=(79,), numa_node=0)
+    from amdtop.model import NodeSnapshot
+
+    snap = NodeSnapshot("sim", "h", 0.0, Topology((), (), (NumaNode(0, (0,)), NumaNode(1, (1,)))), ())
+    assert auditor.maybe_run(snap, [worker], ()).locality == (("w", 100.0),)  # type: ignore[union-attr]
+    maps.write_text("7f1c00000000 default anon=10 N1=10 kernelpagesize_kB=4\n")
+    now[0] = 30.0
+    assert auditor.maybe_run(snap, [worker], ()).locality == (("w", 100.0),)  # type: ignore[union-attr]
+    now[0] = 120.0
+    assert auditor.maybe_run(snap, [worker], ()).locality == (("w", 0.0),)  # type: ignore[union-attr]
