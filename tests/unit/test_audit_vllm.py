@@ -190,3 +190,16 @@ def test_only_the_runs_start_window_is_scanned_and_a_new_run_is_found_past_it(tm
         fh.write((LOGS / "vllm_49141_rocm_triton_attn_emulated_moe.log").read_text())
     facts = logs.facts(str(log))
     assert (facts.attention, facts.attention_by_flag) == ("TRITON_ATTN", True)
+
+
+def test_followed_reader_agrees_with_the_whole_text_parse() -> None:
+    for log in sorted(LOGS.glob("*.log")):
+        whole = parse_text(log.read_text())
+        followed = StartupLogs().facts(str(log))
+        assert (followed.version, followed.platform, followed.attention, followed.moe, followed.config) == (
+            whole.version,
+            whole.platform,
+            whole.attention,
+            whole.moe,
+            whole.config,
+        ), log.name
