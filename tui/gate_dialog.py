@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 def gate_text(verb: str, name: str, exc: GateRefused) -> str:
     """The dialog's text: one line per reason."""
     reasons = "\n".join(f"• {f.title}" for f in exc.findings)
-    return f"{verb.capitalize()} {name} refused by the launch gate:\n\n{reasons}\n\n{verb.capitalize()} anyway (--force)?"
+    return (
+        f"{verb.capitalize()} {name} refused by the launch gate:\n\n{reasons}\n\n{verb.capitalize()} anyway (--force)?"
+    )
 
 
 def offer_force(app: AmdtopApp, verb: str, name: str, exc: GateRefused) -> None:
