@@ -99,10 +99,7 @@ def main() -> int:
             sup.stop(name, grace=2)
         sup.close()
     med = {k: statistics.median(v) * 1e3 for k, v in results.items()}
-    out = {
-        "ms_per_tick": {k: round(v, 3) for k, v in med.items()},
-        "runs": {k: [round(x * 1e3, 3) for x in v] for k, v in results.items()},
-    }
+    out = {"ms_per_tick": {k: round(v, 3) for k, v in med.items()}, "runs": {k: [round(x * 1e3, 3) for x in v] for k, v in results.items()}}
     busy = f"+{a.procs}procs"
     out["full_walk_ms"] = {k: round(statistics.median(v) * 1e3, 2) for k, v in walks.items()}
     out["ratios"] = {
