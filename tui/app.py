@@ -17,6 +17,8 @@ from textual.driver import Driver
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
+from amdtop.audit.auditor import Auditor, profile_lookup
+from amdtop.audit.model import AuditReport
 from amdtop.control import DemoLoad, WorkerControl
 from amdtop.exporter import Exporter
 from amdtop.gpuprocs import ProcessHost
@@ -29,6 +31,7 @@ from tui import input_driver
 from tui.control_actions import ControlActions
 from tui.messages import PollFailed, SnapshotReady
 from tui.pollers import poll_loop
+from tui.screens.audit import AuditScreen
 from tui.screens.dashboard import PANES, DashboardScreen
 from tui.screens.help import HelpScreen
 
@@ -71,6 +74,7 @@ class AmdtopApp(ControlActions, App[int]):
             show=False,
             tooltip="dump the Python stacks of the selected worker's ranks",
         ),
+        Binding("u", "audit", "Audit", id="audit", tooltip="tuning audit: findings with evidence and fixes"),
     ]
 
     def __init__(
@@ -123,12 +127,19 @@ class AmdtopApp(ControlActions, App[int]):
             demo_load=demo_load,
             kernel=kernel_faults,
             host_procs=host_procs,
+            # A test's stand-in procfs stands for a stand-in node: read no sysfs of the host running the tests either.
+            auditor=Auditor(
+                sys_root=Path("/sys") if proc_root == Path("/proc") else proc_root,
+                proc_root=proc_root,
+                profiles=profile_lookup(workers),
+            ),
         )
         self.config_path = config_path
         """The worker profiles' file, named where the Workers pane is empty."""
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pending: NodeFrame | None = None
+        self._newest: NodeFrame | None = None
         self.poll_error: str | None = None
         self.dashboard = DashboardScreen(banner)
         self.frames = 0
@@ -192,6 +203,7 @@ class AmdtopApp(ControlActions, App[int]):
         frame = self.pipeline.tick()
         for _ in range(n - 1):
             frame = self.pipeline.tick()
+        self._newest = frame
         self._show(frame)
         return frame
 
@@ -204,7 +216,7 @@ class AmdtopApp(ControlActions, App[int]):
         if not self.is_running:
             return  # shutting down: the screen stack may already be empty (self.screen would raise)
         self.poll_error = None
-        self._pending = message.frame
+        self._pending = self._newest = message.frame
         # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
         if self.screen is self.dashboard and not self.paused:
             self._show(message.frame)
@@ -237,6 +249,8 @@ class AmdtopApp(ControlActions, App[int]):
             f"every {self.interval:g}s",
             f"[red]{len(flags)} flags[/red]" if flags else "[green]no flags[/green]",
         ]
+        if frame.audit is not None:
+            parts.append(audit_badge(frame.audit))
         if self.readonly:
             parts.append("[yellow]read-only[/yellow]")
         if self.paused:
@@ -297,6 +311,14 @@ class AmdtopApp(ControlActions, App[int]):
             )
         self.push_screen(HelpScreen(keys))
 
+    def action_audit(self) -> None:
+        frame = self.newest_frame()
+        self.push_screen(AuditScreen(frame.audit if frame else None, readonly=self.readonly))
+
+    def newest_frame(self) -> NodeFrame | None:
+        """The newest frame, drawn or held back while a screen is on top."""
+        return self._newest or self.dashboard.last_frame
+
     def action_command_mode(self) -> None:
         self.dashboard.open_command()
 
@@ -327,3 +349,12 @@ class AmdtopApp(ControlActions, App[int]):
             board.show_gbps = True
         if frame is not None:
             self._show(frame)
+
+
+def audit_badge(report: AuditReport) -> str:
+    """The header's count of audit findings (``u`` opens them)."""
+    c = report.counts()
+    if not report.findings:
+        return "[green]audit ok[/green]"
+    color = "red" if c["error"] else "yellow" if c["warn"] else "cyan"
+    return f"[{color}]audit {len(report.findings)}[/{color}]"

@@ -150,6 +150,12 @@ def run(args: argparse.Namespace) -> int:
         kernel_faults=kernel_monitor(args, backend, headless=False),
         config_path=config_path(args),
     )
+    if control is not None:
+        from pathlib import Path
+
+        from tui.gate_dialog import frame_gate
+
+        control.gate = frame_gate(app, backend.topology(), Path(args.sysfs_root))
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:
         autostart = DemoAutostart(control, on_failure=app.failures.put).start()

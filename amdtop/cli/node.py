@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from amdtop.audit.auditor import Auditor, profile_lookup
 from amdtop.cli.common import config_path, state_dir
 from amdtop.cli.kernel import kernel_monitor
 from amdtop.pipeline import NodePipeline
@@ -51,5 +53,6 @@ def open_pipeline(
         demo_load=sup.demo_load() if sup is not None else None,
         window_s=window_s,
         kernel=kernel_monitor(args, backend),
+        auditor=Auditor(sys_root=Path(args.sysfs_root), profiles=profile_lookup(sup)),
     )
     return pipeline, sup
