@@ -11,6 +11,8 @@ the first signal, the flat token counter with requests in flight the second.
 - ``collective_wait``: every rank alive, no token for :data:`STALL_NO_TOKENS_S` while requests are in flight, and
   the ranks (CPU or GPU) busy: they spin in a collective that one of them never joins.
 - ``engine_idle``: the same, with every rank idle: nothing is being scheduled.
+
+A data-parallel worker is judged per DP replica, each against its own engine's counters (:func:`replicas`).
 """
 
 from __future__ import annotations
