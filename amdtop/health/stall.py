@@ -267,7 +267,7 @@ class StallTracker:
         self._read: dict[str, tuple[float, tuple[RankSample, ...]]] = {}
 
     def judge(self, workers: Sequence[WorkerStatus], snap: NodeSnapshot | None = None) -> list[Flag]:
-        """``worker_stalled`` flags for ``workers`` now (one per stalled worker)."""
+        """``worker_stalled`` flags for ``workers`` now (one per stalled worker; per stalled replica of a DP worker)."""
         now = self._clock()
         flags: list[Flag] = []
         live, tracked = set(), set()
