@@ -337,6 +337,12 @@ class EngineSample:
     """This engine's generation tokens/s from counter deltas."""
     sleep_level: int | None = None
     """0 awake, 1 weights offloaded, 2 all discarded (``vllm:engine_sleep_state``); ``None`` where not exposed."""
+    gen_tokens_total: float | None = None
+    """This engine's ``vllm:generation_tokens_total`` as scraped (the stall judge compares it per DP replica)."""
+    requests_finished: float | None = None
+    """This engine's ``vllm:request_success_total`` summed over ``finished_reason``."""
+    requests_started: float | None = None
+    """This engine's requests that got a first token (``vllm:time_to_first_token_seconds_count``)."""
 
 
 @dataclass(frozen=True, slots=True)

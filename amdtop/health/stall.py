@@ -11,6 +11,8 @@ the first signal, the flat token counter with requests in flight the second.
 - ``collective_wait``: every rank alive, no token for :data:`STALL_NO_TOKENS_S` while requests are in flight, and
   the ranks (CPU or GPU) busy: they spin in a collective that one of them never joins.
 - ``engine_idle``: the same, with every rank idle: nothing is being scheduled.
+
+A data-parallel worker is judged per DP replica, each against its own engine's counters (:func:`replicas`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, replace
 from amdtop.health.rankproc import read_ranks
 from amdtop.hip_devices import is_partitioned, physical_gpus
 from amdtop.model import (
+    EngineStats,
     Flag,
     FlagKind,
     NodeSnapshot,
@@ -264,25 +267,28 @@ class StallTracker:
         self._read: dict[str, tuple[float, tuple[RankSample, ...]]] = {}
 
     def judge(self, workers: Sequence[WorkerStatus], snap: NodeSnapshot | None = None) -> list[Flag]:
-        """``worker_stalled`` flags for ``workers`` now (one per stalled worker)."""
+        """``worker_stalled`` flags for ``workers`` now (one per stalled worker; per stalled replica of a DP worker)."""
         now = self._clock()
         flags: list[Flag] = []
-        live = set()
+        live, tracked = set(), set()
         for w in workers:
-            if w.state not in (WorkerState.READY, WorkerState.STARTING):
+            if w.state not in (WorkerState.READY, WorkerState.STARTING):  # asleep, stopped, crashed: never judged
                 continue
             if not w.ranks and w.rank_pids:
                 w = replace(w, ranks=self._look(w, now))
             if not w.ranks:
                 continue
             live.add(w.name)
-            track = self._tracks.setdefault(w.name, _Track())
             gpus = rank_gpus(w, None if snap is None else snap.topology)
-            verdict = self._verdict(w, track, now, snap, gpus)
-            flag = self._hysteresis(w, track, verdict, now, gpus)
-            if flag is not None:
-                flags.append(flag)
-        for name in set(self._tracks) - live:
+            split = replicas(w, gpus)
+            for key, part, on, dp_rank in split or ((w.name, w, gpus, None),):
+                tracked.add(key)
+                track = self._tracks.setdefault(key, _Track())
+                verdict = self._verdict(part, track, now, snap, on)
+                flag = self._hysteresis(part, track, verdict, now, on, dp_rank)
+                if flag is not None:
+                    flags.append(flag)
+        for name in set(self._tracks) - tracked:
             del self._tracks[name]
         for name in set(self._read) - live:
             del self._read[name]
@@ -320,7 +326,13 @@ class StallTracker:
         return progress_verdict(w, now - track.moved_at, track.in_flight, track.cpu or {}, gpu_utils(gpus, snap), gpus)
 
     def _hysteresis(
-        self, w: WorkerStatus, track: _Track, verdict: WorkerHealth, now: float, gpus: tuple[int, ...]
+        self,
+        w: WorkerStatus,
+        track: _Track,
+        verdict: WorkerHealth,
+        now: float,
+        gpus: tuple[int, ...],
+        dp_rank: int | None = None,
     ) -> Flag | None:
         if verdict.verdict == "ok":
             track.cause = track.cause_since = track.cause_since_wall = None
@@ -342,30 +354,82 @@ class StallTracker:
                 track.raised = verdict  # the message follows the latest look; ``since`` stays the first
         if track.raised is None:
             return None
-        return stalled_flag(w, track.raised, track.raised_since_wall, gpus)
+        return stalled_flag(w, track.raised, track.raised_since_wall, gpus, dp_rank)
 
 
 def stalled_flag(
-    w: WorkerStatus, health: WorkerHealth, since: float | None, rank_gpus: tuple[int, ...] | None = None
+    w: WorkerStatus,
+    health: WorkerHealth,
+    since: float | None,
+    rank_gpus: tuple[int, ...] | None = None,
+    dp_rank: int | None = None,
 ) -> Flag:
     """The ``worker_stalled`` flag of ``health`` (keys of the contract: worker, rank, pid, cause, since, message,
-    evidence); ``gpus`` is the named rank's physical GPU."""
+    evidence; ``dp_rank`` added where one DP replica of the worker was judged); ``gpus`` is the named rank's physical
+    GPU."""
     on = w.gpus if rank_gpus is None else rank_gpus
     rank = health.rank
     gpus = (on[rank],) if rank is not None and 0 <= rank < len(on) and on[rank] >= 0 else ()
-    return Flag(
-        FlagKind.WORKER_STALLED,
-        f"{w.name}: {health.message}",
-        worker=w.name,
-        gpus=gpus,
-        extra=(
-            ("rank", health.rank),
-            ("pid", health.pid),
-            ("cause", health.verdict),
-            ("since", None if since is None else round(since, 3)),
-            ("evidence", health.evidence),
-        ),
+    who = w.name if dp_rank is None else f"{w.name}/dp{dp_rank} (DP replica {dp_rank})"
+    extra: tuple[tuple[str, object], ...] = (
+        ("rank", health.rank),
+        ("pid", health.pid),
+        ("cause", health.verdict),
+        ("since", None if since is None else round(since, 3)),
+        ("evidence", health.evidence),
     )
+    if dp_rank is not None:
+        extra += (("dp_rank", dp_rank),)
+    return Flag(FlagKind.WORKER_STALLED, f"{who}: {health.message}", worker=w.name, gpus=gpus, extra=extra)
+
+
+def replicas(
+    w: WorkerStatus, gpus: tuple[int, ...]
+) -> tuple[tuple[str, WorkerStatus, tuple[int, ...], int], ...] | None:
+    """A data-parallel worker cut into its DP replicas, each judged on its own: ``(track key, the worker as that
+    replica alone, gpus of its ranks (-1 elsewhere), dp_rank)``; ``None`` where the worker is judged whole.
+
+    Each replica is its own engine with its own ``engine="N"`` counters, so replica 1 hung while replica 0 streams
+    leaves the worker's summed token counter moving: judged whole, the hang is never seen. Ranks are global (a rank's
+    position in the worker's device list, :func:`amdtop.supervisor.procs.rank_pids`), so replica ``d``'s are
+    ``first_rank .. first_rank + len(gpus) - 1`` of its TP groups (every pipeline stage of one engine together).
+
+    Judged whole: a plain worker (no layout, dp=1); a worker whose page lacks per-engine counters for a replica; and a
+    MoE worker under DP (``busy_when_idle``). There an idle replica runs dummy batches by design, so a busy GPU on a
+    replica with no requests of its own is no collective wait, and the experts' all-to-alls keep every replica in
+    step: one replica cannot stall while another streams, and the worker-wide counters are the right measure."""
+    layout = w.layout
+    if layout is None or layout.dp <= 1 or layout.busy_when_idle or w.engine is None:
+        return None
+    members: dict[int, set[int]] = {}
+    for g in w.tp_groups():
+        members.setdefault(g.dp_rank, set()).update(range(g.first_rank, g.first_rank + len(g.gpus)))
+    if len(members) < 2:  # devices unknown (a discovered server, the CPU build): the ranks still follow the layout
+        size = layout.world_size
+        members = {d: set(range(d * size, (d + 1) * size)) for d in range(layout.dp)}
+    samples = {e.engine: e for e in w.engine.engines}
+    if any(str(d) not in samples or samples[str(d)].gen_tokens_total is None for d in members):
+        return None
+    out: list[tuple[str, WorkerStatus, tuple[int, ...], int]] = []
+    for d, ranks in sorted(members.items()):
+        e = samples[str(d)]
+        engine = EngineStats(running=e.running, waiting=e.waiting, gen_tokens_total=e.gen_tokens_total,
+                             requests_finished=e.requests_finished, requests_started=e.requests_started)  # fmt: skip
+        health = w.health
+        if health is not None and health.verdict != "ok" and health.rank not in ranks:
+            health = None  # another replica's verdict (or one naming no rank): this replica's own ranks decide
+        part = replace(
+            w,
+            ranks=tuple(r for r in w.ranks if r.rank in ranks),
+            rank_pids=tuple(rp for rp in w.rank_pids if rp[0] in ranks),
+            engine=engine,
+            health=health,
+        )
+        if not part.ranks:  # none of its ranks found yet: nothing to judge it by (as for a whole worker)
+            continue
+        on = tuple(g if r in ranks else -1 for r, g in enumerate(gpus))
+        out.append((f"{w.name}/dp{d}", part, on, d))
+    return tuple(out)
 
 
 def health_json(health: WorkerHealth | None) -> dict[str, object]:

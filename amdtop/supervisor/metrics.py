@@ -48,6 +48,7 @@ class EngineMeter:
         gen = page.by_engine("generation_tokens")
         running, waiting = page.by_engine("running"), page.by_engine("waiting")
         kv, sleep = page.by_engine("kv_cache_usage"), page.sleep_levels()
+        finished, started = page.by_engine("requests_finished"), page.by_engine("ttft", "_count")
         engines = []
         rates: list[float] = []
         for engine in page.engines():
@@ -55,7 +56,18 @@ class EngineMeter:
             if rate is not None:
                 rates.append(rate)
             engines.append(
-                EngineSample(engine, running.get(engine), waiting.get(engine), kv.get(engine), rate, sleep.get(engine))
+                EngineSample(
+                    engine,
+                    running.get(engine),
+                    waiting.get(engine),
+                    kv.get(engine),
+                    rate,
+                    sleep.get(engine),
+                    # The stall judge compares these per DP replica: one engine can hang while another streams.
+                    gen_tokens_total=gen.get(engine),
+                    requests_finished=finished.get(engine),
+                    requests_started=started.get(engine),
+                )
             )
         return EngineStats(
             # Request counts add up over replicas; a KV fraction does not: the worker shows its fullest engine.

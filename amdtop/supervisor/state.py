@@ -16,13 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError, InputError, os_reason
-from amdtop.private_files import private_opener
+from amdtop.private_files import DIR_MODE, FILE_MODE, private_opener
 from amdtop.secrets import mask_env as mask_env
 from amdtop.sysread import read_text
-
-FILE_MODE = 0o600
-"""State files and worker logs: the launch line and environment may name things only their owner should read."""
-DIR_MODE = 0o700
 
 
 def io_error(what: str, path: Path | str, exc: OSError, fix: str) -> AmdtopError:
@@ -41,13 +37,7 @@ def make_dirs(path: Path) -> None:
 
 def open_log(path: Path) -> int:
     """Open a worker log for appending, created 0600 (an older, wider log is narrowed to 0600)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    try:
-        if os.fstat(fd).st_mode & 0o077:
-            os.fchmod(fd, FILE_MODE)
-    except OSError:
-        pass
-    return fd
+    return private_opener(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
 
 @dataclass(frozen=True, slots=True)
