@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "amdtop.cli.ramp",
     "amdtop.cli.probe",
     "amdtop.cli.logs",
+    "amdtop.cli.serve",
 )
 
 
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None, *, dashboard: Dashboard | None = Non
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command is None:
+        if args.command is None or getattr(args, "ui_command", None):
             if dashboard is None:
                 sys.stderr.write("amdtop: error: no command given; the dashboard opens with the `amdtop` command\n")
                 return 2
