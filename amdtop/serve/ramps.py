@@ -47,7 +47,8 @@ class ServeRamps:
                 on_update=lambda result: self._update(worker, result.to_json(), "running"),
             )
             self._running[worker] = ramp
-            self._docs.pop(worker, None)
+        # Published at once: a viewer attaching before the first step ends sees the ramp running.
+        self._update(worker, ramp.result.to_json(), "starting")
         threading.Thread(target=self._run, args=(worker, ramp), name=f"serve-ramp-{worker}", daemon=True).start()
         return f"ramp {worker}: started in the serve"
 
