@@ -129,7 +129,7 @@ def test_three_viewers_get_identical_frames(serve: Serve) -> None:
     seen: list[dict[int, float | None]] = [{}, {}, {}]
     clients = [ServeClient(serve.state_dir) for _ in range(3)]
     try:
-        for c, log in zip(clients, seen):
+        for c, log in zip(clients, seen, strict=True):
             c.subscribe(lambda f, log=log: log.__setitem__(f.tick, f.made_at))
         _wait(lambda: all(len(s) >= 5 for s in seen))
         common = set(seen[0]) & set(seen[1]) & set(seen[2])
