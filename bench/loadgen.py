@@ -120,7 +120,8 @@ async def bare_ttft(port: int, n: int) -> list[float]:
 
 async def amdtop_run(port: int, conc: int, seconds: float, out_len: int, record: bool = True) -> dict[str, float]:
     from amdtop.ramp.client import LoadSpec, run_step
-    from amdtop.ramp.observe import default_worker_pids, recorded_step
+    from amdtop.ramp.observe import default_worker_pids
+    from amdtop.ramp.recorder import recorded_step
 
     spec = LoadSpec(f"http://127.0.0.1:{port}", "m", tuple(f"prompt {i}" for i in range(64)), 32, out_len)
 

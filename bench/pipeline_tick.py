@@ -41,6 +41,16 @@ def tick_cpu(pipeline: NodePipeline, ticks: int, interval: float, extra: object 
     return statistics.median(costs)
 
 
+def owned(sup: Supervisor) -> object:
+    """``sup`` behind its owner thread (amdtop.supervisor.owner) where this checkout has one, else ``sup`` itself
+    (a baseline run with PYTHONPATH at an older checkout)."""
+    try:
+        from amdtop.supervisor.owner import SupervisorOwner
+    except ImportError:
+        return sup
+    return SupervisorOwner(sup)
+
+
 def old_walks() -> None:
     """What each tick cost before: a full procfs table per supervisor status and a full discovery walk."""
     procs.scan()
@@ -78,8 +88,9 @@ def main() -> int:
                         p.wait()
                     sleepers = []
                 suffix = f"+{a.procs}procs" if busy else ""
-                readonly = NodePipeline(sim, ro_sup, discover=True)
-                workers = NodePipeline(sim, sup, discover=True, demo_load=sup.demo_load(), follow_logs=True)
+                # The worker source as the dashboard wires it: the supervisor's owner thread where the code has one.
+                readonly = NodePipeline(sim, owned(ro_sup), discover=True)
+                workers = NodePipeline(sim, owned(sup), discover=True, demo_load=sup.demo_load(), follow_logs=True)
                 results.setdefault(f"readonly{suffix}", []).append(tick_cpu(readonly, a.ticks, a.interval))
                 results.setdefault(f"workers{suffix}", []).append(tick_cpu(workers, a.ticks, a.interval))
                 results.setdefault(f"workers+old-walks{suffix}", []).append(

@@ -22,7 +22,7 @@ from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
 from amdtop.rccl.monitor import LogMonitor
 from amdtop.runtime import NodeRuntime
 from amdtop.telemetry.base import TelemetryBackend
-from tui import input_driver
+from tui import input_driver, tty_crop
 from tui.control_actions import ControlActions
 from tui.messages import PollFailed, SnapshotReady
 from tui.screens.dashboard import PANES, DashboardScreen
@@ -83,6 +83,7 @@ class AmdtopApp(ControlActions, App[int]):
         """``runtime``: the node runtime :func:`amdtop.runtime.open_node` opened (``amdtop``); without one (tests,
         snapshots) the app builds its own over ``backend`` and the other parts."""
         super().__init__()
+        tty_crop.install()  # once per process: partial updates send the changed cells only (the bytes over SSH)
         self.backend = backend
         self.control = None if readonly else control
         self.interval = interval

@@ -5,24 +5,29 @@ every widget strip that a dirty span touches up to the span's end ("TODO: crop t
 at column 60 of a table resends columns 1-60 of its line, so a per-cell refresh saves nothing on the wire. This
 crops each strip to the span's start as well. Over SSH that is most of amdtop's bytes (docs/benchmarks.md).
 
-It replaces a private method: :func:`install` patches only the Textual version it was written against, and
-tests/tui/test_textual_private.py fails, naming the version, when Textual changes.
+It replaces a private method and reads a private attribute of Rich's Console: :func:`install` (called once, when
+the app is built) imports them inside its guard and patches only the Textual and Rich versions it was written
+against; anything missing (ImportError, AttributeError) leaves Textual's own path in place. tests/tui/
+test_textual_private.py fails, naming the version, when either changes.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import version
+import threading
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
-from textual import _compositor
 from textual.strip import Strip
 
 PATCHED_FOR = "8.2.8"
-ORIGINAL = _compositor.ChopsUpdate.render_segments
-"""Textual's own method (kept for the test that compares both)."""
+RICH_FOR = "15.0.0"
+"""Rich version whose ``Console._color_system`` :func:`render_cells` reads (pinned in pyproject.toml)."""
+_ORIGINAL: Any = None
+_installed: bool | None = None
+_lock = threading.Lock()
 
 
 def render_segments(self: Any, console: Console) -> str:
@@ -54,7 +59,7 @@ def render_segments(self: Any, console: Console) -> str:
 def render_cells(strip: Strip, start: int, end: int, console: Console) -> str:
     """``strip.crop(start, end).render(console)`` without the intermediate Strip: a Strip builds seven caches when it
     is made, and a tick crops one per changed span (that was most of the dashboard's output cost)."""
-    color_system = console._color_system or ColorSystem.TRUECOLOR
+    color_system = getattr(console, "_color_system", None) or ColorSystem.TRUECOLOR
     render = Strip.render_style
     out: list[str] = []
     pos = 0
@@ -74,9 +79,39 @@ def render_cells(strip: Strip, start: int, end: int, console: Console) -> str:
     return "".join(out)
 
 
-def install() -> bool:
-    """Patch Textual's partial updates (only the version this was written for); True when patched."""
-    if version("textual") != PATCHED_FOR:
+def _versions_match() -> bool:
+    try:
+        return version("textual") == PATCHED_FOR and version("rich") == RICH_FOR
+    except PackageNotFoundError:
         return False
-    _compositor.ChopsUpdate.render_segments = render_segments  # type: ignore[method-assign]
-    return True
+
+
+def install() -> bool:
+    """Patch Textual's partial updates, once (only the versions this was written for); True when patched."""
+    global _ORIGINAL, _installed
+    with _lock:
+        if _installed is None:
+            _installed = False
+            if _versions_match():
+                try:
+                    from textual import _compositor
+
+                    chops = _compositor.ChopsUpdate
+                    _ORIGINAL = chops.render_segments
+                    chops.render_segments = render_segments  # type: ignore[method-assign]
+                    _installed = True
+                except (ImportError, AttributeError):
+                    _installed = False  # Textual moved it: its own (uncropped) path stays
+        return _installed
+
+
+def original() -> Any:
+    """Textual's own ``ChopsUpdate.render_segments`` (the test compares both); None where Textual lacks it."""
+    if _ORIGINAL is not None:
+        return _ORIGINAL
+    try:
+        from textual import _compositor
+
+        return _compositor.ChopsUpdate.render_segments
+    except (ImportError, AttributeError):
+        return None

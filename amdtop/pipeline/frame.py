@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from amdtop.analysis.numa import WorkerBinding
@@ -178,28 +177,3 @@ class NodeFrame:
     def owners_by_hip(self) -> dict[int, tuple[str, int]]:
         """HIP device -> (worker, TP rank)."""
         return {dev: (name, rank) for dev, name, rank in self.hip_owners}
-
-
-class FrameMailbox:
-    """The newest frame, handed from the thread that drew it to one that serves it (the in-process exporter).
-
-    Frames are immutable, so handing one over is the whole message; the lock only orders the hand-over.
-    """
-
-    def __init__(self) -> None:
-        """Empty until the first :meth:`put`."""
-        self._lock = threading.Lock()
-        self._frame: NodeFrame | None = None
-
-    def put(self, frame: NodeFrame) -> None:
-        """Replace the frame held."""
-        with self._lock:
-            self._frame = frame
-
-    def get(self) -> NodeFrame:
-        """The newest frame (RuntimeError before the first one: the exporter answers 500 and says why)."""
-        with self._lock:
-            frame = self._frame
-        if frame is None:
-            raise RuntimeError("no sample yet")
-        return frame

@@ -1,39 +1,24 @@
-"""What the worker and the node did during one ramp step: /metrics deltas and levels, GPU samples, CPU placement.
+"""What the node did during a ramp step, as the node runtime's frames show it, and where the worker's processes are.
 
-The recorder runs beside the load generator on the same event loop: one ``/metrics`` scrape and one node observation
-every ``interval_s``, levels kept only inside the measurement window, counters differenced over the whole step.
 Node data comes through :class:`NodeObserver`, a callable over the node runtime's newest frame (the dashboard's, or
-the one ``amdtop ramp`` starts), so recording adds no device call and no computation of its own.
+the one ``amdtop ramp`` starts), so recording adds no device call and no computation of its own. The per-step
+recorder that calls it is :mod:`amdtop.ramp.recorder`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import re
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 import psutil
 
-from amdtop.cpulist import format_cpulist
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.supervisor.metrics import parse_samples
 
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-"""New name first; vLLM before V1 called it ``gpu_cache_usage_perc``."""
-PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
-PROMPT_TOKENS = ("vllm:prompt_tokens_total", "vllm:prompt_tokens")
-GEN_TOKENS = ("vllm:generation_tokens_total", "vllm:generation_tokens")
-QUEUE_SUM = ("vllm:request_queue_time_seconds_sum",)
-QUEUE_COUNT = ("vllm:request_queue_time_seconds_count",)
 THROTTLED_SHARE = 0.2
 """A GPU counts as throttled for an interval when a limit reason held it back this share of the time."""
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
 
 @dataclass(frozen=True, slots=True)
 class GpuObservation:
@@ -94,31 +79,6 @@ def observer_from_frames(frame: Callable[[], NodeFrame], gpus: Sequence[int] | N
     return observe
 
 
-def first(samples: dict[str, float], names: Sequence[str]) -> float | None:
-    """The first of ``names`` present in ``samples``."""
-    for n in names:
-        if n in samples:
-            return samples[n]
-    return None
-
-
-def cache_config(text: str) -> dict[str, str]:
-    """The labels of ``vllm:cache_config_info`` (block size, KV size in tokens and blocks, memory utilization)."""
-    for line in text.splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            return {k: v for k, v in _LABEL.findall(line[: line.rfind("}")])}
-    return {}
-
-
-def kv_capacity_tokens(cfg: dict[str, str]) -> int | None:
-    """KV cache size in tokens from the cache config labels (``kv_cache_size_tokens`` or blocks x block size)."""
-    with contextlib.suppress(ValueError, KeyError):
-        return int(float(cfg["kv_cache_size_tokens"]))
-    with contextlib.suppress(ValueError, KeyError):
-        return int(float(cfg["num_gpu_blocks"])) * int(float(cfg["block_size"]))
-    return None
-
-
 def listener_pids(port: int) -> list[int]:
     """The processes listening on TCP ``port`` here and all their descendants (the worker's API server, EngineCore,
     TP ranks); empty when none is found or /proc hides them."""
@@ -149,226 +109,6 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-@dataclass(slots=True)
-class _Levels:
-    kv: list[float] = field(default_factory=list)
-    running: list[float] = field(default_factory=list)
-    waiting: list[float] = field(default_factory=list)
-    util: dict[int, list[float]] = field(default_factory=dict)
-    power_frac: list[float] = field(default_factory=list)
-    throttled: dict[int, int] = field(default_factory=dict)
-    reasons: set[str] = field(default_factory=set)
-    xgmi: list[float] = field(default_factory=list)
-    node_samples: int = 0
-    worker_cpus_busy: set[int] = field(default_factory=set)
-    client_cpus: set[int] = field(default_factory=set)
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-class StepRecorder:
-    """Records one step; ``await start()`` before the load, ``await stop()`` after it, then :meth:`result`."""
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        *,
-        observer: NodeObserver | None = None,
-        worker_pids: Sequence[int] = (),
-        interval_s: float = 0.5,
-        window: tuple[float, float] | None = None,
-    ) -> None:
-        """``window`` = (start, end) of the measurement window in ``time.perf_counter`` seconds."""
-        self._http = client
-        self._observer = observer
-        self._interval = interval_s
-        self._window = window
-        self._levels = _Levels()
-        self._first: dict[str, float] | None = None
-        self._last: dict[str, float] | None = None
-        self._cache: dict[str, str] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._procs: list[psutil.Process] = []
-        for pid in worker_pids:
-            with contextlib.suppress(psutil.Error):
-                self._procs.append(psutil.Process(pid))
-        self._me = psutil.Process()
-        self._cpu0: dict[int, float] = {}
-        self._t0 = 0.0
-        self.metrics_ok = False
-
-    def set_window(self, start: float, end: float) -> None:
-        """The measurement window (levels outside it are dropped)."""
-        self._window = (start, end)
-
-    async def _scrape(self) -> dict[str, float] | None:
-        try:
-            resp = await self._http.get("/metrics")
-        except httpx.HTTPError:
-            return None
-        if resp.status_code != 200:
-            return None
-        if not self._cache:
-            self._cache = cache_config(resp.text)
-        self.metrics_ok = True
-        return parse_samples(resp.text)
-
-    def _proc_cpu(self) -> dict[int, float]:
-        out: dict[int, float] = {}
-        for p in self._procs:
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                out[p.pid] = t.user + t.system
-        return out
-
-    async def start(self) -> None:
-        """First scrape (the counters' base) and the sampling loop."""
-        self._first = await self._scrape()
-        self._cpu0 = self._proc_cpu()
-        self._t0 = time.perf_counter()
-        self._task = asyncio.ensure_future(self._loop())
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            now = time.perf_counter()
-            inside = self._window is None or self._window[0] <= now <= self._window[1]
-            samples = await self._scrape()
-            if samples is not None:
-                self._last = samples
-            if not inside:
-                continue
-            lv = self._levels
-            if samples is not None:
-                for names, dest in ((KV_USAGE, lv.kv), (("vllm:num_requests_running",), lv.running),
-                                    (("vllm:num_requests_waiting",), lv.waiting)):  # fmt: skip
-                    value = first(samples, names)
-                    if value is not None:
-                        dest.append(value)
-            self._placement()
-            if self._observer is not None:
-                try:
-                    gpus = await asyncio.to_thread(self._observer)
-                except Exception:  # a telemetry hiccup must not end the ramp; the step just has fewer samples
-                    gpus = ()
-                self._add_gpus(gpus)
-
-    def _placement(self) -> None:
-        # Which cores the worker's busy processes and the client actually ran on at this moment.
-        lv = self._levels
-        for p in self._procs:
-            with contextlib.suppress(psutil.Error):
-                if p.status() == psutil.STATUS_RUNNING:
-                    lv.worker_cpus_busy.add(p.cpu_num())
-        with contextlib.suppress(psutil.Error, AttributeError):
-            lv.client_cpus.add(self._me.cpu_num())
-
-    def _add_gpus(self, gpus: Sequence[GpuObservation]) -> None:
-        lv = self._levels
-        if not gpus:
-            return
-        lv.node_samples += 1
-        xgmi = 0.0
-        seen_xgmi = False
-        for g in gpus:
-            if g.util_pct is not None:
-                lv.util.setdefault(g.index, []).append(g.util_pct)
-            if g.power_w is not None and g.power_cap_w:
-                lv.power_frac.append(g.power_w / g.power_cap_w)
-            if g.throttled is not None:
-                lv.throttled[g.index] = lv.throttled.get(g.index, 0) + int(g.throttled)
-                if g.throttled and g.throttle_reason:
-                    lv.reasons.add(g.throttle_reason)
-            if g.xgmi_bytes_per_s is not None:
-                xgmi += g.xgmi_bytes_per_s
-                seen_xgmi = True
-        if seen_xgmi:
-            lv.xgmi.append(xgmi)
-
-    async def stop(self) -> None:
-        """End the sampling loop and take the closing scrape."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        last = await self._scrape()
-        if last is not None:
-            self._last = last
-
-    def result(self) -> dict[str, Any]:
-        """The step's recorded keys (flat, so the CSV keeps one row per step); ``None`` where nothing was seen."""
-        lv = self._levels
-        out: dict[str, Any] = {"server_metrics": self.metrics_ok}
-        a, b = self._first, self._last
-
-        def delta(names: Sequence[str]) -> float | None:
-            if a is None or b is None:
-                return None
-            x, y = first(a, names), first(b, names)
-            if x is None or y is None or y < x:  # absent, or the server restarted
-                return None
-            return y - x
-
-        out["kv_cache_usage_max"] = max(lv.kv) if lv.kv else None
-        out["kv_cache_usage_mean"] = _mean(lv.kv)
-        out["num_preemptions"] = delta(PREEMPTIONS)
-        out["running_mean"] = _mean(lv.running)
-        out["running_max"] = max(lv.running) if lv.running else None
-        out["waiting_mean"] = _mean(lv.waiting)
-        out["waiting_max"] = max(lv.waiting) if lv.waiting else None
-        out["server_prompt_tokens"] = delta(PROMPT_TOKENS)
-        out["server_generation_tokens"] = delta(GEN_TOKENS)
-        qs, qc = delta(QUEUE_SUM), delta(QUEUE_COUNT)
-        out["mean_queue_time_ms"] = 1000.0 * qs / qc if qs is not None and qc else None
-        out["kv_cache_tokens"] = kv_capacity_tokens(self._cache)
-        out["block_size"] = int(self._cache["block_size"]) if self._cache.get("block_size", "").isdigit() else None
-        out["gpu_memory_utilization"] = _float(self._cache.get("gpu_memory_utilization"))
-        means = {i: sum(v) / len(v) for i, v in sorted(lv.util.items()) if v}
-        out["gpu_util_pct"] = {str(i): round(m, 1) for i, m in means.items()} or None
-        out["gpu_util_mean"] = _mean(list(means.values()))
-        out["gpu_util_spread"] = (max(means.values()) - min(means.values())) if len(means) > 1 else None
-        out["gpu_util_min_gpu"] = min(means, key=lambda i: means[i]) if len(means) > 1 else None
-        out["power_frac_max"] = max(lv.power_frac) if lv.power_frac else None
-        if lv.throttled and lv.node_samples:
-            out["throttled_frac"] = max(lv.throttled.values()) / lv.node_samples
-            out["throttle_reasons"] = ",".join(sorted(lv.reasons)) or None
-        else:
-            out["throttled_frac"] = None
-            out["throttle_reasons"] = None
-        out["xgmi_gbps"] = sum(lv.xgmi) / len(lv.xgmi) / 1e9 if lv.xgmi else None
-        wall = time.perf_counter() - self._t0 if self._t0 else 0.0
-        cpu1 = self._proc_cpu()
-        used = sum(cpu1[p] - self._cpu0.get(p, cpu1[p]) for p in cpu1)
-        out["worker_cpu_pct"] = 100.0 * used / wall if self._procs and wall > 0 else None
-        out.update(self._sharing())
-        return out
-
-    def _sharing(self) -> dict[str, Any]:
-        mine: set[int] = set()
-        with contextlib.suppress(psutil.Error, AttributeError):
-            mine = set(self._me.cpu_affinity() or [])
-        theirs: set[int] = set()
-        for p in self._procs:
-            with contextlib.suppress(psutil.Error, AttributeError):
-                theirs |= set(p.cpu_affinity() or [])
-        if not self._procs:
-            return {"client_shares_cores": None, "client_shared_cpus": None}
-        allowed = mine & theirs
-        met = self._levels.worker_cpus_busy & self._levels.client_cpus
-        shared = sorted(met or allowed)
-        return {"client_shares_cores": bool(allowed), "client_shared_cpus": format_cpulist(shared) if shared else None}
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
-
-
 WorkerPids = Callable[[], Sequence[int]]
 
 
@@ -376,27 +116,3 @@ def default_worker_pids(url: str) -> WorkerPids:
     """The processes behind a local ``url`` (found through its listening port); none for a remote one."""
     port = url_port(url)
     return (lambda: listener_pids(port)) if port is not None else (lambda: ())
-
-
-async def recorded_step(
-    url: str,
-    run: Callable[[], Any],
-    *,
-    warmup_s: float,
-    duration_s: float,
-    observer: NodeObserver | None,
-    worker_pids: WorkerPids,
-    interval_s: float = 0.5,
-) -> tuple[Any, dict[str, Any]]:
-    """Await ``run()`` (one step of load) while a :class:`StepRecorder` watches; returns its result and the keys."""
-    pids = await asyncio.to_thread(worker_pids)
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(2.0), trust_env=False) as http:
-        t0 = time.perf_counter()
-        rec = StepRecorder(http, observer=observer, worker_pids=pids, interval_s=interval_s,
-                           window=(t0 + warmup_s, t0 + warmup_s + duration_s))  # fmt: skip
-        await rec.start()
-        try:
-            out = await run()
-        finally:
-            await rec.stop()
-    return out, rec.result()

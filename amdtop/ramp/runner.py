@@ -18,8 +18,9 @@ from amdtop.ramp.client import LoadSpec, run_step
 from amdtop.ramp.goodput import goodput_keys
 from amdtop.ramp.knee import default_concurrencies, find_knee, refinement_points
 from amdtop.ramp.limits import check_concurrency, fallback_dir
-from amdtop.ramp.observe import NodeObserver, WorkerPids, default_worker_pids, recorded_step
+from amdtop.ramp.observe import NodeObserver, WorkerPids, default_worker_pids
 from amdtop.ramp.prompts import build_prompts, discover
+from amdtop.ramp.recorder import recorded_step
 from amdtop.ramp.results import RampResult, save
 
 

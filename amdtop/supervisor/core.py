@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,9 +14,8 @@ import tomlkit
 from amdtop.control import DemoLoad
 from amdtop.errors import AmdtopError, InputError
 from amdtop.model import Topology, WorkerState, WorkerStatus
-from amdtop.secrets import mask_argv, mask_command_line, mask_env
 from amdtop.supervisor import procs
-from amdtop.supervisor.launchspec import build_argv, build_env, preflight, systemd_usable
+from amdtop.supervisor.launchspec import build_env, preflight
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.observe import observe
 from amdtop.supervisor.profiles import (
@@ -29,7 +27,9 @@ from amdtop.supervisor.profiles import (
 )
 from amdtop.supervisor.rebuild import Recovery, rebuild_record
 from amdtop.supervisor.retune import apply_changes, render_diff, write_profile_file
-from amdtop.supervisor.state import StateStore, WorkerRecord, io_error, make_dirs, open_log, rotate_log
+from amdtop.supervisor.scanpass import MISSING, Checked, Found, roots
+from amdtop.supervisor.spawn import spawn
+from amdtop.supervisor.state import StateStore, WorkerRecord
 from amdtop.supervisor.stopper import StopReport, stop_run
 from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import REDISCOVER_EVERY_S
@@ -134,7 +134,7 @@ class Supervisor:
         return self._recover(name, procs.scan()).record
 
     def _recover(
-        self, name: str, table: dict[int, procs.ProcStat], found: _Found | None = None, checked: Checked | None = None
+        self, name: str, table: dict[int, procs.ProcStat], found: Found | None = None, checked: Checked | None = None
     ) -> Recovery:
         """``name``'s launch record: the state file when it describes the live (or last) launch, else rebuilt from
         the processes that carry this state dir's marker, with the reason. ``checked`` is the state file as a status
@@ -147,7 +147,7 @@ class Supervisor:
             and procs.still_ours(rec.pid, f"{name}:{rec.launch_id}")
         ):
             return Recovery(rec, None)
-        launches = (found or _Found(self.state_dir))(table)
+        launches = (found or Found(self.state_dir))(table)
         live = launches.get(name)
         if live is None or (rec is not None and live.launch_id == rec.launch_id):
             return Recovery(rec, None if problem == "missing" else problem)
@@ -208,65 +208,11 @@ class Supervisor:
         return node
 
     def _start(self, profile: Profile, *, restarts: int) -> WorkerRecord:
-        launch_id = uuid.uuid4().hex[:12]
-        marker = f"{profile.name}:{launch_id}"
-        numa = self._numa_for(profile)
-        env = build_env(
-            profile, os.environ, vendor=self.vendor, marker=marker, state_dir=str(procs.state_dir_key(self.state_dir))
-        )
-        preflight(profile, numa, env)
-        unit = f"amdtop-{profile.name}-{launch_id}" if systemd_usable() else None
-        argv = build_argv(profile, numa, scope_unit=unit)
-        log = self.store.log_path(profile.name)
-        fix = "free space there or pick a writable --state-dir"
-        try:
-            make_dirs(log.parent)
-            rotate_log(log, self.log_max_bytes, self.log_backups)
-            fh = os.fdopen(open_log(log), "ab", buffering=0)
-        except OSError as exc:
-            raise io_error(f"worker[{profile.name}] log", log, exc, fix) from None
-        with fh:
-            try:
-                when = time.strftime("%Y-%m-%d %H:%M:%S")
-                fh.write(f"=== amdtop launch {marker} at {when}: {mask_command_line(argv)}\n".encode())
-                fh.flush()
-            except OSError as exc:
-                raise io_error(f"worker[{profile.name}] log", log, exc, fix) from None
-            offset = fh.tell()
-            try:
-                child = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=fh,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as exc:
-                raise AmdtopError(
-                    f"worker[{profile.name}].command: cannot start {argv[0]!r} ({exc.strerror})"
-                ) from None
+        rec, child = spawn(
+            profile, self._numa_for(profile), self.store, vendor=self.vendor, restarts=restarts,
+            log_max_bytes=self.log_max_bytes, log_backups=self.log_backups,
+        )  # fmt: skip
         self._children[profile.name] = child
-        st = procs.read_stat(child.pid)
-        rec = WorkerRecord(
-            name=profile.name,
-            launch_id=launch_id,
-            pid=child.pid,
-            pgid=child.pid,
-            start_ticks=st.start_ticks if st else 0,
-            started_at=time.time(),
-            argv=tuple(mask_argv(argv)),
-            env=mask_env(env),
-            log=str(log),
-            port=profile.port,
-            url=profile.url,
-            gpus=profile.gpus,
-            numa_node=numa,
-            restarts=restarts,
-            known=((child.pid, st.start_ticks),) if st else (),
-            log_offset=offset,
-        )
         try:
             self.store.save(rec)
         except AmdtopError as exc:
@@ -393,8 +339,8 @@ class Supervisor:
             self._full_scan_at = now
             table = procs.scan()
         else:
-            table = procs.scan_tree(_roots(checked.values()))
-        found = _Found(self.state_dir)
+            table = procs.scan_tree(roots(checked.values()))
+        found = Found(self.state_dir)
         out = [self._status(p.name, p, table, found, checked.get(p.name, MISSING)) for p in self._profiles]
         listed = set(self.names())
         for name in sorted((set(checked) | set(found(table))) - listed):
@@ -420,7 +366,7 @@ class Supervisor:
         """Status of worker ``name`` (a profile, or a worker of this state dir that still runs without one)."""
         table = procs.scan()
         profile = self._find(name)
-        st = self._status(name, profile, table, _Found(self.state_dir))
+        st = self._status(name, profile, table, Found(self.state_dir))
         if profile is None and not st.pids and self.store.load(name) is None:
             self.profile(name)  # raises the "no such worker" line
         return st
@@ -430,7 +376,7 @@ class Supervisor:
         name: str,
         profile: Profile | None,
         table: dict[int, procs.ProcStat],
-        found: _Found,
+        found: Found,
         checked: Checked | None = None,
     ) -> WorkerStatus:
         self._reap(name)
@@ -466,32 +412,3 @@ class Supervisor:
     def close(self) -> None:
         """Release the HTTP client (workers keep running)."""
         self.prober.close()
-
-
-class _Found:
-    """The launches of one state dir among running processes, read at most once per status pass (one environ read
-    per process)."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self._state_dir = state_dir
-        self._cache: dict[str, procs.FoundLaunch] | None = None
-
-    def __call__(self, table: dict[int, procs.ProcStat]) -> dict[str, procs.FoundLaunch]:
-        if self._cache is None:
-            self._cache = procs.find_launches(self._state_dir, table)
-        return self._cache
-
-
-Checked = tuple[WorkerRecord | None, str | None]
-"""A state file as :meth:`StateStore.load_checked` read it: the record, or why there is none."""
-MISSING: Checked = (None, "missing")
-
-
-def _roots(checked: Iterable[Checked]) -> set[int]:
-    """The recorded processes of every run not marked stopped: where a status pass between full walks looks."""
-    roots: set[int] = set()
-    for rec, _problem in checked:
-        if rec is not None and not rec.stopped:
-            roots.add(rec.pid)
-            roots.update(pid for pid, _ in rec.known)
-    return roots

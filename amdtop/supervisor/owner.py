@@ -195,15 +195,16 @@ class SupervisorOwner:
         return self.supervisor.demo_load()
 
     def close(self) -> None:
-        """Release the supervisor's HTTP client once the queued commands ran (workers keep running).
+        """Release the supervisor's HTTP client once the queued commands ran (workers keep running); returns at once,
+        so quitting the dashboard does not wait behind a stop's grace.
 
         The owner keeps taking commands: the demo's autostart stops its workers after the dashboard has closed.
         """
-        with contextlib.suppress(RuntimeError, TimeoutError):
-            self.submit(lambda s: s.close(), verb="close").result(timeout=60)
+        with contextlib.suppress(RuntimeError):
+            self.submit(lambda s: s.close(), verb="close")
 
     def shutdown(self) -> None:
-        """Close and end the owner thread; later commands raise RuntimeError."""
+        """Close, wait for the queued commands, and end the owner thread; later commands raise RuntimeError."""
         self.close()
         with self._lock:
             if self._closed:

@@ -8,6 +8,7 @@ from pathlib import Path
 from amdtop.model import WorkerState
 from amdtop.pipeline import NodePipeline
 from amdtop.supervisor import Supervisor
+from amdtop.supervisor.owner import SupervisorOwner
 from amdtop.telemetry.sim import SimBackend
 from tui.launch import DemoAutostart
 
@@ -17,12 +18,14 @@ def test_demo_workers_start_busy_and_stop_on_quit(tmp_path: Path) -> None:
     sup = Supervisor(
         tmp_path / "none.toml", tmp_path, topology=sim.topology(), demo=True, sim=sim, grace_s=5, demo_port_base=18250
     )
+    # As the dashboard wires it: every call through the supervisor's owner thread.
+    control = SupervisorOwner(sup)
     try:
-        auto = DemoAutostart(sup).start()
+        auto = DemoAutostart(control).start()
         auto.thread.join(timeout=30)
         assert auto.launched == sup.names()
         # The node pipeline, as the dashboard runs it: the demo's load follows the workers' status.
-        pipeline = NodePipeline(sim, sup, discover=False, demo_load=sup.demo_load(), workers_every_s=0.0)
+        pipeline = NodePipeline(sim, control, discover=False, demo_load=control.demo_load(), workers_every_s=0.0)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             states = {w.name: w for w in pipeline.tick().workers}
@@ -35,9 +38,10 @@ def test_demo_workers_start_busy_and_stop_on_quit(tmp_path: Path) -> None:
         assert busy, states  # the background traffic keeps sequences running without any client
         # The simulated GPUs follow the workers: the busy demo node is not idle.
         assert max(s.util_pct or 0 for s in pipeline.tick().snapshot.gpus) > 20
+        control.close()  # the dashboard closes first (on unmount); the autostart then stops its workers
         auto.stop()
-        assert all(w.pid is None for w in sup.status())
+        assert all(w.pid is None for w in control.status())
     finally:
         for name in sup.names():
-            sup.stop(name)
-        sup.close()
+            control.stop(name)
+        control.shutdown()

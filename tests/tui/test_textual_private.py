@@ -29,6 +29,38 @@ WHY = f"textual {TEXTUAL}: amdtop was written against {tty_crop.PATCHED_FOR}; re
 
 def test_textual_version_is_the_one_patched() -> None:
     assert TEXTUAL == tty_crop.PATCHED_FOR == input_driver.PATCHED_FOR, WHY
+    assert version("rich") == tty_crop.RICH_FOR, f"rich {version('rich')}: tui/tty_crop.py reads Console._color_system"
+
+
+def test_private_parts_fail_closed_to_textuals_own_path(monkeypatch: Any) -> None:
+    """A moved private module or attribute leaves Textual's own driver and partial updates in place."""
+
+    def gone() -> Any:
+        raise ImportError("textual._xterm_parser moved")
+
+    monkeypatch.setattr(input_driver, "_built", None)
+    monkeypatch.setattr(input_driver, "_build", gone)
+    assert input_driver.driver_class() is None
+    monkeypatch.setattr(input_driver, "version", lambda name: "9.0.0")
+    assert input_driver.driver_class() is None
+
+    monkeypatch.setattr(tty_crop, "_installed", None)
+    monkeypatch.setattr(tty_crop, "_ORIGINAL", None)
+    monkeypatch.delattr(_compositor, "ChopsUpdate")
+    assert tty_crop.install() is False
+    monkeypatch.undo()
+    monkeypatch.setattr(tty_crop, "_installed", None)
+    monkeypatch.setattr(tty_crop, "version", lambda name: "15.1.0" if name == "rich" else tty_crop.PATCHED_FOR)
+    assert tty_crop.install() is False  # an unchecked Rich: not patched
+
+
+def test_compositor_patch_is_installed_once_when_the_app_is_built() -> None:
+    from tests.tui.conftest import make_app
+
+    make_app()
+    assert tty_crop.install() is True
+    assert _compositor.ChopsUpdate.render_segments is tty_crop.render_segments
+    assert tty_crop.original() is not tty_crop.render_segments
 
 
 def test_partial_update_is_cropped_to_the_changed_cells() -> None:
@@ -38,7 +70,7 @@ def test_partial_update_is_cropped_to_the_changed_cells() -> None:
     strip = Strip([Segment("0123456789")])
     update = _compositor.ChopsUpdate([{0: strip}], [(0, 4, 7)], [[10]])
     console = Console(width=20, legacy_windows=False, force_terminal=True, color_system=None)
-    textual_out = tty_crop.ORIGINAL(update, console)
+    textual_out = tty_crop.original()(update, console)
     assert textual_out.endswith("0123456")  # Textual's own: from the strip's start up to the span's end
     assert tty_crop.render_segments(update, console) == "\x1b[1;5H456"  # the changed cells only
     assert tty_crop.install()
@@ -59,7 +91,11 @@ def test_render_cells_is_crop_then_render() -> None:
             )
 
 
-class _Recorder(input_driver.QuietLinuxDriver):
+_QUIET = input_driver.driver_class()
+assert _QUIET is not None, WHY
+
+
+class _Recorder(_QUIET):  # type: ignore[misc,valid-type]
     """The quiet driver reading a pipe instead of the terminal, keeping what it would send to the app."""
 
     def __init__(self, app: Any, fd: int) -> None:

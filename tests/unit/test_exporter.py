@@ -348,3 +348,46 @@ def test_sysfs_missing_files_and_vanished_gpu_give_no_series(tmp_path: Path) -> 
 def test_loopback_detection() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("gpu-node-1")
+
+
+def test_export_ticks_on_its_own_clock_not_on_scrapes(tmp_path: Path) -> None:
+    """`amdtop export` polls every --interval whoever scrapes: nobody scrapes for a while, yet the frame served is
+    fresh and the polls went on (the TP window holds the samples it is sized for)."""
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "amdtop", "export", "--demo", "--listen", f"127.0.0.1:{port}", "--interval", "0.2",
+         "--state-dir", str(tmp_path), "--config", str(tmp_path / "none.toml")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=5).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.2)
+
+        def polls() -> tuple[float, float]:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                fams = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+            return fams["amdtop_polls"].samples[0].value, fams["amdtop_frame_timestamp_seconds"].samples[0].value
+
+        first, _ = polls()
+        time.sleep(2.0)  # no scrape for 2 s: ten ticks at 0.2 s (a loaded box makes it fewer, never none)
+        second, stamp = polls()
+        third, _ = polls()
+        assert second >= first + 3
+        assert third - second <= 1  # a scrape does not tick
+        assert time.time() - stamp < 2.0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -16,7 +16,8 @@ from amdtop.errors import InputError
 from amdtop.ramp import Ramp, RampConfig
 from amdtop.ramp.cause import explain
 from amdtop.ramp.goodput import goodput_keys, is_good, parse_goodput
-from amdtop.ramp.observe import GpuObservation, cache_config, kv_capacity_tokens
+from amdtop.ramp.observe import GpuObservation
+from amdtop.ramp.recorder import cache_config, kv_capacity_tokens
 from amdtop.ramp.results import CSV_COLUMNS
 from amdtop.ramp.stats import RequestResult
 from tests.unit.simproc import simserver

@@ -14,7 +14,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, Tab, Tabs
 
 from amdtop.pipeline import NodeFrame
-from tui import tty_crop, views
+from tui import views
 from tui.command_mode import CommandBar, run_command
 from tui.filter import FilterBar, filter_rows
 from widgets.gpu_history import GpuHistory
@@ -101,7 +101,6 @@ class DashboardScreen(Screen[None]):
         return widget
 
     def on_mount(self) -> None:
-        tty_crop.install()  # partial updates send the changed cells only (the bytes over SSH)
         self._select("gpus")
         # Keep a widget focused: with focus on nothing, each Footer recompose prunes nodes, which resets focus,
         # which refreshes bindings, which recomposes the Footer again (a loop that cost ~1% CPU when idle).
