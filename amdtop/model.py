@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from amdtop.layout import TpGroupLayout, WorkerLayout
+
 
 class LinkType(str, Enum):
     """Class of the interconnect between two GPUs, as in the CLI contract."""
@@ -36,6 +38,10 @@ class FlagKind(str, Enum):
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
     PARTITION_SPLIT = "partition_split"
     GPU_FAULT = "gpu_fault"
+    NCCL_INIT_INCOMPLETE = "nccl_init_incomplete"
+    NCCL_INIT_STALLED = "nccl_init_stalled"
+    NIC_MISMATCH = "nic_mismatch"
+    WORKER_STALLED = "worker_stalled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,9 @@ class GpuProcess:
     """VRAM held by the process on this GPU."""
     partition: int | None = None
     """Compute partition the memory is on (``Partition.index``), ``None`` when the GPU is not partitioned."""
+    gpu_util_pct: float | None = None
+    """The process's share of the GPU's engines over the last interval, 0-100 (NVML process utilisation samples,
+    amdgpu fdinfo engine time); ``None`` where the backend gives none per process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +317,26 @@ class WorkerState(str, Enum):
     READY = "ready"
     STOPPING = "stopping"
     CRASHED = "crashed"
+    ASLEEP = "asleep"
+    """vLLM sleep mode: up, but its weights/KV cache are offloaded or discarded (VRAM freed on purpose)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """One engine (one DP replica, ``engine`` label of the vLLM series) of a worker."""
+
+    engine: str
+    """The ``engine`` label (``"0"`` without data parallelism; the DP rank)."""
+    running: float | None = None
+    """Requests in this engine's batch."""
+    waiting: float | None = None
+    """Requests queued at this engine."""
+    kv_cache_usage: float | None = None
+    """This engine's KV-cache usage 0..1 (gauges are never summed across engines)."""
+    gen_tokens_per_s: float | None = None
+    """This engine's generation tokens/s from counter deltas."""
+    sleep_level: int | None = None
+    """0 awake, 1 weights offloaded, 2 all discarded (``vllm:engine_sleep_state``); ``None`` where not exposed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +351,18 @@ class EngineStats:
     """KV-cache usage 0..1 (``vllm:kv_cache_usage_perc``, old ``vllm:gpu_cache_usage_perc``)."""
     gen_tokens_per_s: float | None = None
     """Generation tokens/s from ``vllm:generation_tokens_total`` deltas."""
+    engines: tuple[EngineSample, ...] = ()
+    """Per engine (DP replica), in engine-label order. The worker totals above sum the counters and the request
+    gauges over engines; ``kv_cache_usage`` is the highest engine's (a fraction is never summed)."""
+    sleep_level: int | None = None
+    """Deepest sleep level over the engines (0 awake); ``None`` where the server does not say."""
+    gen_tokens_total: float | None = None
+    """``vllm:generation_tokens_total`` as scraped (the stall judge compares it between scrapes)."""
+    requests_finished: float | None = None
+    """``vllm:request_success_total`` summed over ``finished_reason``."""
+    requests_started: float | None = None
+    """Requests that got their first token (``vllm:time_to_first_token_seconds_count``): with ``requests_finished``
+    it tells the requests in flight where the CPU build's gauges read 0 under load."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,3 +411,53 @@ class WorkerStatus:
     note: str | None = None
     """Why amdtop's view of this worker is not its plain launch record (e.g. the state was rebuilt from the running
     processes because the state file was torn); ``None`` normally."""
+    ranks: tuple[RankSample, ...] = ()
+    """Each TP rank's process as read from ``/proc`` with this status (a rank seen earlier and now gone is
+    ``state == "gone"``)."""
+    health: WorkerHealth | None = None
+    """Instant verdict over :attr:`ranks` (and the crash log); ``None`` where nothing was judged."""
+    error_line: str | None = None
+    """For a crashed worker: what its log says went wrong (the rank that died, else the last error line)."""
+    layout: WorkerLayout | None = None
+    """DP/TP/PP sizes and expert parallel (from the profile or the discovered command line); ``None``: plain TP."""
+
+    def tp_groups(self) -> tuple[TpGroupLayout, ...]:
+        """The worker's TP groups (one per DP replica and pipeline stage); one group of every GPU without a layout."""
+        return (self.layout or WorkerLayout(tp=max(1, len(self.gpus)))).groups(self.name, self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class RankSample:
+    """One TP rank's process at one look (``/proc/PID/stat``)."""
+
+    rank: int
+    """TP rank."""
+    pid: int
+    """Its process."""
+    state: str
+    """Kernel state letter (``R S D T t Z``...) or ``gone``."""
+    cpu_s: float | None = None
+    """User + system CPU time so far, seconds."""
+    threads: int | None = None
+    """Threads of the process."""
+    at: float = 0.0
+    """When it was read (monotonic seconds)."""
+    exit_status: int | None = None
+    """For a zombie: how it ended, as ``waitpid`` reports it (``stat`` field 52; the killing signal in the low bits)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHealth:
+    """A worker's health verdict (``health`` in ``workers status --json``)."""
+
+    verdict: str
+    """``ok`` or a cause: ``rank_stopped``, ``rank_dead``, ``rank_blocked``, ``collective_wait``, ``engine_idle``,
+    ``unknown``."""
+    rank: int | None = None
+    """The rank the verdict names."""
+    pid: int | None = None
+    """That rank's process."""
+    message: str = ""
+    """One line for humans, with the fix where there is one."""
+    evidence: tuple[str, ...] = ()
+    """What the verdict rests on, one fact per entry."""

@@ -6,7 +6,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from amdtop.cpulist import format_cpulist
+from amdtop.engines_json import worker_extra_json
+from amdtop.gpuprocs.report import add_processes
 from amdtop.health.report import fabric_json, gpu_health_json
+from amdtop.health.stall import health_json
 from amdtop.hip_devices import partition_keys
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
 from amdtop.rccl.views import worker_logs_json
@@ -133,6 +136,8 @@ def worker_json(w: WorkerStatus) -> dict[str, Any]:
         "restarts": w.restarts,
         "source": w.source,
         "rank_pids": [{"rank": r, "pid": p} for r, p in w.rank_pids],
+        **worker_extra_json(w),
+        "health": health_json(w.health),
     }
 
 
@@ -152,6 +157,7 @@ def group_json(g: TpGroup) -> dict[str, Any]:
         "samples": g.samples,
         "imbalanced": g.imbalanced,
         "lost_gpus": list(g.lost_gpus),
+        "dp_rank": g.dp_rank,
     }
 
 
@@ -172,4 +178,5 @@ def frame_json(frame: NodeFrame) -> dict[str, Any]:
     )
     if frame.errors:
         doc["errors"] = list(frame.errors)
+    add_processes(doc, frame.processes, frame.process_totals)
     return doc

@@ -22,3 +22,20 @@ STATE_FILES_EVERY_S = 5.0
 GPU_FAULT_HOLD_S = 600.0
 """A ``gpu_fault`` flag stays up this long after amdtop last read a line of that fault: a fault is one line in the log,
 and an operator who opens amdtop minutes later should still see what happened."""
+NCCL_INIT_STALL_S = 60.0
+"""A communicator of a live log whose init printed no progress (no rank reached a new phase, none completed) for this
+long is ``nccl_init_stalled``: a healthy RCCL init of a TP group takes seconds, a hang never ends."""
+
+STALL_RAISE_AFTER_S = 3.0
+"""A stall verdict must hold this long before ``worker_stalled`` is raised (py-spy's dump stops a rank for ~0.1 s)."""
+
+STALL_CLEAR_AFTER_S = 5.0
+"""The worker must be judged ok this long before a raised ``worker_stalled`` clears (no flapping)."""
+
+STALL_NO_TOKENS_S = 15.0
+"""No generated token for this long while requests are in flight counts as a stall (a long prefill takes seconds)."""
+
+STALL_BUSY_CPU = 0.5
+"""A rank using this share of one core (or its GPU this busy, percent below) is spinning, not idle."""
+
+STALL_BUSY_GPU_PCT = 50.0

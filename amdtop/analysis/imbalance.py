@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from amdtop.layout import TpGroupLayout
 from amdtop.model import Flag, FlagKind, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.thresholds import TP_SPREAD_THRESHOLD_PCT, TP_WINDOW_S, UTIL_IDLE_PCT
 
@@ -84,6 +85,13 @@ class GroupJudgement:
     """Window length."""
     lost: tuple[int, ...] = ()
     """GPUs of the group lost in the newest snapshot."""
+    dp_rank: int | None = None
+    """Data-parallel rank of the group when its worker has several (``None``: the worker is one TP group)."""
+
+    @property
+    def label(self) -> str:
+        """``worker`` or ``worker/dp1`` for a replica of a data-parallel worker."""
+        return self.worker if self.dp_rank is None else f"{self.worker}/dp{self.dp_rank}"
 
     def spread(self, metric: str) -> float | None:
         """Spread of ``metric``."""
@@ -119,24 +127,32 @@ class ImbalanceTracker:
         return self.flags(workers)
 
     def judge(self, worker: WorkerStatus) -> GroupJudgement:
-        """Spreads and means of ``worker``'s group over the snapshots held now."""
+        """Spreads and means of all of ``worker``'s GPUs over the snapshots held now."""
+        return self.judge_gpus(worker.name, tuple(worker.gpus))
+
+    def judge_gpus(self, worker: str, gpus: tuple[int, ...], dp_rank: int | None = None) -> GroupJudgement:
+        """Spreads and means of one TP group (``gpus`` of ``worker``) over the snapshots held now."""
         spreads: list[tuple[str, float | None]] = []
         means: list[tuple[str, tuple[tuple[int, float], ...]]] = []
         for metric in METRICS:
-            spread, by_gpu = group_spreads(self._snaps, worker.gpus, metric)
+            spread, by_gpu = group_spreads(self._snaps, gpus, metric)
             spreads.append((metric, spread))
             means.append((metric, tuple(sorted(by_gpu.items()))))
         newest = self._snaps[-1] if self._snaps else None
-        lost = tuple(
-            g for g in worker.gpus if newest is not None and ((s := newest.sample(g)) is None or s.lost)
-        )
+        lost = tuple(g for g in gpus if newest is not None and ((s := newest.sample(g)) is None or s.lost))
         return GroupJudgement(
-            worker.name, tuple(worker.gpus), tuple(spreads), tuple(means), len(self._snaps), self.window_s, lost
+            worker, gpus, tuple(spreads), tuple(means), len(self._snaps), self.window_s, lost, dp_rank
         )
 
+    def judge_groups(self, groups: Sequence[TpGroupLayout]) -> list[GroupJudgement]:
+        """One judgement per TP group (:func:`amdtop.analysis.tp_groups.live_groups`); DP replicas each judged alone."""
+        replicated = {g.worker for g in groups if g.first_rank > 0}
+        return [self.judge_gpus(g.worker, g.gpus, g.dp_rank if g.worker in replicated else None) for g in groups]
+
     def judgements(self, workers: Sequence[WorkerStatus]) -> list[GroupJudgement]:
-        """One judgement per TP group: workers with GPUs that are not stopped."""
-        return [self.judge(w) for w in workers if w.gpus and w.state is not WorkerState.STOPPED]
+        """One judgement per TP group of the workers with GPUs that are not stopped (two for a DP=2 worker)."""
+        groups = [g for w in workers if w.gpus and w.state is not WorkerState.STOPPED for g in w.tp_groups()]
+        return self.judge_groups(groups)
 
     def flags_of(self, judgement: GroupJudgement) -> list[Flag]:
         """The ``tp_imbalance`` flags of one judged group (groups of one GPU are never imbalanced)."""
@@ -154,13 +170,14 @@ class ImbalanceTracker:
             out.append(
                 Flag(
                     FlagKind.TP_IMBALANCE,
-                    f"{judgement.worker}: {label} spread {spread:.0f}% over {self.window_s:g}s "
+                    f"{judgement.label}: {label} spread {spread:.0f}% over {self.window_s:g}s "
                     f"(GPU {hi} highest, GPU {lo} lowest)",
                     worker=judgement.worker,
                     gpus=judgement.gpus,
                     metric=metric,
                     spread_pct=spread,
-                    extra=(("window_s", self.window_s), ("samples", judgement.samples)),
+                    extra=(("window_s", self.window_s), ("samples", judgement.samples))
+                    + ((("dp_rank", judgement.dp_rank),) if judgement.dp_rank is not None else ()),
                 )
             )
         return out

@@ -109,6 +109,14 @@ def _check(
     return f"{who} " + " and ".join(parts) + f" (GPUs {','.join(map(str, gpus))} on node {node_list})"
 
 
+def _rank_name(worker: WorkerStatus, rank: int) -> str:
+    # Ranks of a data-parallel worker are global (the device's position); name the replica and the TP rank in it.
+    lay = worker.layout
+    if lay is None or lay.is_plain:
+        return f"TP rank {rank}"
+    return f"rank {rank} (dp{rank // lay.world_size} tp{rank % lay.tp})"
+
+
 def numa_flags(
     topology: Topology,
     workers: Sequence[WorkerStatus],
@@ -145,7 +153,7 @@ def numa_flags(
             continue
         known = None if bindings is None else bindings.get(worker.name)
         binding = known if known is not None else worker_binding(worker, proc_root)
-        reasons = []
+        reasons: list[tuple[str, tuple[int, ...]]] = []
         rank_of = {pid: rank for rank, pid in worker.rank_pids}
         per_rank_checked = False
         for pid, cpus, mems in binding.per_pid:
@@ -153,20 +161,25 @@ def numa_flags(
             if rank is None or rank >= len(worker.gpus):
                 continue
             per_rank_checked = True
-            why = _check(topology, worker.name, (worker.gpus[rank],), cpus, mems, f"TP rank {rank} (pid {pid})")
+            why = _check(topology, worker.name, (worker.gpus[rank],), cpus, mems, f"{_rank_name(worker, rank)} (pid {pid})")
             if why:
-                reasons.append(why)
+                reasons.append((why, tuple(worker.gpus)))
         if not per_rank_checked:
-            why = _check(topology, worker.name, worker.gpus, binding.cpus, binding.mems, worker.name)
-            if why:
-                reasons.append(why)
-        for why in reasons:
+            # Without per-rank bindings, each TP group (a DP replica) against the worker's binding: a replica on the
+            # other socket is a mismatch even when the worker's GPUs together span both nodes.
+            groups = worker.tp_groups()
+            for g in groups:
+                who = worker.name if len(groups) == 1 else g.suffixed
+                why = _check(topology, worker.name, g.gpus, binding.cpus, binding.mems, who)
+                if why:
+                    reasons.append((why, g.gpus))
+        for why, gpus in reasons:
             flags.append(
                 Flag(
                     FlagKind.NUMA_MISMATCH,
                     why,
                     worker=worker.name,
-                    gpus=tuple(worker.gpus),
+                    gpus=gpus,
                     extra=(("cpus", format_cpulist(binding.cpus)), ("mems", format_cpulist(binding.mems))),
                 )
             )

@@ -35,7 +35,12 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0; e.g. 1")
+    if value > MAX_INTERVAL_S:  # time.sleep() of 1e308 s is an OverflowError, and an hour per frame is a typo
+        raise argparse.ArgumentTypeError(f"{text} is more than an hour ({MAX_INTERVAL_S:g} s); e.g. 1")
     return value
+
+
+MAX_INTERVAL_S = 3600.0
 
 
 def _partition_mode(text: str) -> str:

@@ -88,8 +88,13 @@ def render_report(report: LogReport, flags: list[Flag], topology: Topology | Non
             out.append(
                 f"  rank {r.rank:<3} dev {'?' if r.dev is None else r.dev:<3} bus {r.bus_id or '?':<8} {r.host or '?'} pid {r.pid or '?'}"
             )
+        if c.init_incomplete:
+            phases = ", ".join(f"{r.rank}:{r.phase}" for r in c.ranks if r.phase is not None and not r.init_complete)
+            out.append(f"  init: {c.init_complete}/{c.nranks} complete, stopped at {c.last_phase} ({phases})")
     if report.transports:
         out.append("transports: " + ", ".join(f"{t} x{n}" for t, n in report.transports))
+    for h in report.nics:
+        out.append(f"nics {h.host}{f' ({h.network})' if h.network else ''}: {' '.join(h.devices) or 'none listed'}")
     if report.env:
         out.append(
             "env: " + " ".join(f"{e.name}={e.value}{'' if e.known else ' (UNKNOWN, ignored)'}" for e in report.env)

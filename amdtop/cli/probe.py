@@ -32,13 +32,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_probe_cmd)
 
 
-def _parse_sizes(text: str) -> list[int]:
+def _parse_sizes(text: str, flag: str = "--sizes") -> list[int]:
     try:
         sizes = sorted({parse_size(s) for s in text.split(",") if s.strip()})
     except ValueError:
-        raise InputError(f"--sizes: {text!r} is not a list of sizes; use e.g. {DEFAULT_SIZES}") from None
+        raise InputError(f"{flag}: {text!r} is not a list of sizes; use e.g. {DEFAULT_SIZES}") from None
     if not sizes or sizes[-1] > MAX_SIZE or any(s % 4 for s in sizes):
-        raise InputError(f"--sizes: {text!r}: give sizes that are multiples of 4 bytes, up to 8G; e.g. {DEFAULT_SIZES}")
+        raise InputError(f"{flag}: {text!r}: give sizes that are multiples of 4 bytes, up to 8G; e.g. {DEFAULT_SIZES}")
     return sizes
 
 
@@ -76,7 +76,7 @@ def render(res: ProbeResults) -> str:
 def run_probe_cmd(args: argparse.Namespace) -> int:
     """Validate, refuse busy GPUs unless forced, measure, cache and print."""
     sizes = _parse_sizes(args.sizes)
-    copy_size = _parse_sizes(args.copy_size)[0] if args.copy_size else None
+    copy_size = _parse_sizes(args.copy_size, "--copy-size")[0] if args.copy_size else None
     if args.iters < 1:
         raise InputError("--iters: must be at least 1")
     # One tick of the node runtime: the GPUs' processes, amdtop's workers and the vLLM servers found running.

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -15,6 +16,7 @@ from typing import Any
 from amdtop.cli.common import state_dir
 from amdtop.cli.ramp_verdict import cli_observer, gpu_list, render_verdict, sharing_warning
 from amdtop.errors import AmdtopError, os_reason
+from amdtop.private_files import make_private_dirs, private_opener, write_private
 from amdtop.ramp import Ramp, RampConfig, RampResult
 from amdtop.ramp.goodput import parse_goodput
 from amdtop.ramp.limits import check_writable_dir, check_writable_file, fallback_dir
@@ -135,13 +137,14 @@ def render_table(doc: dict[str, Any]) -> str:
 def _write_json(path: Path, text: str) -> str | None:
     """Write the --json file; on failure keep the document in the fallback folder and return the error line."""
     try:
-        path.write_text(text, encoding="utf-8")
+        with open(path, "w", encoding="utf-8", opener=private_opener) as fh:
+            fh.write(text)
         return None
     except OSError as exc:
         spare = fallback_dir() / path.name
         try:
-            spare.parent.mkdir(parents=True, exist_ok=True)
-            spare.write_text(text, encoding="utf-8")
+            make_private_dirs(spare.parent)
+            write_private(spare, text)
             kept = f"written to {spare} instead"
         except OSError:
             kept = "not written anywhere else either"
@@ -162,7 +165,9 @@ def run_ramp(args: argparse.Namespace) -> int:
         slo_tpot_ms=args.slo_tpot_ms, refine_points=0 if args.no_refine else 3, max_error_rate=args.max_error_rate,
         request_timeout_s=args.request_timeout,
     )  # fmt: skip
-    cfg = replace(cfg, goodput=slos, record=not args.no_record)
+    # The key comes from the environment as vLLM's own does (an argv word would be readable by every user).
+    key = os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
+    cfg = replace(cfg, goodput=slos, record=not args.no_record, api_key=key)
     printed: list[int] = []
     observer, close, node = (None, None, "off") if args.no_record else cli_observer(args, args.url, args.gpus)
     ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed), observer=observer)

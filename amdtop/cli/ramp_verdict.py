@@ -49,12 +49,32 @@ def cli_observer(
     except Exception as exc:
         node.close()
         return None, None, f"none ({exc})"
-    if chosen is None:
-        with contextlib.suppress(Exception):
-            chosen = _worker_gpus(first.snapshot, default_worker_pids(url.rstrip("/"))()) or None
+    groups: list[tuple[int, ...]] = []
+    with contextlib.suppress(Exception):
+        pids = default_worker_pids(url.rstrip("/"))()
+        if chosen is None:
+            chosen = _worker_gpus(first.snapshot, pids) or None
+        groups = _tp_groups(pids, chosen)
     node.runtime.start()
     which = "all GPUs" if chosen is None else "GPUs " + ",".join(map(str, chosen))
-    return observer_from_frames(node.runtime.latest, chosen), node.close, f"{node.backend.name}: {which}"
+    if len(groups) > 1:
+        which += " in TP groups " + " ".join(",".join(map(str, g)) for g in groups)
+    observer = observer_from_frames(node.runtime.latest, chosen, groups or None)
+    return observer, node.close, f"{node.backend.name}: {which}"
+
+
+def _tp_groups(pids: Sequence[int], gpus: Sequence[int] | None) -> list[tuple[int, ...]]:
+    """The TP groups of the vLLM server behind ``pids`` (a data-parallel server has several: the ramp then judges
+    the GPU spread inside each), on ``gpus`` in rank order when given; empty when it is one group or not found."""
+    from amdtop.analysis import discover_vllm
+
+    found = discover_vllm(among=pids) if pids else []
+    if len(found) != 1 or found[0].layout is None:
+        return []
+    worker = found[0]
+    # The discovered rank order wins where it names the same GPUs (the process lists give them sorted by index).
+    devices = worker.gpus if gpus is None or set(gpus) == set(worker.gpus) else tuple(gpus)
+    return [g.gpus for g in worker.layout.groups(worker.name, devices)] if worker.layout else []
 
 
 _warned: set[int] = set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from amdtop.cli.common import open_from_args, print_json
@@ -37,6 +38,8 @@ def _window(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds; e.g. 10")
     if value < 0 or value > 3600:
         raise argparse.ArgumentTypeError("must be between 0 and 3600 seconds")
     return value

@@ -9,7 +9,9 @@ import time
 from typing import Any
 
 from amdtop.cli.common import open_from_args, print_json
-from amdtop.errors import InputError, NoGpuFound
+from amdtop.engines_json import worker_extra_json
+from amdtop.errors import AmdtopError, InputError, NoGpuFound
+from amdtop.health.stall import health_json
 from amdtop.model import WorkerStatus
 from amdtop.runtime import node as runtime_node
 from amdtop.supervisor import StopReport, Supervisor
@@ -68,6 +70,21 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
             p.add_argument("--wait", action="store_true", help="wait until /health answers 200")
             p.add_argument("--timeout", type=seconds(True), default=300.0, help="seconds --wait waits (default 300)")
         p.set_defaults(func=func)
+    for action, helptext in (
+        ("sleep", "vLLM sleep mode: free the worker's weights and KV cache, keep it running (needs dev mode)"),
+        ("wake", "wake a sleeping worker"),
+    ):
+        p = wsub.add_parser(action, parents=[parent], help=helptext)
+        p.add_argument("name", metavar="NAME", help="worker name from the profile file")
+        if action == "sleep":
+            p.add_argument(
+                "--level", type=int, choices=(1, 2), default=1, help="1: offload weights to CPU (default), 2: discard"
+            )
+        p.set_defaults(func=run_sleep)
+    sk = wsub.add_parser("stacks", parents=[parent], help="Python stacks of each rank of a worker (py-spy)")
+    sk.add_argument("name", metavar="NAME", help="worker name from the profile file")
+    sk.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    sk.set_defaults(func=run_stacks)
 
 
 def open_supervisor(args: argparse.Namespace) -> Supervisor:
@@ -127,6 +144,9 @@ def status_json(st: WorkerStatus, now: float | None = None) -> dict[str, Any]:
         },
         "last_log_lines": list(st.last_log_lines),
         "note": st.note,
+        **worker_extra_json(st),
+        "health": health_json(st.health),
+        "error_line": st.error_line,
     }
 
 
@@ -152,8 +172,20 @@ def render_status(rows: list[WorkerStatus]) -> str:
             f"{_num(e.running if e else None):>5}{_num(e.waiting if e else None):>5}{_num(kv, '{:.1f}'):>6}"
             f"{_num(e.gen_tokens_per_s if e else None, '{:.1f}'):>8}"
         )
+        if e is not None and len(e.engines) > 1:
+            # One line per engine (DP replica): its own gauges, never summed (docs/vllm-metrics.md).
+            for eng in e.engines:
+                ekv = "-" if eng.kv_cache_usage is None else f"{eng.kv_cache_usage * 100:.1f}"
+                out.append(
+                    f"    engine {eng.engine}: run {_num(eng.running)} wait {_num(eng.waiting)} kv% {ekv} "
+                    f"tok/s {_num(eng.gen_tokens_per_s, '{:.1f}')}" + (f" asleep L{eng.sleep_level}" if eng.sleep_level else "")
+                )
         if st.note:
             out.append(f"    ! {st.note}")
+        if st.health is not None and st.health.verdict != "ok":
+            out.append(f"    ! {st.health.verdict}: {st.health.message}")
+        elif st.error_line:
+            out.append(f"    ! {st.error_line}")
         for line in st.last_log_lines[-3:]:
             out.append(f"    | {line}")
     return "\n".join(out) + "\n"
@@ -170,6 +202,8 @@ def run_status(args: argparse.Namespace) -> int:
         print_json([status_json(r) for r in rows])
     else:
         sys.stdout.write(render_status(rows))
+    for note in sup.notes:
+        sys.stderr.write(f"amdtop: note: {note}\n")
     if sup.config_error is not None:
         # The rows above come from the launch records; the file still needs fixing.
         raise sup.config_error
@@ -204,9 +238,12 @@ def run_stop(args: argparse.Namespace) -> int:
     """Stop one worker."""
     sup = open_supervisor(args)
     try:
-        _report(sup.stop(args.name, grace=args.grace))
+        rep = sup.stop(args.name, grace=args.grace)
+        _report(rep)
     finally:
         sup.close()
+    if rep.record_error:
+        raise AmdtopError(rep.record_error)
     return 0
 
 
@@ -233,3 +270,39 @@ def run_retune(args: argparse.Namespace) -> int:
         return _finish(sup, args, sup.retune(args.name, changes, grace=args.grace))
     finally:
         sup.close()
+
+
+def run_sleep(args: argparse.Namespace) -> int:
+    """``workers sleep|wake NAME``: the server's answer on stderr."""
+    sup = open_supervisor(args)
+    wake = args.workers_command == "wake"
+    try:
+        answer = sup.sleep(args.name, wake=wake, level=getattr(args, "level", 1))
+    finally:
+        sup.close()
+    sys.stderr.write(f"{args.name}: {'wake_up' if wake else 'sleep'}: {answer}\n")
+    return 0
+
+
+def run_stacks(args: argparse.Namespace) -> int:
+    """Dump each rank's Python stacks with py-spy; exit 1 when any rank could not be dumped (its line says why)."""
+    from amdtop.supervisor.stacks import dump_stacks, render_stacks, require_py_spy, worker_targets
+
+    exe = require_py_spy()  # before anything else: a missing tool is one line, whatever the worker does
+    sup = open_supervisor(args)
+    try:
+        st = sup.status_one(args.name)
+    finally:
+        sup.close()
+    targets = worker_targets(st)
+    if not targets:
+        raise AmdtopError(f"worker[{args.name}]: {st.state.value}, no process to dump")
+    stacks = dump_stacks(targets, py_spy=exe)
+    if args.json:
+        print_json([{"rank": s.rank, "pid": s.pid, "stacks": s.text, "error": s.error} for s in stacks])
+    else:
+        sys.stdout.write(render_stacks(args.name, stacks))
+    failed = [s for s in stacks if s.error is not None]
+    for s in failed:
+        sys.stderr.write(f"amdtop: error: worker[{args.name}] {s.label()}: {s.error}\n")
+    return 1 if failed else 0

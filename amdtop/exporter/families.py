@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from amdtop.model import FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
+from amdtop.gpuprocs.report import memory_series
+from amdtop.model import Flag, FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.pipeline.frame import NodeFrame, TpGroup
 
 MB = 1024 * 1024  # the AMD exporter's "MB" is amdsmi's MiB
@@ -81,7 +82,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_numa_mismatch", WORKER_LABELS, "1", "1 while the worker runs off its GPUs' NUMA node"),
         _g("amdtop_transport_fallback", WORKER_LABELS, "1", "1 while RCCL/NCCL fell back to a slower transport"),
         _g("amdtop_flags", ("hostname", "kind"), "1", "Active flags by kind"),
-        _g("amdtop_flag_active", ("hostname", "kind", "worker", "gpus"), "1", "1 per active flag (see the TUI or snapshot --json for its message)"),
+        _g("amdtop_flag_active", ("hostname", "kind", "worker", "gpus", "rank"), "1", "1 per active flag (see the TUI or snapshot --json for its message)"),
         _g("amdtop_rccl_errors", WORKER_LABELS, "1", "Error lines in the worker's RCCL/NCCL log"),
         _g("amdtop_rccl_warnings", WORKER_LABELS, "1", "Warning lines in the worker's RCCL/NCCL log"),
         _g("amdtop_worker_state", (*WORKER_LABELS, "state"), "1", "1 for the worker's current state"),
@@ -115,6 +116,12 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
         _g("amdtop_frame_timestamp_seconds", ("hostname",), "s", "When the frame this scrape serves was made"),
         FamilySpec("amdtop_polls", "counter", ("hostname",), "1", "Backend polls (pipeline ticks) so far"),
+        _g(
+            "amdtop_gpu_process_memory_bytes",
+            ("gpu_id", "hostname", "pid", "owner"),
+            "bytes",
+            "GPU memory a process holds (the 32 biggest holders; owner: worker, vllm-<pid> or foreign)",
+        ),
     )
 }
 
@@ -248,6 +255,13 @@ def _worker(b: _Builder, w: WorkerStatus, group: TpGroup | None, host: str) -> N
         b.add("amdtop_tp_spread_percent", (*key, "vram_used_bytes"), group.vram_spread_pct)
 
 
+def _worst_group(state: NodeFrame, worker: str) -> TpGroup | None:
+    # A data-parallel worker has one TP group per replica: its series carries the most uneven one (what an alert on
+    # the worker should see); a plain worker has one group.
+    groups = state.groups_of(worker)
+    return max(groups, key=lambda g: g.util_spread_pct or 0.0, default=None)
+
+
 def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Metric]:
     """Turn one frame into metric families (only those with samples)."""
     b = _Builder()
@@ -279,7 +293,7 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         lo, hi = sorted((bw.a, bw.b))
         b.add("amdtop_link_measured_bandwidth_bytes_per_second", (host, str(lo), str(hi)), bw.gbps * 1e9)
     for w in state.workers:
-        _worker(b, w, state.group(w.name), host)
+        _worker(b, w, _worst_group(state, w.name), host)
     flags = state.flags
     by_kind: dict[str, int] = {}
     for flag in flags:
@@ -290,7 +304,7 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         flagged = {f.worker or "" for f in flags if f.kind is kind}
         for worker in sorted(flagged | {w.name for w in state.workers}):
             b.add(name, (host, worker), 1 if worker in flagged else 0)
-    active = {(host, f.kind.value, f.worker or "", ",".join(map(str, f.gpus))) for f in flags}
+    active = {(host, f.kind.value, f.worker or "", ",".join(map(str, f.gpus)), _rank_label(f)) for f in flags}
     for labels in sorted(active):
         b.add("amdtop_flag_active", labels, 1)
     for r in state.log_counts:
@@ -304,7 +318,15 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
     b.add("amdtop_frame_timestamp_seconds", (host,), state.made_at)
     if state.tick:
         b.add("amdtop_polls", (host,), state.tick)
+    for gpu, pid, owner, held in memory_series(state.processes):
+        b.add("amdtop_gpu_process_memory_bytes", (str(gpu), host, str(pid), owner), held)
     if stats is not None:
         b.add("amdtop_exporter_polls", (host,), stats.polls)
         b.add("amdtop_exporter_poll_duration_seconds", (host,), stats.last_duration_s)
     return list(b.families())
+
+
+def _rank_label(flag: Flag) -> str:
+    """The ``rank`` label of ``amdtop_flag_active``: the rank a flag names (``worker_stalled``), else empty."""
+    rank = dict(flag.extra).get("rank")
+    return "" if rank is None else str(rank)

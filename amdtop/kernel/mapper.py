@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from amdtop import sysread
 from amdtop.hip_devices import resolve_hip_index
 from amdtop.kernel.events import KernelEvent
 from amdtop.model import Topology, WorkerState, WorkerStatus
@@ -83,7 +84,7 @@ class FaultMapper:
             return None
         for name in names:
             try:
-                if int((base / name / "pasid").read_text().strip()) == pasid:
+                if int(sysread.read_text(base / name / "pasid").strip()) == pasid:
                     return int(name)
             except (OSError, ValueError):
                 continue
@@ -91,13 +92,13 @@ class FaultMapper:
 
     def _comm(self, pid: int) -> str | None:
         try:
-            return (self.proc_root / str(pid) / "comm").read_text().strip() or None
+            return sysread.read_text(self.proc_root / str(pid) / "comm").strip() or None
         except OSError:
             return None
 
     def _parent(self, pid: int) -> int | None:
         try:
-            text = (self.proc_root / str(pid) / "stat").read_text()
+            text = sysread.read_text(self.proc_root / str(pid) / "stat")
         except OSError:
             return None
         fields = text.rpartition(")")[2].split()

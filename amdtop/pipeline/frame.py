@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amdtop.analysis.numa import WorkerBinding
+from amdtop.gpuprocs.rows import GpuProcessTotal, ProcessRow
 from amdtop.health.throttle import ThrottleShare
 from amdtop.health.traffic import FabricTraffic, GroupTraffic
 from amdtop.kernel.monitor import KernelLogStatus
@@ -40,6 +41,13 @@ class TpGroup:
     """The devices the worker names (HIP indices: partitions on a partitioned node, else the GPUs themselves)."""
     traffic: GroupTraffic | None = None
     """Live XGMI/NVLink traffic inside the group over the last interval (``None`` where the backend gives none)."""
+    dp_rank: int | None = None
+    """Data-parallel rank of this group when its worker runs several replicas (``None``: the worker is one group)."""
+
+    @property
+    def label(self) -> str:
+        """``worker``, or ``worker/dp1`` for a replica of a data-parallel worker."""
+        return self.worker if self.dp_rank is None else f"{self.worker}/dp{self.dp_rank}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,10 @@ class NodeFrame:
     hip_owners: tuple[tuple[int, str, int], ...] = ()
     """(HIP device, worker, TP rank): the same per device as the workers name them (partitions on a partitioned
     node)."""
+    processes: tuple[ProcessRow, ...] = ()
+    """Every process on the GPUs with its host facts and owner, GPU by GPU, biggest memory first."""
+    process_totals: tuple[GpuProcessTotal, ...] = ()
+    """Per GPU: memory the processes hold against the memory in use."""
 
     def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
         """Flags of the given kinds, in frame order."""
@@ -153,6 +165,10 @@ class NodeFrame:
     def group(self, worker: str) -> TpGroup | None:
         """The TP group of ``worker``."""
         return next((g for g in self.groups if g.worker == worker), None)
+
+    def groups_of(self, worker: str) -> tuple[TpGroup, ...]:
+        """Every TP group of ``worker`` (one per data-parallel replica)."""
+        return tuple(g for g in self.groups if g.worker == worker)
 
     def binding_of(self, worker: str) -> WorkerBinding | None:
         """The binding read for ``worker`` this tick."""

@@ -21,9 +21,12 @@ from amdtop.analysis import (
     worker_binding,
 )
 from amdtop.analysis.imbalance import GroupJudgement
+from amdtop.analysis.tp_groups import live_groups, per_group
 from amdtop.control import DemoLoad
+from amdtop.gpuprocs import NoHost, ProcessHost, ProcessTable
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
 from amdtop.health.report import HealthWindow
+from amdtop.health.stall import StallTracker
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
 from amdtop.hip_devices import physical_worker
 from amdtop.kernel.monitor import KernelFaultMonitor, KernelUpdate
@@ -94,6 +97,7 @@ class NodePipeline:
         clock: Callable[[], float] = time.monotonic,
         kernel: KernelFaultMonitor | None = None,
         wall_clock: Callable[[], float] = time.time,
+        host_procs: ProcessHost | None = None,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given);
         ``kernel`` reads the kernel log for GPU faults."""
@@ -128,11 +132,16 @@ class NodePipeline:
         # Counters (throttle residency, ECC, fabric traffic) are judged over the last minute of snapshots.
         self._snaps: deque[NodeSnapshot] = deque()
         self._health = HealthWindow()
+        self.stalls = StallTracker(clock=clock)
         self.monitor = monitor
         if monitor is None and follow_logs:
             self.monitor = LogMonitor(self._log_sources, backend.topology())
         self.kernel = kernel
         self.wall_clock = wall_clock
+        # Host facts of the GPU processes come from this host's /proc; a captured proc tree has none to give.
+        if host_procs is None and proc_root != PROC:
+            host_procs = NoHost()
+        self.processes = ProcessTable(host_procs)
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
@@ -243,10 +252,14 @@ class NodePipeline:
             util_means=tuple(sorted(util.items())),
             window_s=judgement.window_s,
             samples=judgement.samples,
-            imbalanced=any(f.kind is FlagKind.TP_IMBALANCE and f.worker == judgement.worker for f in flags),
+            imbalanced=any(
+                f.kind is FlagKind.TP_IMBALANCE and f.worker == judgement.worker and f.gpus == judgement.gpus
+                for f in flags
+            ),
             lost_gpus=judgement.lost,
             devices=devices,
             traffic=None if fabric is None else group_traffic(fabric, judgement.gpus),
+            dp_rank=judgement.dp_rank,
         )
 
     # -- the tick -----------------------------------------------------------------------------------------------
@@ -264,7 +277,8 @@ class NodePipeline:
         # On a partitioned node workers name HIP devices; the per-GPU analyses work on the physical GPUs under them.
         physical = [physical_worker(w, snap.topology) for w in workers]
         self.tracker.add(snap)
-        judgements = self.tracker.judgements(physical)
+        # One judgement per TP group: a data-parallel worker's replicas are judged apart (amdtop/layout.py).
+        judgements = self.tracker.judge_groups(live_groups(workers, snap.topology))
         flags: list[Flag] = list(snap.flags)
         for judgement in judgements:
             flags += self.tracker.flags_of(judgement)
@@ -272,7 +286,7 @@ class NodePipeline:
             snap.topology, physical, self.proc_root, bindings=bindings, balancing=self._numa_balancing(now)
         )
         running = [w for w in workers if w.state is not WorkerState.STOPPED]
-        flags += tp_placement_flags(snap.topology, [p for p in physical if p.state is not WorkerState.STOPPED])
+        flags += per_group(tp_placement_flags, snap.topology, [p for p in physical if p.state is not WorkerState.STOPPED])
         flags += partition_split_flags(snap.topology, running)
         snaps = self._remember(snap)
         throttle, health = self._health.judge(snaps)
@@ -286,14 +300,18 @@ class NodePipeline:
         kernel, kernel_error = self._kernel(snap, workers)
         if kernel is not None:
             flags += kernel.flags
+        flags += self.stalls.judge(workers, snap)
         all_flags = _dedupe(flags)
-        devices = {w.name: tuple(w.gpus) for w in workers}
+        devices = {(g.worker, g.dp_rank if g.first_rank else 0): g.gpus for w in workers for g in w.tp_groups()}
         errors = tuple(e for e in (self._own_error, log_error, kernel_error) if e)
+        procs, totals = self.processes.rows(snap, workers, physical)
         return NodeFrame(
             snapshot=snap,
             workers=tuple(workers),
             flags=all_flags,
-            groups=tuple(self._group(j, all_flags, fabric, devices[j.worker]) for j in judgements),
+            groups=tuple(
+                self._group(j, all_flags, fabric, devices.get((j.worker, j.dp_rank or 0), j.gpus)) for j in judgements
+            ),
             bindings=tuple((name, b) for name, b in bindings.items()),
             history=history,
             logs=logs,
@@ -309,12 +327,15 @@ class NodePipeline:
             physical_workers=tuple(physical),
             gpu_owners=device_owners(physical),
             hip_owners=device_owners(workers),
+            processes=procs,
+            process_totals=totals,
         )
 
     def close(self) -> None:
-        """Close the log files (the backend belongs to the caller)."""
+        """Close the log files and the process reader's descriptors (the backend belongs to the caller)."""
         if self.monitor is not None:
             self.monitor.close()
         if self.kernel is not None:
             self.kernel.close()
+        self.processes.close()
 

@@ -6,6 +6,8 @@ Bus bandwidth follows nccl-tests (PERFORMANCE.md): for all-reduce, ``busbw = alg
 
 from __future__ import annotations
 
+import math
+
 from amdtop.model import GpuInfo, Link, LinkType
 
 XGMI_GBS_PER_LINK = 48.0
@@ -54,7 +56,10 @@ def parse_size(text: str) -> int:
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(t[-1:], 1)
     number = t[:-1] if t[-1:] in "KMG" else t
-    value = int(float(number) * mult)
+    scaled = float(number) * mult
+    if not math.isfinite(scaled):
+        raise ValueError(text)  # nan and inf are not sizes (int() of them raises OverflowError, not ValueError)
+    value = int(scaled)
     if value <= 0:
         raise ValueError(text)
     return value

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from amdtop.private_files import make_private_dirs, write_private
 from amdtop.probe.model import ProbeResults, results_from_json, results_json
 from amdtop.sysread import read_text
 
@@ -19,11 +19,9 @@ def cache_path(state_dir: Path) -> Path:
 
 def save_results(state_dir: Path, results: ProbeResults) -> Path:
     """Write ``results`` atomically (a reader never sees half a file); returns the path."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(state_dir)
     path = cache_path(state_dir)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results_json(results), indent=1) + "\n")
-    os.replace(tmp, path)
+    write_private(path, json.dumps(results_json(results), indent=1) + "\n")
     return path
 
 

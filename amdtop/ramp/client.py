@@ -8,7 +8,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -16,6 +16,7 @@ import httpx
 from amdtop.ramp.pool import pooled_transport
 from amdtop.ramp.prompts import SALT_SPACE, build_prompts, discover, salt
 from amdtop.ramp.stats import RequestResult, StepResult, window_tokens
+from amdtop.supervisor.metrics import bearer
 
 FAILURE_BACKOFF_S = 0.05
 """Pause of a slot after a failed request so a dead endpoint is not hammered in a tight loop."""
@@ -33,6 +34,8 @@ class LoadSpec:
     chat: bool = False
     request_timeout_s: float = 60.0
     """Longest silence between two chunks before a request counts as ``timeout``."""
+    api_key: str | None = field(default=None, repr=False)
+    """Sent as ``Authorization: Bearer`` with every request (a keyed vLLM answers 401 without it)."""
 
 
 async def load_spec(url: str, model: str | None, input_len: int, output_len: int, num_prompts: int = 64) -> LoadSpec:
@@ -214,7 +217,8 @@ def make_client(spec: LoadSpec, concurrency: int) -> tuple[httpx.AsyncClient, ht
     """One client whose pool holds exactly ``concurrency`` connections, and its transport."""
     timeout = httpx.Timeout(spec.request_timeout_s, connect=5.0)
     transport = pooled_transport(concurrency)
-    return httpx.AsyncClient(base_url=spec.url, transport=transport, timeout=timeout), transport
+    client = httpx.AsyncClient(base_url=spec.url, transport=transport, timeout=timeout, headers=bearer(spec.api_key))
+    return client, transport
 
 
 async def run_step(

@@ -8,6 +8,7 @@ are refused, as ``check_goodput_args`` does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,8 @@ def parse_goodput(pairs: Sequence[str]) -> tuple[tuple[str, float], ...]:
                 ) from None
             if name not in GOODPUT_NAMES:
                 raise InputError(f"--goodput: unknown SLO {name!r}; use ttft, tpot or e2el (milliseconds)")
+            if not math.isfinite(ms):
+                raise InputError(f"--goodput: {name}:{value} is not a finite number; give milliseconds, e.g. {name}:500")
             if ms < 0:
                 raise InputError(f"--goodput: {name}:{value} is negative; SLOs are non-negative milliseconds")
             out[name] = ms

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 
 from amdtop.errors import InputError, os_reason
+from amdtop.private_files import make_private_dirs
 
 CLIENT_CEILING = 16384
 """In-flight requests one closed-loop client process drives at most: past this one event loop spends the step on its
@@ -68,7 +69,7 @@ def check_writable_file(flag: str, path: Path) -> None:
 def check_writable_dir(flag: str, folder: Path) -> None:
     """InputError unless files can be created in ``folder`` (created when missing)."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(folder)  # the state dir and its ramp folder are owner-only, as the supervisor makes them
         fd, probe = tempfile.mkstemp(prefix=".probe.", dir=folder)
         os.close(fd)
         os.unlink(probe)

@@ -33,18 +33,31 @@ class GpuObservation:
     throttle_reason: str | None = None
     xgmi_bytes_per_s: float | None = None
     """Traffic over the GPU's XGMI/NVLink links, both directions."""
+    tp_group: int | None = None
+    """Which of the worker's TP groups the GPU belongs to (its DP replica), ``None`` for a worker of one group."""
+
+
+def group_index(groups: Sequence[Sequence[int]] | None) -> dict[int, int]:
+    """GPU -> position of its TP group, for a worker of several groups (empty otherwise)."""
+    if not groups or len(groups) < 2:
+        return {}
+    return {gpu: i for i, group in enumerate(groups) for gpu in group}
 
 
 class NodeObserver(Protocol):
-    """Returns the worker's GPUs as seen now (:func:`observer_from_frames` over the node runtime's newest frame)."""
+    """Returns the worker's GPUs as seen now; wired by the integrator to the one frame, by the CLI to a backend."""
 
     def __call__(self) -> Sequence[GpuObservation]: ...
 
 
-def observer_from_frames(frame: Callable[[], NodeFrame], gpus: Sequence[int] | None = None) -> NodeObserver:
+def observer_from_frames(
+    frame: Callable[[], NodeFrame], gpus: Sequence[int] | None = None, groups: Sequence[Sequence[int]] | None = None
+) -> NodeObserver:
     """A :class:`NodeObserver` over the one frame (the TUI's): the throttle shares and fabric rates the pipeline
-    already computed, read as they are; ``frame`` raises RuntimeError before the first frame (nothing observed)."""
+    already computed, read as they are; ``frame`` raises RuntimeError before the first frame (nothing observed).
+    ``groups``: the worker's TP groups (a data-parallel worker has several; spreads are then judged per group)."""
     wanted = None if gpus is None else set(gpus)
+    group_of = group_index(groups)
 
     def observe() -> Sequence[GpuObservation]:
         try:
@@ -72,6 +85,7 @@ def observer_from_frames(frame: Callable[[], NodeFrame], gpus: Sequence[int] | N
                     throttled=throttled,
                     throttle_reason=worst[0] if throttled and worst is not None else None,
                     xgmi_bytes_per_s=sum(both) if both else None,
+                    tp_group=group_of.get(g.index),
                 )
             )
         return out

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import httpx
 
 from amdtop.errors import AmdtopError, InputError
+from amdtop.secrets import mask_url
 
 PLAIN_WORDS = [
     "the",
@@ -143,6 +144,12 @@ async def discover(client: httpx.AsyncClient, url: str, model: str | None) -> En
         raise AmdtopError(
             f"--url: cannot reach {url} ({type(exc).__name__}); start the server or fix the URL"
         ) from None
+    if r.status_code == 401:
+        # vLLM started with --api-key / VLLM_API_KEY guards /v1: the ramp sends VLLM_API_KEY from its environment.
+        raise AmdtopError(
+            f"--url: {mask_url(url)}/v1/models answered HTTP 401 (the server wants an API key); "
+            "set VLLM_API_KEY to the server's key and run again"
+        )
     if r.status_code != 200:
         raise AmdtopError(f"--url: {url}/v1/models answered HTTP {r.status_code}; is this an OpenAI-compatible server?")
     try:

@@ -20,15 +20,17 @@ import psutil
 
 from amdtop.cpulist import format_cpulist
 from amdtop.ramp.observe import GpuObservation, NodeObserver, WorkerPids
-from amdtop.supervisor.metrics import parse_samples
+from amdtop.supervisor.metrics import bearer
+from amdtop.vllm_metric_names import histogram_names, names
+from amdtop.vllm_scrape import Scrape
 
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-"""New name first; vLLM before V1 called it ``gpu_cache_usage_perc``."""
-PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
-PROMPT_TOKENS = ("vllm:prompt_tokens_total", "vllm:prompt_tokens")
-GEN_TOKENS = ("vllm:generation_tokens_total", "vllm:generation_tokens")
-QUEUE_SUM = ("vllm:request_queue_time_seconds_sum",)
-QUEUE_COUNT = ("vllm:request_queue_time_seconds_count",)
+KV_USAGE = names("kv_cache_usage")
+"""Names of every vLLM release, newest first (amdtop/vllm_metric_names.py)."""
+PREEMPTIONS = names("preemptions")
+PROMPT_TOKENS = names("prompt_tokens")
+GEN_TOKENS = names("generation_tokens")
+QUEUE_SUM = histogram_names("queue_time", "_sum")
+QUEUE_COUNT = histogram_names("queue_time", "_count")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -64,6 +66,7 @@ class _Levels:
     running: list[float] = field(default_factory=list)
     waiting: list[float] = field(default_factory=list)
     util: dict[int, list[float]] = field(default_factory=dict)
+    group_of: dict[int, int] = field(default_factory=dict)
     power_frac: list[float] = field(default_factory=list)
     throttled: dict[int, int] = field(default_factory=dict)
     reasons: set[str] = field(default_factory=set)
@@ -95,8 +98,8 @@ class StepRecorder:
         self._interval = interval_s
         self._window = window
         self._levels = _Levels()
-        self._first: dict[str, float] | None = None
-        self._last: dict[str, float] | None = None
+        self._first: Scrape | None = None
+        self._last: Scrape | None = None
         self._cache: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
         self._procs: list[psutil.Process] = []
@@ -112,7 +115,7 @@ class StepRecorder:
         """The measurement window (levels outside it are dropped)."""
         self._window = (start, end)
 
-    async def _scrape(self) -> dict[str, float] | None:
+    async def _scrape(self) -> Scrape | None:
         try:
             resp = await self._http.get("/metrics")
         except httpx.HTTPError:
@@ -122,7 +125,7 @@ class StepRecorder:
         if not self._cache:
             self._cache = cache_config(resp.text)
         self.metrics_ok = True
-        return parse_samples(resp.text)
+        return Scrape.parse(resp.text)
 
     def _proc_cpu(self) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -151,9 +154,9 @@ class StepRecorder:
                 continue
             lv = self._levels
             if samples is not None:
-                for names, dest in ((KV_USAGE, lv.kv), (("vllm:num_requests_running",), lv.running),
-                                    (("vllm:num_requests_waiting",), lv.waiting)):  # fmt: skip
-                    value = first(samples, names)
+                # KV usage is a per-engine fraction: the fullest engine, never a sum over DP replicas.
+                for value, dest in ((samples.highest("kv_cache_usage"), lv.kv),
+                                    (samples.total("running"), lv.running), (samples.total("waiting"), lv.waiting)):  # fmt: skip
                     if value is not None:
                         dest.append(value)
             self._placement()
@@ -184,6 +187,8 @@ class StepRecorder:
         for g in gpus:
             if g.util_pct is not None:
                 lv.util.setdefault(g.index, []).append(g.util_pct)
+            if g.tp_group is not None:
+                lv.group_of[g.index] = g.tp_group
             if g.power_w is not None and g.power_cap_w:
                 lv.power_frac.append(g.power_w / g.power_cap_w)
             if g.throttled is not None:
@@ -213,24 +218,24 @@ class StepRecorder:
         out: dict[str, Any] = {"server_metrics": self.metrics_ok}
         a, b = self._first, self._last
 
-        def delta(names: Sequence[str]) -> float | None:
+        def delta(key: str, suffix: str = "") -> float | None:
             if a is None or b is None:
                 return None
-            x, y = first(a, names), first(b, names)
+            x, y = a.total(key, suffix), b.total(key, suffix)
             if x is None or y is None or y < x:  # absent, or the server restarted
                 return None
             return y - x
 
         out["kv_cache_usage_max"] = max(lv.kv) if lv.kv else None
         out["kv_cache_usage_mean"] = _mean(lv.kv)
-        out["num_preemptions"] = delta(PREEMPTIONS)
+        out["num_preemptions"] = delta("preemptions")
         out["running_mean"] = _mean(lv.running)
         out["running_max"] = max(lv.running) if lv.running else None
         out["waiting_mean"] = _mean(lv.waiting)
         out["waiting_max"] = max(lv.waiting) if lv.waiting else None
-        out["server_prompt_tokens"] = delta(PROMPT_TOKENS)
-        out["server_generation_tokens"] = delta(GEN_TOKENS)
-        qs, qc = delta(QUEUE_SUM), delta(QUEUE_COUNT)
+        out["server_prompt_tokens"] = delta("prompt_tokens")
+        out["server_generation_tokens"] = delta("generation_tokens")
+        qs, qc = delta("queue_time", "_sum"), delta("queue_time", "_count")
         out["mean_queue_time_ms"] = 1000.0 * qs / qc if qs is not None and qc else None
         out["kv_cache_tokens"] = kv_capacity_tokens(self._cache)
         out["block_size"] = int(self._cache["block_size"]) if self._cache.get("block_size", "").isdigit() else None
@@ -238,8 +243,7 @@ class StepRecorder:
         means = {i: sum(v) / len(v) for i, v in sorted(lv.util.items()) if v}
         out["gpu_util_pct"] = {str(i): round(m, 1) for i, m in means.items()} or None
         out["gpu_util_mean"] = _mean(list(means.values()))
-        out["gpu_util_spread"] = (max(means.values()) - min(means.values())) if len(means) > 1 else None
-        out["gpu_util_min_gpu"] = min(means, key=lambda i: means[i]) if len(means) > 1 else None
+        out.update(_util_spread(means, lv.group_of))
         out["power_frac_max"] = max(lv.power_frac) if lv.power_frac else None
         if lv.throttled and lv.node_samples:
             out["throttled_frac"] = max(lv.throttled.values()) / lv.node_samples
@@ -271,6 +275,23 @@ class StepRecorder:
         return {"client_shares_cores": bool(allowed), "client_shared_cpus": format_cpulist(shared) if shared else None}
 
 
+def _util_spread(means: dict[int, float], group_of: dict[int, int]) -> dict[str, Any]:
+    """Utilization spread inside a TP group (the worst group of a data-parallel worker; replicas are load-balanced
+    apart, so a difference between them is no TP evidence) and the GPU lowest in that group."""
+    groups: dict[int, dict[int, float]] = {}
+    for gpu, mean in means.items():
+        groups.setdefault(group_of.get(gpu, 0), {})[gpu] = mean
+    spreads = {i: max(g.values()) - min(g.values()) for i, g in groups.items() if len(g) > 1}
+    if not spreads:
+        return {"gpu_util_spread": None, "gpu_util_min_gpu": None, "gpu_util_spread_by_group": None}
+    worst = max(spreads, key=lambda i: spreads[i])
+    return {
+        "gpu_util_spread": spreads[worst],
+        "gpu_util_min_gpu": min(groups[worst], key=lambda gpu: groups[worst][gpu]),
+        "gpu_util_spread_by_group": {str(i): round(v, 1) for i, v in sorted(spreads.items())} if group_of else None,
+    }
+
+
 def _float(text: str | None) -> float | None:
     try:
         return float(text) if text is not None else None
@@ -287,10 +308,13 @@ async def recorded_step(
     observer: NodeObserver | None,
     worker_pids: WorkerPids,
     interval_s: float = 0.5,
+    api_key: str | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Await ``run()`` (one step of load) while a :class:`StepRecorder` watches; returns its result and the keys."""
     pids = await asyncio.to_thread(worker_pids)
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(2.0), trust_env=False) as http:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=httpx.Timeout(2.0), trust_env=False, headers=bearer(api_key)
+    ) as http:
         t0 = time.perf_counter()
         rec = StepRecorder(http, observer=observer, worker_pids=pids, interval_s=interval_s,
                            window=(t0 + warmup_s, t0 + warmup_s + duration_s))  # fmt: skip

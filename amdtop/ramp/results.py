@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amdtop.private_files import make_private_dirs, write_private
 from amdtop.ramp.knee import Knee
 
 CSV_COLUMNS = (
@@ -76,19 +76,14 @@ def to_csv(doc: dict[str, Any]) -> str:
 
 
 def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_private(path, text)  # 0600: the document names the server and what it served
 
 
 def save(result: RampResult, state_dir: Path) -> tuple[Path, Path]:
     """Write ``<state>/ramp/ramp-<date>.json`` and ``.csv`` (atomically, so partial results are always readable)."""
     doc = result.to_json()
     folder = state_dir / "ramp"
-    folder.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(folder)
     tag = result.worker or (result.url.rsplit(":", 1)[-1] if ":" in result.url.split("//", 1)[-1] else "")
     tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in tag)
     stem = folder / (f"ramp-{doc['date']}-{tag}" if tag else f"ramp-{doc['date']}")

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from amdtop.ramp.observe import NodeObserver, WorkerPids, default_worker_pids
 from amdtop.ramp.prompts import build_prompts, discover
 from amdtop.ramp.recorder import recorded_step
 from amdtop.ramp.results import RampResult, save
+from amdtop.secrets import mask_url
+from amdtop.supervisor.metrics import bearer
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ class RampConfig:
     """SLOs for ``request_goodput`` per step, as ``vllm bench serve --goodput`` (name, milliseconds)."""
     record: bool = True
     """Record the worker's /metrics, the GPUs and CPU placement per step (the knee's cause needs them)."""
+    api_key: str | None = field(default=None, repr=False)
+    """Sent as ``Authorization: Bearer`` to a keyed server; never written into the results."""
 
     def validate(self) -> None:
         """Raise InputError for settings no ramp can run with."""
@@ -99,7 +103,11 @@ class Ramp:
         self.observer = observer
         """The worker's GPUs per step (the TUI's frame or a telemetry backend); ``None`` = no node data."""
         self.worker_pids = worker_pids or default_worker_pids(cfg.url.rstrip("/"))
-        self.result = RampResult(url=cfg.url.rstrip("/"), model=cfg.model or "", settings=asdict(cfg), worker=worker)
+        # The results are files others may read: no URL password, no API key (mask_url, the one secrets rule).
+        settings = {k: v for k, v in asdict(cfg).items() if k != "api_key"}
+        settings["url"] = mask_url(cfg.url)
+        self.result = RampResult(url=mask_url(cfg.url.rstrip("/")), model=cfg.model or "", settings=settings,
+                                 worker=worker)  # fmt: skip
         self.paths: tuple[Path, Path] | None = None
         self.save_error: str | None = None
         """Why the results could not be saved in the state dir (they went to :func:`fallback_dir` instead)."""
@@ -131,7 +139,8 @@ class Ramp:
         cfg = self.cfg
         url = cfg.url.rstrip("/")
         self.status = "discovering"
-        async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10.0, connect=3.0)) as c:
+        auth = bearer(cfg.api_key)
+        async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10.0, connect=3.0), headers=auth) as c:
             ep = await discover(c, url, cfg.model)
             if ep.max_model_len is not None and cfg.input_len + cfg.output_len + 1 > ep.max_model_len:
                 raise InputError(
@@ -141,7 +150,8 @@ class Ramp:
             prompts = await build_prompts(c, ep, cfg.input_len, cfg.num_prompts, cfg.seed)
         self.result.model = ep.model
         self.result.settings["tokenizer_prompts"] = ep.tokenizer
-        spec = LoadSpec(url, ep.model, prompts, cfg.input_len, cfg.output_len, cfg.chat, cfg.request_timeout_s)
+        spec = LoadSpec(url, ep.model, prompts, cfg.input_len, cfg.output_len, cfg.chat, cfg.request_timeout_s,
+                        api_key=cfg.api_key)  # fmt: skip
         coarse = list(cfg.concurrencies or default_concurrencies(cfg.max_num_seqs))
         warm = cfg.warmup_seconds if cfg.warmup_seconds is not None else min(5.0, cfg.step_seconds / 4)
         done: list[int] = []
@@ -179,7 +189,7 @@ class Ramp:
         if cfg.record:
             (step, reason), observed = await recorded_step(
                 spec.url, load, warmup_s=warm, duration_s=cfg.step_seconds, observer=self.observer,
-                worker_pids=self.worker_pids,
+                worker_pids=self.worker_pids, api_key=cfg.api_key,
             )  # fmt: skip
         else:
             step, reason = await load()

@@ -32,9 +32,24 @@ def warn(p: LogParser, line: str, i: int, j: int, file: str, lineno: int) -> Non
         extra = (("source", f"{g.short_file(src.group(1))}:{src.group(2)}"),)
     if line.startswith("[") and line[1:5].isdigit():
         extra = (*extra, ("time", line[1 : line.find("]")]))
-    p.warnings.append(Message(file, lineno, text, "warn", p.rank_of(host, pid, dev), extra, host, pid))
+    rank = p.rank_of(host, pid, dev)
+    p.warnings.append(Message(file, lineno, text, "warn", rank, extra, host, pid, dev))
     if not is_advisory(text):
         p.warn_seqs.setdefault((host, pid, tid), []).append(p.seq(lineno))
+        if any(mark in text for mark in g.FATAL_WARNS):
+            # IPC handles, reverse paths, proxy calls: the communicator cannot work, whether or not a trail follows
+            fatal = Message(file, lineno, text, "fatal_warn", rank, extra, host, pid, dev)
+            p.fatal_warns.append((p.seq(lineno), (host, pid, tid), fatal))
+
+
+def fatal_error(p: LogParser, s: str, file: str, lineno: int) -> None:
+    """``node [1] [FATAL ERROR]: HIP failure: 'invalid argument'``: RCCL's abort line, with the printing rank."""
+    i = s.find(g.FATAL_MARK)
+    host, pid, _tid, dev, _ = p.header(s[:i].rstrip()) if i > 0 else (None, None, None, None, "")
+    text = s[i:].strip()
+    p.errors.append(
+        (p.seq(lineno), Message(file, lineno, text, "fatal_error", p.rank_of(host, pid, dev), (), host, pid, dev))
+    )
 
 
 def other(p: LogParser, s: str, file: str, lineno: int) -> None:
@@ -52,6 +67,9 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
         j = s.find(") ")
         if 0 < j < 80 and "pid=" in s[:j]:
             s = s[j + 2 :]
+    if g.FATAL_MARK in s:
+        fatal_error(p, s, file, lineno)
+        return
     if s.startswith(("INFO:", "#", "=== amdtop launch ")):
         return  # uvicorn access/startup lines; nccl-tests/rccl-tests headers, fixture sources; amdtop's launch line
     if s[:1] in _LEVEL_INITIALS and _is_app_log(s):

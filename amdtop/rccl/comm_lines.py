@@ -5,6 +5,7 @@ header cache: the communicator half of the parser. :mod:`amdtop.rccl.join` joins
 from __future__ import annotations
 
 from amdtop.rccl import grammar as g
+from amdtop.rccl import phases as ph
 from amdtop.rccl.state import ProcComm, ProcKey, ThreadKey
 
 Head = tuple[str | None, int | None, int | None, int | None, str]
@@ -34,7 +35,11 @@ class CommLines:
             return got
         m = g.HEADER.search(head)
         if m is None:
-            got = (None, None, None, None, head)
+            short = g.HEADER_SHORT.search(head.rstrip())
+            if short is None:
+                got = (None, None, None, None, head)
+            else:  # ``node [0]``: a host and a device, no pid
+                got = (short.group(1).split(".", 1)[0], None, None, int(short.group(2)), short.group(3) or "")
         else:
             got = (m.group(1).split(".", 1)[0], int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5) or "")
         if len(self._heads) > 4096:
@@ -96,21 +101,25 @@ class CommLines:
             pc.comm_id = idm.group(1)
         if "Init START" in msg:
             pc.started_seq = seq
+            pc.phase = max(pc.phase, ph.INIT_START)
         elif "Init COMPLETE" in msg:
             pc.complete_seq = seq
+            pc.phase = ph.COMPLETE
         elif "Destroy COMPLETE" in msg or "Abort COMPLETE" in msg:
             pc.ended = "aborted" if "Abort" in msg else "destroyed"
 
     def _trees(self, head: str, msg: str, lineno: int) -> None:
-        m = g.COMM_SUFFIX.search(msg)
+        # old NCCL prints Trees without the ``comm 0x… nRanks`` suffix: the process's current communicator
+        m = g.COMM_SUFFIX.search(msg) if " comm 0x" in msg else None
         r = g.TREE_RANK.search(msg)
-        if m is None or r is None:
+        if r is None:
             return
-        pc = self._comm_for(head, m.group(1), int(m.group(2)), lineno)
+        pc = self._comm_for(head, m.group(1) if m else None, int(m.group(2)) if m else None, lineno)
         if pc.rank is None:
             pc.printers.add(int(r.group(1)))
-        if pc.bus_id is None and m.group(3):
+        if m and pc.bus_id is None and m.group(3):
             pc.bus_id = g.norm_bus_id(m.group(3))
+        pc.phase = max(pc.phase, ph.TREES)
 
     def _channel(self, line: str, i: int, lineno: int) -> None:
         self.trail_key = None
@@ -132,6 +141,8 @@ class CommLines:
         if seen is None:
             seen = pc.edges[key] = set()
             self._channel_ranks(pc, int(src), sbus, int(dst), dbus, direction, ptr)
+            if pc.phase < ph.CONNECTING:
+                pc.phase = ph.CONNECTING
         elif direction is not None:
             self._channel_ranks(pc, int(src), sbus, int(dst), dbus, direction, ptr)
         before = len(seen)
@@ -143,8 +154,10 @@ class CommLines:
     def _channel_ranks(
         pc: ProcComm, s: int, sbus: str, d: int, dbus: str, direction: str | None, ptr: str | None
     ) -> None:
-        if ptr is not None:
-            # rank[x] is a bus id in RCCL and old NCCL, a cudaDev in NCCL >= 2.19: only trust it with the comm suffix
+        if ptr is not None or (len(sbus) >= 4 and len(dbus) >= 4):
+            # rank[x] is a bus id in RCCL and old NCCL, a cudaDev in NCCL >= 2.19: trust it with the comm suffix, or
+            # where it has the 4+ hex digits of a bus id (``[receive]`` lines name the remote rank's one; a cudaDev
+            # never has that many)
             peers = pc.peers
             if s not in peers:
                 peers[s] = g.norm_bus_id(sbus)
@@ -160,8 +173,10 @@ class CommLines:
             pc.bus_id = g.norm_bus_id(m.group(3))
         if "rings" in msg:
             pc.rings = True
+            pc.phase = max(pc.phase, ph.RINGS)
         else:
             pc.trees = True
+            pc.phase = max(pc.phase, ph.TREES_CONNECTED)
 
     def rank_of(self, host: str | None, pid: int | None, dev: int | None) -> int | None:
         """The rank a process holds in its newest communicator (one rank per process in vLLM/torchrun); else dev."""
@@ -169,15 +184,6 @@ class CommLines:
         if pc is not None and pc.rank is not None and (dev is None or pc.dev is None or pc.dev == dev):
             return pc.rank
         return dev
-
-    def _rank_of_proc(self) -> dict[ProcKey, int]:
-        # one rank per process (vLLM TP, torchrun): the rank of its first communicator
-        out: dict[ProcKey, int] = {}
-        for pc in self.procs:
-            own = pc.own_ranks()
-            if len(own) == 1 and pc.proc not in out:
-                out[pc.proc] = next(iter(own))
-        return out
 
     def seq(self, lineno: int) -> int:
         """Global sequence number of line ``lineno`` of the file being fed."""

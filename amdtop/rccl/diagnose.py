@@ -117,28 +117,65 @@ def _error_gpus(report: LogReport, topology: Topology | None, m: Message) -> tup
     return tuple(sorted(everyone))
 
 
-def diagnose(report: LogReport, topology: Topology | None, worker: str | None = None) -> list[Flag]:
-    """Flags for one report: errors and timeouts first (they need action now), then transport fallbacks.
+def diagnose(
+    report: LogReport, topology: Topology | None, worker: str | None = None, *, finished: bool = True
+) -> list[Flag]:
+    """Flags for one report: errors and timeouts first (they need action now), then inits that never completed,
+    NIC lists that differ between hosts, then transport fallbacks.
 
-    Return-code traces judged harmless (``report.notes``) raise no flag.
+    Return-code traces judged harmless (``report.notes``) raise no flag. The same fatal text printed by several
+    ranks (every rank's ``hipIpcGetMemHandle failed``) is one flag naming them all.
 
     Args:
         report: parsed logs.
         topology: the node's topology; without it no fallback can be judged (errors are still flagged).
         worker: worker the logs belong to, copied into the flags.
+        finished: the logs are complete (``logs parse``): an init without ``Init COMPLETE`` never completed. A live
+            tail passes False; :class:`amdtop.rccl.monitor.LogMonitor` judges stalls by time instead.
     """
+    from amdtop.rccl.failures import incomplete_flags, nic_flags
+
     flags: list[Flag] = []
+    fatal: dict[tuple[str, str], list[Message]] = {}
     for m in report.errors:
-        kind = FlagKind.NCCL_TIMEOUT if m.kind == "watchdog_timeout" else FlagKind.NCCL_ERROR
-        where = f"{m.file}:{m.line}"
-        rank = f" rank {m.rank}" if m.rank is not None else ""
-        extra = (("file", m.file), ("line", m.line), ("error_kind", m.kind), *m.extra)
-        gpus = _error_gpus(report, topology, m)
-        flags.append(Flag(kind, f"{m.kind}{rank} at {where}: {m.text[:200]}", worker, gpus, extra=extra))
+        if m.kind in FATAL_KINDS:
+            fatal.setdefault((m.kind, m.text), []).append(m)
+            continue
+        flags.append(_error_flag(report, topology, worker, [m]))
+    flags[:0] = [_error_flag(report, topology, worker, ms) for ms in fatal.values()]
+    if finished:
+        flags.extend(incomplete_flags(report, topology, worker))
+    flags.extend(nic_flags(report, worker))
     if topology is not None:
         for comm in report.comms:
             flags.extend(_fallbacks(comm, topology, worker))
     return flags
+
+
+FATAL_KINDS = frozenset({"fatal_warn", "fatal_error", "comm_aborted"})
+"""Error kinds printed once per rank with the same text: flagged once with every rank and process."""
+
+
+def _error_flag(report: LogReport, topology: Topology | None, worker: str | None, ms: list[Message]) -> Flag:
+    m = ms[0]
+    kind = FlagKind.NCCL_TIMEOUT if m.kind == "watchdog_timeout" else FlagKind.NCCL_ERROR
+    where = f"{m.file}:{m.line}"
+    ranks = sorted({x.rank for x in ms if x.rank is not None})
+    procs = sorted({(x.host or "", x.pid or 0) for x in ms if x.host is not None or x.pid is not None})
+    if len(ms) == 1:
+        who = f" rank {m.rank}" if m.rank is not None else ""
+    else:
+        who = f" on rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}" if ranks else ""
+        who += f" ({len(ms)} lines, {len(procs)} process{'es' if len(procs) != 1 else ''})"
+    extra: tuple[tuple[str, object], ...] = (("file", m.file), ("line", m.line), ("error_kind", m.kind), *m.extra)
+    if len(ranks) == 1:
+        extra = (*extra, ("rank", ranks[0]))
+    elif ranks:
+        extra = (*extra, ("ranks", tuple(ranks)))
+    if procs:
+        extra = (*extra, ("processes", tuple(f"{h}:{p}" if p else h for h, p in procs)))
+    gpus = tuple(sorted({g for x in ms for g in _error_gpus(report, topology, x)}))
+    return Flag(kind, f"{m.kind}{who} at {where}: {m.text[:200]}", worker, gpus, extra=extra)
 
 
 def comm_summary(comm: Comm, topology: Topology | None) -> str:

@@ -6,9 +6,13 @@ import bz2
 import gzip
 import io
 import lzma
+import os
+import select
+import stat
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, TextIO, cast
+from typing import Any, BinaryIO, TextIO, cast
 
 from amdtop.errors import InputError
 from amdtop.rccl import grammar as g
@@ -16,6 +20,8 @@ from amdtop.rccl.parser import LogParser
 from amdtop.rccl.report import LogReport
 
 _READ_CHARS = 1 << 22
+FIFO_WAIT_S = 10.0
+"""How long ``logs parse`` waits for the writer of a FIFO before it refuses it (never hangs)."""
 # magic bytes -> (name, how to decompress it by hand)
 _READABLE = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
 _REFUSED = {
@@ -38,37 +44,137 @@ def compression(head: bytes) -> str | None:
     return None
 
 
-def open_log(path: Path | str) -> TextIO:
+def open_log(path: Path | str, fifo_wait_s: float = FIFO_WAIT_S) -> TextIO:
     """A text stream over ``path``, decompressed where gzip/bzip2/xz; invalid bytes become U+FFFD.
 
+    The file is opened once and read as a stream (never seeked, never reopened), so pipes, ``/dev/stdin`` and
+    process substitutions (``<(gzip -c a.log)``) are read whole. A FIFO is opened without blocking and waited on for
+    at most ``fifo_wait_s`` seconds for its writer.
+
     Raises:
-        InputError: another compression (named, with the command that unpacks it), or an unreadable file.
+        InputError: another compression (named, with the command that unpacks it), an unreadable file, or a FIFO
+            whose writer never came.
     """
     name = str(path)
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(8)
+        raw = _open_stream(path, fifo_wait_s)
     except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"{name}: cannot read ({reason}); pass a readable RCCL/NCCL log file") from None
+    try:
+        head = _read_head(raw, 8)
+    except OSError as exc:
+        raw.close()
         reason = exc.strerror or type(exc).__name__
         raise InputError(f"{name}: cannot read ({reason}); pass a readable RCCL/NCCL log file") from None
     for magic, (refused, tool) in _REFUSED.items():
         if head.startswith(magic):
+            raw.close()
             raise InputError(
                 f"{name}: {refused}-compressed, which amdtop does not read; unpack it first ({tool} {name})"
             )
+    # the head was consumed from the stream: put it back in front, without seeking (a pipe cannot seek)
+    stream = cast(BinaryIO, io.BufferedReader(_Rejoined(head, raw), buffer_size=1 << 16))
     kind = compression(head)
-    if kind is None:
-        return open(path, encoding="utf-8", errors="replace", newline=None)
-    return io.TextIOWrapper(_decompressed(kind, path), encoding="utf-8", errors="replace", newline=None)
+    if kind is not None:
+        # the decompressors leave a file object they were given open: _Owning closes both
+        stream = cast(BinaryIO, io.BufferedReader(_Owning(_decompressed(kind, stream), stream), buffer_size=1 << 16))
+    return io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)
 
 
-def _decompressed(kind: str, path: Path | str) -> BinaryIO:
-    # the three stdlib files are BufferedIOBase streams; typeshed does not spell them as BinaryIO
+def _open_stream(path: Path | str, fifo_wait_s: float) -> BinaryIO:
+    """Open ``path`` for reading once; a FIFO without a writer is refused after ``fifo_wait_s`` instead of hanging."""
+    try:
+        is_fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        is_fifo = False
+    if not is_fifo:
+        return open(path, "rb", buffering=0)
+    # open(2) of a FIFO blocks until a writer opens it: open without blocking, then wait for data or hang-up
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+        if not poller.poll(max(0.0, fifo_wait_s) * 1000):
+            raise InputError(
+                f"{path}: a FIFO with no writer (waited {fifo_wait_s:g} s); start the program that writes it first, "
+                "or pass a regular file"
+            )
+        os.set_blocking(fd, True)
+        return cast(BinaryIO, os.fdopen(fd, "rb", buffering=0))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_head(raw: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes (fewer only at end of file): a pipe may hand them over in several reads."""
+    head = b""
+    while len(head) < n:
+        got = raw.read(n - len(head))
+        if not got:
+            break
+        head += got
+    return head
+
+
+class _Rejoined(io.RawIOBase):
+    """``head`` followed by the rest of ``raw``: a stream whose first bytes were already read, read on unseeked."""
+
+    def __init__(self, head: bytes, raw: BinaryIO) -> None:
+        super().__init__()
+        self._head = head
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._head:
+            n = min(len(view), len(self._head))
+            view[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        got = self._raw.read(len(view))
+        if not got:
+            return 0
+        view[: len(got)] = got
+        return len(got)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _Owning(io.RawIOBase):
+    """Reads ``reader``; closing it closes ``under`` too."""
+
+    def __init__(self, reader: BinaryIO, under: BinaryIO) -> None:
+        super().__init__()
+        self._reader, self._under = reader, under
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._reader.readinto(buffer)  # type: ignore[attr-defined,no-any-return]
+
+    def close(self) -> None:
+        if not self.closed:
+            self._reader.close()
+            self._under.close()
+        super().close()
+
+
+def _decompressed(kind: str, stream: BinaryIO) -> BinaryIO:
+    # the three stdlib readers take a file object and read it forward only; typeshed does not spell them as BinaryIO
     if kind == "gzip":
-        return cast(BinaryIO, gzip.open(path, "rb"))
+        return cast(BinaryIO, gzip.GzipFile(fileobj=stream, mode="rb"))
     if kind == "bzip2":
-        return cast(BinaryIO, bz2.open(path, "rb"))
-    return cast(BinaryIO, lzma.open(path, "rb"))
+        return cast(BinaryIO, bz2.BZ2File(stream, "rb"))
+    return cast(BinaryIO, lzma.LZMAFile(stream, "rb"))
 
 
 def feed_file(p: LogParser, fh: TextIO, name: str) -> None:
@@ -104,7 +210,7 @@ def parse_files(paths: Sequence[Path | str]) -> LogReport:
         try:
             with open_log(path) as fh:
                 feed_file(p, fh, name)
-        except (OSError, EOFError, lzma.LZMAError) as exc:
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise InputError(f"{name}: cannot read ({reason}); pass a readable RCCL/NCCL log file") from None
     return p.report()

@@ -15,6 +15,8 @@ MAX_LINE = 16384
 """Longer lines are counted as unknown and not matched: a MB-long junk line must not cost regex time."""
 
 # ``host:pid:tid [dev]`` at the end of the text before the NCCL marker; launcher prefixes simply sit before it.
+HEADER_SHORT = re.compile(r"(?:^|[\s)\]>])([^\s:\[\]()]+) \[(\d+)\](?: (.*))?$")
+"""``host [dev]`` without pid and tid (RCCL builds and launchers that print only ``node [0]``)."""
 HEADER = re.compile(r"(?:^|[\s)\]>])([^\s:\[\]()]+):(\d+):(\d+) \[(\d+)\](?: (.*))?$")
 COMM_INIT = re.compile(
     r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev \d+)? busId ([0-9a-fA-F]+)"
@@ -23,7 +25,9 @@ COMM_ID = re.compile(r"commId (0x[0-9a-fA-F]+)")
 COMM_NODES = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+)")
 CHANNEL = re.compile(  # used with match(line, pos): no ^ (it would only match at 0)
     r"Channel (\d+)(?:/(\d+))? : (\d+)\[([0-9a-fA-F]+)\] -> (\d+)\[([0-9a-fA-F]+)\]"
-    r"(?: \[(send|receive)\])? via (P2P/direct pointer\S*|\S+)(?: comm (0x[0-9a-fA-F]+) nRanks (\d+))?"
+    # a plugin's name may hold spaces (``NET/AWS Libfabric/1/GDRDMA``): a NET name runs on to its next ``/``
+    r"(?: \[(send|receive)\])? via (NET/[^/\s]+(?: [^/\s]+)*/\S*|P2P/direct pointer\S*|\S+)"
+    r"(?: comm (0x[0-9a-fA-F]+) nRanks (\d+))?"
 )
 COMM_SUFFIX = re.compile(r" comm (0x[0-9a-fA-F]+) nRanks (\d+)(?: busId ([0-9a-fA-F]+))?")
 TREE_RANK = re.compile(r"->(\d+)->")
@@ -42,6 +46,27 @@ WATCHDOG = re.compile(
 TORCH_RANK = re.compile(r"\[Rank (\d+)\]|^\[rank(\d+)\]")
 VLLM_NCCL = re.compile(r"vLLM is using nccl==(\S+)")
 WARN_SOURCE = re.compile(r"(?:^|\s)(\S+\.(?:cc|cu|cpp|c|h)):(\d+)$")
+
+NET_USING = re.compile(r"^(NET/[^:]+?) ?: Using (.*)$")
+"""``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ...`` and ``NET/Socket : Using [0]eth0:10.0.0.1<0> ...``."""
+NET_DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+)")
+OFI_NIC = re.compile(r"^NET/OFI NIC group \d+ device #\d+ (\S+)")
+OFI_PROVIDER = re.compile(r"^NET/OFI Selected Provider is (\S+)(?: \(found (\d+) nics\))?")
+USING_NETWORK = re.compile(r"^Using network (.+?)\s*$")
+FATAL_MARK = "[FATAL ERROR]"
+FATAL_WARNS = (
+    "IpcGetMemHandle failed",
+    "IpcOpenMemHandle failed",
+    "failed to open CUDA IPC handle",
+    "Failed to find reverse path",
+    "Proxy Call",
+    "Failed to execute operation",
+    "proxy call failed",
+    "HIP failure",
+    "Cuda failure",
+    "unhandled cuda error",
+)
+"""WARN texts that end the communicator: errors even when no return-code trail follows them."""
 
 RESULTS = {
     "1": "unhandled cuda error",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from amdtop.rccl.phases import phase_name
 from amdtop.rccl.report import Comm, Edge, RankInfo
 from amdtop.rccl.state import ProcComm, ProcKey
 
@@ -102,15 +103,62 @@ def group(procs: Sequence[ProcComm]) -> list[tuple[str | None, list[ProcComm]]]:
     return order
 
 
-def join(procs: Sequence[ProcComm]) -> list[Comm]:
-    """The communicators of ``procs`` (see module doc)."""
+FreezeCache = dict[tuple[object, ...], Comm]
+"""Frozen communicators by their members' fingerprints (see :func:`join`)."""
+
+
+def join(procs: Sequence[ProcComm], cache: FreezeCache | None = None) -> list[Comm]:
+    """The communicators of ``procs`` (see module doc).
+
+    ``cache``: the previous call's frozen communicators; a communicator whose members printed nothing since is reused
+    (a live tail joins every poll, and most communicators of a long log are long finished). Updated in place to hold
+    only this call's.
+    """
     out = []
     synthetic = 0
+    fresh: FreezeCache = {}
     for comm_id, members in group(procs):
         if comm_id is None:
             synthetic += 1
-        out.append(freeze(comm_id or f"comm-{synthetic}", members, comm_id is not None))
+        key_id = comm_id or f"comm-{synthetic}"
+        if cache is None:
+            out.append(freeze(key_id, members, comm_id is not None))
+            continue
+        key = (key_id, comm_id is not None, *(_fingerprint(pc) for pc in members))
+        comm = cache.get(key)
+        if comm is None:
+            comm = freeze(key_id, members, comm_id is not None)
+        fresh[key] = comm
+        out.append(comm)
+    if cache is not None:
+        cache.clear()
+        cache.update(fresh)
     return out
+
+
+def _fingerprint(pc: ProcComm) -> tuple[object, ...]:
+    # everything freeze reads; sets and dicts only grow, so their sizes say whether they changed
+    return (
+        id(pc),
+        pc.rank,
+        pc.nranks,
+        pc.dev,
+        pc.bus_id,
+        pc.comm_id,
+        pc.ptr,
+        pc.phase,
+        pc.complete_seq,
+        pc.ended,
+        pc.init_s,
+        pc.nnodes,
+        pc.coll_channels,
+        pc.rings,
+        pc.trees,
+        len(pc.printers),
+        len(pc.peers),
+        len(pc.edges),
+        sum(map(len, pc.edges.values())),
+    )
 
 
 def freeze(key: str, members: Sequence[ProcComm], by_id: bool) -> Comm:
@@ -128,19 +176,33 @@ def freeze(key: str, members: Sequence[ProcComm], by_id: bool) -> Comm:
             b = (pc.bus_id if mine else None) or bus.get(r)
             done = pc.complete_seq is not None
             infos[r] = RankInfo(
-                r, pc.dev if mine else None, b, pc.host, pc.pid, done, pc.init_s if mine else None, pc.ptr
+                r,
+                pc.dev if mine else None,
+                b,
+                pc.host,
+                pc.pid,
+                done,
+                pc.init_s if mine else None,
+                pc.ptr,
+                phase_name(pc.phase),
             )
     _place_unranked(members, infos, bus)
+    own = set(infos)
     for r, b in bus.items():
         if r not in infos:
             infos[r] = RankInfo(r, None, b, None, None)
     hosts = {r: i.host for r, i in infos.items() if i.host}
-    edges = _edges(members, hosts)
+    nnodes = max((pc.nnodes for pc in members if pc.nnodes is not None), default=None)
+    size = nranks or (max(infos) + 1 if infos else 0)
+    seen_hosts = len(set(hosts.values()))
+    if nnodes is None and size and (seen_hosts > 1 or all(r in hosts for r in range(size))):
+        # every rank's host is known, or several are: the node count (at least) is known too
+        nnodes = seen_hosts
+    edges = _edges(members, hosts, nnodes)
     for e in edges:
         # a peer named only by a cudaDev bracket (NCCL >= 2.19): a rank without facts, still a rank
         for r in (e.src, e.dst):
             infos.setdefault(r, RankInfo(r, None, None, None, None))
-    nnodes = max((pc.nnodes for pc in members if pc.nnodes is not None), default=None)
     ended = (
         "aborted"
         if any(pc.ended == "aborted" for pc in members)
@@ -160,6 +222,7 @@ def freeze(key: str, members: Sequence[ProcComm], by_id: bool) -> Comm:
         hosts=tuple(sorted({pc.host for pc in members if pc.host})),
         processes=len({pc.proc for pc in members}),
         joined_by="commId" if by_id else "structure",
+        missing=tuple(r for r in range(size) if r not in own),
     )
 
 
@@ -178,10 +241,20 @@ def _place_unranked(members: Iterable[ProcComm], infos: dict[int, RankInfo], bus
         ]
         if len(fits) == 1:
             r = fits[0]
-            infos[r] = RankInfo(r, pc.dev, pc.bus_id, pc.host, pc.pid, pc.complete_seq is not None, pc.init_s, pc.ptr)
+            infos[r] = RankInfo(
+                r,
+                pc.dev,
+                pc.bus_id,
+                pc.host,
+                pc.pid,
+                pc.complete_seq is not None,
+                pc.init_s,
+                pc.ptr,
+                phase_name(pc.phase),
+            )
 
 
-def _edges(members: Iterable[ProcComm], hosts: Mapping[int, str]) -> tuple[Edge, ...]:
+def _edges(members: Iterable[ProcComm], hosts: Mapping[int, str], nnodes: int | None = None) -> tuple[Edge, ...]:
     merged: dict[tuple[str, str, str], set[tuple[int, int]]] = {}
     for pc in members:
         for key, seen in pc.edges.items():
@@ -191,6 +264,11 @@ def _edges(members: Iterable[ProcComm], hosts: Mapping[int, str]) -> tuple[Edge,
     for (s, d, t), chans in merged.items():
         src, dst = int(s), int(d)
         a, b = hosts.get(src), hosts.get(dst)
-        inter = (a != b) if a and b else (False if t.startswith(("P2P", "SHM")) else None)
+        if a and b:
+            inter: bool | None = a != b
+        elif nnodes == 1 or t.startswith(("P2P", "SHM")):
+            inter = False  # one node, or a transport that never leaves one
+        else:
+            inter = None
         out.append(Edge(src, dst, t, len(chans), inter))
     return tuple(sorted(out, key=lambda e: (e.src, e.dst, e.transport)))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
+
+from amdtop.secrets import mask_log_line
 
 ERROR = "error"
 WARN = "warn"
@@ -17,12 +20,13 @@ _ERROR_MARKS = (
     "DistBackendError",
     "Traceback (most recent call last)",
     "terminate called",
+    "[FATAL ERROR]",
 )
 
 
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    """One line of a worker's log, ready to show."""
+class LogLine(NamedTuple):
+    """One line of a worker's log, ready to show (a named tuple: the tail builds one per line, a frozen dataclass
+    costs three times as much to build)."""
 
     worker: str
     """Worker (profile) the line came from."""
@@ -47,8 +51,17 @@ class LogBatch:
 
 
 
+APP_INFO = ("INFO ", "DEBUG ")
+"""Python logging prefixes of factless lines (vLLM at INFO/DEBUG level)."""
+
+
 def classify(text: str) -> str:
     """Level of a raw log line: cheap substring checks, no regex."""
+    if " NCCL INFO " in text:
+        # most of a log: an INFO line is an error only as a return-code trail hop, whose "-> N" ends the line
+        return ERROR if "-> " in text[-24:] and is_error_trail(text) else INFO
+    if text.startswith(APP_INFO):
+        return INFO  # vLLM / Python logging at INFO or DEBUG level: the rest of a serving log
     if "NCCL WARN" in text or " WARN " in text or text.startswith("WARNING"):
         return WARN
     if " -> " in text and "NCCL INFO" in text and is_error_trail(text):
@@ -79,4 +92,5 @@ def is_transport_line(text: str) -> bool:
 
 def make_line(worker: str, file: str, text: str) -> LogLine:
     """Build a :class:`LogLine` with its level and transport mark filled in."""
+    text = mask_log_line(text)  # a worker echoes its own argv (``non-default args: {...}``): never show its keys
     return LogLine(worker, file, text, classify(text), is_transport_line(text))

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 
 from amdtop.model import Flag, Topology
 from amdtop.rccl.diagnose import comm_label, comm_summary, diagnose
+from amdtop.rccl.init_watch import InitWatch
 from amdtop.rccl.lines import LogLine
 from amdtop.rccl.parser import LogParser
 from amdtop.rccl.report import LogReport
 from amdtop.rccl.tail import LogFollower, PathSpec
-from amdtop.rccl.views import WorkerLogs, worker_logs
+from amdtop.rccl.views import ViewCache, WorkerLogs, worker_logs
+from amdtop.thresholds import NCCL_INIT_STALL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,7 @@ class LogUpdate:
         return next((w for w in self.workers if w.worker == name), None)
 
 
+_WORKER_FILE = attrgetter("worker", "file")
 LAUNCH_MARK = "=== amdtop launch "
 """The line the supervisor writes into a worker's log before each launch (amdtop/supervisor/core.py)."""
 
@@ -58,7 +64,12 @@ class LogMonitor:
         max_lines: int = 5000,
         prime_bytes: int = 64 << 20,
         backlog_bytes: int = 256 << 10,
+        init_stall_s: float = NCCL_INIT_STALL_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
+        """``init_stall_s``: how long a communicator's init may show no progress before ``nccl_init_stalled``;
+        ``clock`` (monotonic) and ``wall`` are injected by tests."""
         self.follower = LogFollower(sources, max_lines=max_lines, backlog_bytes=backlog_bytes)
         self.prime_bytes = prime_bytes
         self.topology = topology
@@ -66,6 +77,10 @@ class LogMonitor:
         self._counts: dict[str, int] = {}
         self._flags: tuple[Flag, ...] = ()
         self._views: dict[str, WorkerLogs] = {}
+        self._reports: dict[str, LogReport] = {}
+        self._found: dict[str, tuple[Flag, ...]] = {}
+        self._view_cache: dict[str, ViewCache] = {}
+        self.init_watch = InitWatch(init_stall_s, clock, wall)
 
     def poll(self) -> LogUpdate:
         """Read, parse, diagnose."""
@@ -75,30 +90,55 @@ class LogMonitor:
             # the tail starts near the end of a long log, but communicator init sits at its start: parse that part
             self._prime(worker, path, nbytes)
             touched.add(worker)
-        for line in batch.lines:
-            parser = self._parsers.get(line.worker)
-            if parser is None or line.text.startswith(LAUNCH_MARK):
-                # a new launch of the worker: its communicators replace the last run's (new pids, new pointers)
-                parser = self._parsers[line.worker] = LogParser()
-            n = self._counts.get(line.file, 0) + 1
-            self._counts[line.file] = n
-            parser.files.add(line.file)
-            parser.feed(line.text, line.file, n)
-            touched.add(line.worker)
+        touched |= self._feed(batch.lines)
         new: tuple[Flag, ...] = ()
         for worker in touched:
             # a report is rebuilt only for workers with new lines: the join runs per poll, not per line
-            report = self._parsers[worker].report()
-            found = tuple(diagnose(report, self.topology, worker))
-            self._views[worker] = worker_logs(worker, report, self.topology, found)
+            report = self._reports[worker] = self._parsers[worker].report()
+            # a live log is not finished: an init without Init COMPLETE is judged by time (init_watch), not by EOF
+            self._found[worker] = tuple(diagnose(report, self.topology, worker, finished=False))
+            cache = self._view_cache.setdefault(worker, {})
+            self._views[worker] = worker_logs(worker, report, self.topology, self._found[worker], cache)
+        changed = bool(touched)
+        for worker, report in self._reports.items():
+            # every poll, lines or not: a stall is time passing without lines
+            flags = (*self._found[worker], *self.init_watch.flags(worker, report, self.topology))
+            if flags != self._views[worker].flags:
+                self._views[worker] = replace(self._views[worker], flags=flags)
+                changed = True
         # By worker name, not by whose line came first: the order of two workers starting together is a race.
         views = tuple(self._views[w] for w in sorted(self._views))
-        if touched:
+        if changed:
             flags = tuple(f for v in views for f in v.flags)
             old = set(self._flags)
             new = tuple(f for f in flags if f not in old)
             self._flags = flags
         return LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
+
+    def _feed(self, lines: Sequence[LogLine]) -> set[str]:
+        """Parse new tail lines in runs of one worker's file through the parser's batch loop (the fast path
+        ``logs parse`` uses), each launch line starting a fresh parser. Returns the workers fed."""
+        touched: set[str] = set()
+        # the follower hands each file's lines over together: few runs, grouped in C
+        for (worker, file), run in groupby(lines, key=_WORKER_FILE):
+            texts = [line.text for line in run]
+            if LAUNCH_MARK in "\n".join(texts):
+                cuts = [k for k, text in enumerate(texts) if text.startswith(LAUNCH_MARK)]
+            else:
+                cuts = []
+            for a, b in zip([0, *cuts], [*cuts, len(texts)], strict=True):
+                if a == b:
+                    continue
+                parser = self._parsers.get(worker)
+                if parser is None or texts[a].startswith(LAUNCH_MARK):
+                    # a new launch of the worker: its communicators replace the last run's (new pids, new pointers)
+                    parser = self._parsers[worker] = LogParser()
+                    self.init_watch.forget(worker)
+                start = self._counts.get(file, 0) + 1
+                parser.feed_lines(texts[a:b], file, start)
+                self._counts[file] = start - 1 + (b - a)
+            touched.add(worker)
+        return touched
 
     def _prime(self, worker: str, path: Path, nbytes: int) -> None:
         parser = self._parsers.get(worker)
@@ -118,6 +158,7 @@ class LogMonitor:
         if last is not None:
             # only the newest launch in the head describes the running worker
             parser = self._parsers[worker] = LogParser()
+            self.init_watch.forget(worker)
             parser.feed_lines(lines[last:], name, start + last)
         else:
             parser.feed_lines(lines, name, start)

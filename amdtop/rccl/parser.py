@@ -13,12 +13,15 @@ from pathlib import Path
 
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
+from amdtop.rccl import phases as ph
 from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
-from amdtop.rccl.join import join
+from amdtop.rccl.join import FreezeCache, join
+from amdtop.rccl.nics import NicLines
+from amdtop.rccl.ranks import attribute
 from amdtop.rccl.report import EnvSetting, LogReport, Message
 from amdtop.rccl.state import ThreadKey, Trace
-from amdtop.rccl.verdicts import group_warnings, judge_traces
+from amdtop.rccl.verdicts import group_warnings, judge_traces, with_fatal_warns
 
 
 class LogParser(CommLines):
@@ -26,6 +29,11 @@ class LogParser(CommLines):
 
     def __init__(self) -> None:
         super().__init__()
+        self.nic_lines = NicLines()
+        self._frozen: FreezeCache = {}
+        self.fatal_warns: list[tuple[int, ThreadKey, Message]] = []
+        """Fatal WARNs (IPC handle, reverse path, proxy call...): errors unless a failed trace of their thread
+        already reports them (the trace then carries the WARN's text)."""
         self.version: str | None = None
         self.versions: dict[str, str] = {}
         self.files: set[str] = set()
@@ -95,13 +103,17 @@ class LogParser(CommLines):
 
     def report(self) -> LogReport:
         """A frozen view of everything parsed so far."""
-        comms = tuple(join(self.procs))
+        comms = tuple(join(self.procs, self._frozen))
+        rank_of = attribute(self.procs)
         library = self.library
         if library is None and (self.version or comms):
             library = "NCCL"
         judged = judge_traces(self.traces, self.procs, self.warn_seqs, self.errors)
-        notes = [m for _s, m, is_error in judged if not is_error]
-        errors = sorted([*self.errors, *((s, m) for s, m, is_error in judged if is_error)], key=lambda sm: sm[0])
+        judged, fatal = with_fatal_warns(judged, self.traces, self.fatal_warns)
+        notes = [rank_of(m) for _s, m, is_error in judged if not is_error]
+        failed = ((s, m) for s, m, is_error in judged if is_error)
+        errors = sorted([*self.errors, *fatal, *failed], key=lambda sm: sm[0])
+        warnings = tuple(rank_of(m) for m in self.warnings)
         return LogReport(
             library=library,
             version=self.version,
@@ -110,12 +122,13 @@ class LogParser(CommLines):
             unknown_lines=self.unknown,
             comms=comms,
             transports=tuple(sorted(self.transports.items(), key=lambda kv: (-kv[1], kv[0]))),
-            warnings=tuple(self.warnings),
-            errors=tuple(m for _s, m in errors),
+            warnings=warnings,
+            errors=tuple(rank_of(m) for _s, m in errors),
             env=tuple(self.env.values()),
             versions=tuple(sorted(self.versions.items())),
             notes=tuple(notes),
-            warning_groups=group_warnings(self.warnings, self._rank_of_proc()),
+            warning_groups=group_warnings(warnings),
+            nics=self.nic_lines.report(),
         )
 
     # -- INFO ----------------------------------------------------------------------------------------------------
@@ -139,6 +152,8 @@ class LogParser(CommLines):
         elif c == "c" and msg.startswith("comm 0x"):
             if " - " in msg:
                 self._init(line[:i], msg, lineno)
+                if msg.endswith("Abort COMPLETE"):
+                    self._aborted(line[:i], msg, file, lineno)
             else:
                 m = g.COMM_NODES.match(msg)
                 if m:
@@ -146,13 +161,20 @@ class LogParser(CommLines):
                     pc.nnodes = int(m.group(4))
                     if pc.rank is None:
                         pc.rank = int(m.group(2))
+                    pc.phase = max(pc.phase, ph.TOPOLOGY)
             return
         elif c == "n" and msg.startswith("ncclComm"):
             if " - " in msg:
                 self._init(line[:i], msg, lineno)
+                if msg.endswith("Abort COMPLETE"):
+                    self._aborted(line[:i], msg, file, lineno)
             return
-        elif c == "T" and msg.startswith("Trees ") and " comm 0x" in msg:
+        elif c == "T" and msg.startswith("Trees ") and "->" in msg:
             self._trees(line[:i], msg, lineno)
+            return
+        elif (c == "N" and msg.startswith("NET/")) or (c == "U" and msg.startswith("Using network ")):
+            host, *_ = self.header(line[:i])
+            self.nic_lines.line(host, msg)
             return
         if msg.endswith(("-> 1", "-> 2", "-> 3", "-> 4", "-> 5", "-> 6", "-> 7", "[Async thread]")):
             self._trail(line, msg, file, lineno)
@@ -167,7 +189,7 @@ class LogParser(CommLines):
                 if not known:
                     text = f"{name}={value} is unknown to RCCL/NCCL and ignored; {FAKE_VARS.get(name, 'remove it')}"
                     host, pid, _t, dev, _ = self.header(line[:i])
-                    self.warnings.append(Message(file, lineno, text, "unknown_env", dev, (), host, pid))
+                    self.warnings.append(Message(file, lineno, text, "unknown_env", dev, (), host, pid, dev))
             return
         if "version" in msg:
             self.version_line(msg)
@@ -183,7 +205,20 @@ class LogParser(CommLines):
         if c.isdigit() and " coll channels" in msg:
             m = g.COLL_CHANNELS.match(msg)
             if m:
-                self._comm_for(line[:i], suffix_ptr(msg), None, lineno).coll_channels = int(m.group(1))
+                pc = self._comm_for(line[:i], suffix_ptr(msg), None, lineno)
+                pc.coll_channels = int(m.group(1))
+                pc.phase = max(pc.phase, ph.TUNING)
+
+    def _aborted(self, head: str, msg: str, file: str, lineno: int) -> None:
+        """``ncclCommAbort`` finished before the rank's init completed: the communicator failed, an error of the rank
+        that printed it. After a completed init it is a teardown (PyTorch aborts its communicators on shutdown)."""
+        host, pid, tid, dev, _ = self.header(head)
+        pc = self.current_comm(host, pid, tid)
+        if pc is not None and pc.complete_seq is not None:
+            return
+        text = msg.strip()
+        message = Message(file, lineno, text, "comm_aborted", self.rank_of(host, pid, dev), (), host, pid, dev)
+        self.fatal_warns.append((self.seq(lineno), (host, pid, None), message))
 
     def version_line(self, msg: str) -> None:
         """Library and version from an ``RCCL version`` / ``NCCL version`` line."""
@@ -213,7 +248,7 @@ class LogParser(CommLines):
             extra["trail"] = (*extra.get("trail", ()), hop)
             old = last.message
             last.message = Message(
-                old.file, old.line, old.text, old.kind, old.rank, tuple(extra.items()), old.host, old.pid
+                old.file, old.line, old.text, old.kind, old.rank, tuple(extra.items()), old.host, old.pid, old.dev
             )
             last.last_seq = seq
             return
@@ -222,7 +257,7 @@ class LogParser(CommLines):
         text = f"{hop} -> {code} ({g.RESULTS.get(code, 'error')})"
         host, pid, tid, dev, _ = self.header(key[1])
         facts = (("result", int(code)), ("trail", (hop,)))
-        message = Message(file, lineno, text, "error_trail", self.rank_of(host, pid, dev), facts, host, pid)
+        message = Message(file, lineno, text, "error_trail", self.rank_of(host, pid, dev), facts, host, pid, dev)
         self.traces.append(Trace(message, (host, pid, tid), seq, seq, self.current_comm(host, pid, tid)))
 
 

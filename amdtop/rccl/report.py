@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from amdtop.rccl.nics import HostNics
+from amdtop.rccl.phases import PHASES
+
 
 @dataclass(frozen=True, slots=True)
 class RankInfo:
@@ -26,6 +29,8 @@ class RankInfo:
     """Total init time in seconds where the library printed ``Init timings``."""
     ptr: str | None = None
     """The rank's ``comm 0x…`` pointer: an address inside its own process, not an id of the communicator."""
+    phase: str | None = None
+    """Furthest init phase the rank printed (:data:`amdtop.rccl.phases.PHASES`); ``None``: it printed no init line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +77,32 @@ class Comm:
     """Processes (host, pid) whose lines were joined into this communicator."""
     joined_by: str = "commId"
     """``commId`` (printed) or ``structure`` (nRanks, ranks, bus ids and init order of per-process pointers)."""
+    missing: tuple[int, ...] = ()
+    """Ranks below ``nranks`` that printed no line of their own (peers name them, or nothing does)."""
 
     @property
     def init_complete(self) -> int:
         """Ranks that printed ``Init COMPLETE``."""
         return sum(1 for r in self.ranks if r.init_complete)
+
+    @property
+    def last_phase(self) -> str | None:
+        """Where init stands: the phase of the least advanced rank that printed one (``complete`` when all did)."""
+        reached = [PHASES.index(r.phase) for r in self.ranks if r.phase is not None]
+        if not reached:
+            return None
+        return PHASES[min(reached)]
+
+    @property
+    def stuck_ranks(self) -> tuple[int, ...]:
+        """Ranks that printed init lines but no ``Init COMPLETE``."""
+        return tuple(r.rank for r in self.ranks if r.phase is not None and not r.init_complete)
+
+    @property
+    def init_incomplete(self) -> bool:
+        """A rank started init and never completed it, and nobody tore the communicator down. Ranks that printed
+        nothing alone do not count: their files are often just not in the set."""
+        return bool(self.stuck_ranks) and self.ended is None
 
     @property
     def summary(self) -> str:
@@ -129,6 +155,8 @@ class Message:
     """Host of the printing process, where the line says."""
     pid: int | None = None
     """Pid of the printing process, where the line says."""
+    dev: int | None = None
+    """Device index of the printing thread (``[0]`` in the line head), where the line says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +225,8 @@ class LogReport:
     """Return-code traces that led to nothing (a probe that failed and fell back): informational, not errors."""
     warning_groups: tuple[WarningGroup, ...] = ()
     """:attr:`warnings` grouped by identical text, most printed first."""
+    nics: tuple[HostNics, ...] = ()
+    """NICs per host from the network lines (``NET/IB : Using ...``), sorted by host."""
 
 
 def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -210,6 +240,8 @@ def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) ->
             doc["host"] = m.host
         if m.pid is not None:
             doc["pid"] = m.pid
+        if m.dev is not None:
+            doc["dev"] = m.dev
         doc.update(dict(m.extra))
         return doc
 
@@ -240,6 +272,10 @@ def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) ->
         "notes": [msg(m) for m in report.notes],
         "env": [{"name": e.name, "value": e.value, "known": e.known} for e in report.env],
         "versions": dict(report.versions),
+        "nics": {h.host: list(h.devices) for h in report.nics},
+        "nic_lists": {
+            h.host: {"network": h.network, "listed": {source: list(d) for source, d in h.listed}} for h in report.nics
+        },
         "flags": flags or [],
     }
 
@@ -255,6 +291,13 @@ def comm_json(c: Comm) -> dict[str, Any]:
         "joined_by": c.joined_by,
         "summary": c.summary,
         "init_complete": c.init_complete,
+        "init": {
+            "complete": c.init_complete,
+            "nranks": c.nranks,
+            "last_phase": c.last_phase,
+            "phases": {str(r.rank): r.phase for r in c.ranks if r.phase is not None},
+            "missing": list(c.missing),
+        },
         "ranks": [
             {
                 "rank": r.rank,
@@ -265,6 +308,7 @@ def comm_json(c: Comm) -> dict[str, Any]:
                 "ptr": r.ptr,
                 "init_complete": r.init_complete,
                 "init_s": r.init_s,
+                "phase": r.phase,
             }
             for r in c.ranks
         ],

@@ -38,6 +38,8 @@ class ProcComm:
     coll_channels: int | None = None
     rings: bool = False
     trees: bool = False
+    phase: int = -1
+    """Furthest init phase printed (an index of :data:`amdtop.rccl.phases.PHASES`; -1: none)."""
     printers: set[int] = field(default_factory=set)
     """Ranks that printed its channel/tree lines (its own ranks when no Init line says)."""
     peers: dict[int, str] = field(default_factory=dict)

@@ -8,18 +8,20 @@ decoded with replacement characters. :meth:`LogFollower.poll` never blocks and n
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from amdtop.rccl.lines import ERROR, WARN, LogBatch, LogLine, make_line
+from amdtop.rccl.lines import APP_INFO, ERROR, INFO, WARN, LogBatch, LogLine, classify, is_error_trail
 
 PathSpec = Path | str | tuple[str, Path | str]
 """A path (worker = file stem) or ``(worker, path)``."""
 
 _CHUNK = 1 << 20
 _MAX_PARTIAL = 1 << 20
-_CONTROL = {c: "?" for c in range(32) if c != 9}
+_CONTROL = {c: "?" for c in range(32) if c not in (9, 10)}
+_CONTROL_CHAR = re.compile("[\x00-\x08\x0b-\x1f]")
 # lines worth keeping even when a flood is dropped to counting: errors must never be lost in the noise
 _KEEP = (
     b" NCCL WARN ",
@@ -214,25 +216,49 @@ class LogFollower:
         if not data and not kept:
             return [], dropped
         buf = tail.partial + data if tail.partial else data
-        parts = buf.split(b"\n")
-        tail.partial = parts.pop()
+        end = buf.rfind(b"\n")
+        body, tail.partial = (buf[:end], buf[end + 1 :]) if end >= 0 else (b"", buf)
+        count = body.count(b"\n") + 1 if end >= 0 else 0
+        extra: list[bytes] = []
         if len(tail.partial) > _MAX_PARTIAL:
             # a newline-free flood: hand it over cut, rather than hold MBs
-            parts.append(tail.partial[:_MAX_PARTIAL])
+            extra.append(tail.partial[:_MAX_PARTIAL])
             tail.partial = b""
-        if len(parts) > self.max_lines:
-            cut = len(parts) - self.max_lines
-            kept += _important(b"\n".join(parts[:cut]), _MAX_KEEP - len(kept))
-            dropped += cut
-            parts = parts[cut:]
-        if kept:
-            dropped -= len(kept)
-            parts = kept + parts
-        name = str(tail.path)
-        out = []
-        for raw in parts:
-            text = raw.decode("utf-8", "replace").rstrip("\r")
-            if not text.isprintable():
-                text = text.translate(_CONTROL)
-            out.append(make_line(tail.worker, name, text))
+        if count + len(extra) > self.max_lines or kept or extra:
+            # the rare path (a flood to cut, kept lines, a cut partial): work on the lines one by one
+            parts = (body.split(b"\n") if end >= 0 else []) + extra
+            if len(parts) > self.max_lines:
+                cut = len(parts) - self.max_lines
+                kept += _important(b"\n".join(parts[:cut]), _MAX_KEEP - len(kept))
+                dropped += cut
+                parts = parts[cut:]
+            if kept:
+                dropped -= len(kept)
+                parts = kept + parts
+            if not parts:
+                return [], dropped
+            body = b"\n".join(parts)
+        elif end < 0:
+            return [], dropped
+        name, worker = str(tail.path), tail.worker
+        # one decode, one control-character scan and one CR fix for the whole run (a newline byte is never inside a
+        # UTF-8 sequence, so the split agrees with the lines); per line only the level and the transport mark
+        whole = body.decode("utf-8", "replace")
+        if "\r" in whole:
+            whole = whole.replace("\r\n", "\n")
+            if whole.endswith("\r"):
+                whole = whole[:-1]
+        if _CONTROL_CHAR.search(whole):
+            whole = whole.translate(_CONTROL)
+        out: list[LogLine] = []
+        add, make, info, trail = out.append, tuple.__new__, " NCCL INFO ", is_error_trail
+        for text in whole.split("\n"):
+            # INFO lines (most of a log) inline: an error only as a trail hop, whose "-> N" ends the line; vLLM's
+            # own INFO/DEBUG lines (the rest of a serving log) by their prefix
+            if info in text:
+                level = ERROR if "-> " in text[-24:] and trail(text) else INFO
+            else:
+                level = INFO if text.startswith(APP_INFO) else classify(text)
+            mark = (" via " in text and "Channel" in text) or "Connected all" in text
+            add(make(LogLine, (worker, name, text, level, mark)))
         return out, dropped

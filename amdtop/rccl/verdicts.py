@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from amdtop.rccl.report import Message, WarningGroup
 from amdtop.rccl.state import ProcComm, ProcKey, ThreadKey, Trace
@@ -45,7 +46,11 @@ def judge_traces(
         verdict = (("verdict", reason or "nothing failed after it (a probe that fell back)"),)
         kind = m.kind if reason else "trace_note"
         out.append(
-            (t.first_seq, Message(m.file, m.line, m.text, kind, m.rank, m.extra + verdict, m.host, m.pid), bool(reason))
+            (
+                t.first_seq,
+                Message(m.file, m.line, m.text, kind, m.rank, m.extra + verdict, m.host, m.pid, m.dev),
+                bool(reason),
+            )
         )
     return out
 
@@ -133,3 +138,29 @@ def group_warnings(
             )
         )
     return tuple(sorted(groups, key=lambda g: -g.count))
+
+
+def with_fatal_warns(
+    judged: list[tuple[int, Message, bool]],
+    traces: Sequence[Trace],
+    fatal: Sequence[tuple[int, ThreadKey, Message]],
+) -> tuple[list[tuple[int, Message, bool]], list[tuple[int, Message]]]:
+    """Fatal WARNs as errors, except those a failed trace of the same thread already reports: that trace gains the
+    WARN's text (``warn``) and the WARN raises no second error. ``judged`` is :func:`judge_traces` of ``traces``.
+    An entry whose thread id is None (``Abort COMPLETE``) is reported by any failed trace of its process."""
+    out = list(judged)
+    alone: list[tuple[int, Message]] = []
+    for seq, thread, m in fatal:
+        whole = thread[2] is None
+        for i, ((tseq, tm, is_error), t) in enumerate(zip(out, traces, strict=True)):
+            if not is_error:
+                continue
+            if (whole and t.thread[:2] == thread[:2]) or (
+                t.thread == thread and t.first_seq - WARN_WINDOW <= seq <= t.last_seq + WARN_WINDOW
+            ):
+                if "warn" not in dict(tm.extra):
+                    out[i] = (tseq, replace(tm, extra=(*tm.extra, ("warn", m.text))), is_error)
+                break
+        else:
+            alone.append((seq, m))
+    return out, alone

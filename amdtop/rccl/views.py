@@ -121,13 +121,36 @@ def comm_view(comm: Comm, topology: Topology | None) -> CommView:
     )
 
 
-def worker_logs(worker: str, report: LogReport, topology: Topology | None, flags: tuple[Flag, ...]) -> WorkerLogs:
-    """The typed view of one worker's report."""
+ViewCache = dict[int, tuple[Comm, CommView]]
+"""Communicator views by the id of the frozen :class:`Comm` they show (reused while the parser reuses the Comm)."""
+
+
+def worker_logs(
+    worker: str,
+    report: LogReport,
+    topology: Topology | None,
+    flags: tuple[Flag, ...],
+    cache: ViewCache | None = None,
+) -> WorkerLogs:
+    """The typed view of one worker's report; ``cache`` keeps the views of communicators that did not change."""
+    if cache is None:
+        views = tuple(comm_view(c, topology) for c in report.comms)
+    else:
+        fresh: ViewCache = {}
+        out = []
+        for c in report.comms:
+            got = cache.get(id(c))
+            view = got[1] if got is not None and got[0] is c else comm_view(c, topology)
+            fresh[id(c)] = (c, view)
+            out.append(view)
+        cache.clear()
+        cache.update(fresh)
+        views = tuple(out)
     return WorkerLogs(
         worker=worker,
         library=report.library,
         version=report.version,
-        comms=tuple(comm_view(c, topology) for c in report.comms),
+        comms=views,
         warning_groups=report.warning_groups,
         errors=len(report.errors),
         warnings=len(report.warnings),

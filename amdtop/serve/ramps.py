@@ -32,8 +32,16 @@ class ServeRamps:
         self._running: dict[str, Ramp] = {}
         self._docs: dict[str, tuple[dict[str, Any], str]] = {}
 
-    def start(self, worker: str, url: str, gpus: Sequence[int] | None, settings: dict[str, Any]) -> str:
-        """Start a ramp against ``worker`` at ``url`` (InputError when one runs already or the URL is refused)."""
+    def start(
+        self,
+        worker: str,
+        url: str,
+        gpus: Sequence[int] | None,
+        settings: dict[str, Any],
+        groups: Sequence[Sequence[int]] | None = None,
+    ) -> str:
+        """Start a ramp against ``worker`` at ``url`` (InputError when one runs already or the URL is refused);
+        ``groups``: the worker's TP groups (per-group spreads of a data-parallel worker)."""
         check_base_url(url)
         cfg = RampConfig(url=url, **settings)
         with self._lock:
@@ -43,7 +51,7 @@ class ServeRamps:
                 cfg,
                 self.state_dir,
                 worker=worker,
-                observer=observer_from_frames(self.latest, gpus or None),
+                observer=observer_from_frames(self.latest, gpus or None, groups),
                 on_update=lambda result: self._update(worker, result.to_json(), "running"),
             )
             self._running[worker] = ramp

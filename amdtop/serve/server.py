@@ -182,7 +182,7 @@ class Serve:
         if op == "stats":
             return self.stats()
         if op == "ramp_start":
-            return self.ramps.start(*args, **kw)
+            return self._ramp_start(*args)
         if op == "ramp_abort":
             return self.ramps.abort(*args)
         if control is None:
@@ -193,6 +193,20 @@ class Serve:
         if op in CONTROL_OPS:
             runtime.wake()  # every viewer sees the change on the next frame
         return value
+
+    def _ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
+        settings = dict(settings)
+        control = self.node.control
+        if not settings.get("api_key") and control is not None:
+            # The key stays in the serve: a viewer never reads it, the serve's ramp sends it (else 401 from the worker).
+            try:
+                settings["api_key"] = control.api_key(worker)
+            except Exception:
+                settings["api_key"] = None  # a discovered server has no profile, hence no key of ours
+        frame = self.node.runtime.frame
+        found = frame.worker(worker) if frame is not None else None
+        groups = [g.gpus for g in found.tp_groups()] if found is not None else None
+        return self.ramps.start(worker, url, gpus, settings, groups)
 
     # -- publishing ------------------------------------------------------------------------------------------------
     def _on_frame(self, frame: NodeFrame) -> None:

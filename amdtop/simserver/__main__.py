@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--log-file", default=None)
     p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=1)
+    p.add_argument("--dp", "--data-parallel-size", dest="dp", type=int, default=1)
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-tokens", type=int, default=None, help="KV cache size in tokens (default 524288)")
     p.add_argument("--num-gpu-blocks-override", type=int, default=None, help="KV cache size in blocks (as vllm serve)")
     p.add_argument("--background-load", type=int, default=0, help="synthetic sequences kept running (demo)")
+    p.add_argument("--api-key", nargs="+", default=None, help="keys guarding /v1 (as vllm serve; else VLLM_API_KEY)")
     p.add_argument("--fail-after", type=int, default=None, help="requests after the first N get HTTP 500")
     p.add_argument("--error-chunk-after", type=int, default=None, help="streams after the first N get an error chunk")
     return p
@@ -112,6 +114,9 @@ def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
         error_chunk_after=a.error_chunk_after,
         log_file=a.log_file,
         background_load=max(0, a.background_load),
+        api_keys=tuple(a.api_key or ()),
+        dp=max(1, a.dp),
+        dev_mode=os.environ.get("VLLM_SERVER_DEV_MODE", "") == "1",
         nccl_debug=os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"),
         gpu_bdfs=visible_bdfs(os.environ),
         p2p_disabled=os.environ.get("NCCL_P2P_DISABLE", "").strip().lower() in ("1", "true", "yes"),

@@ -77,6 +77,12 @@ class SimConfig:
     """``NCCL_P2P_DISABLE=1``: the RCCL lines show ``SHM/direct`` between the ranks, as RCCL does."""
     background_load: int = 0
     """Synthetic sequences kept running (demo mode); 0 = none."""
+    api_keys: tuple[str, ...] = ()
+    """``--api-key`` values (empty: ``VLLM_API_KEY`` from the environment, as vLLM)."""
+    dp: int = 1
+    """``--data-parallel-size``: engines (each with ``capacity`` slots and its own KV cache), labelled ``engine="i"``."""
+    dev_mode: bool = False
+    """``VLLM_SERVER_DEV_MODE=1``: serve ``/sleep``, ``/wake_up`` and ``/is_sleeping`` as vLLM does (404 otherwise)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -120,6 +126,8 @@ class SimEngine:
         self.used_blocks = 0
         self.total_blocks = max(1, cfg.kv_cache_tokens // max(1, cfg.block_size))
         self._wake = asyncio.Event()
+        self._awake = asyncio.Event()
+        self._awake.set()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -228,10 +236,22 @@ class SimEngine:
         self.e2e.observe(now - req.arrived)
         req.on_finish(reason)
 
+    def pause(self) -> None:
+        """Sleep mode: no step runs (requests wait, as vLLM's scheduler is paused) until :meth:`resume`."""
+        self._awake.clear()
+
+    def resume(self) -> None:
+        """Wake from sleep mode."""
+        self._awake.set()
+        self._wake.set()
+
     async def _loop(self) -> None:
         period = 1.0 / self.cfg.tokens_per_s if self.cfg.tokens_per_s > 0 else 0.0
         next_tick = time.monotonic()
         while True:
+            if not self._awake.is_set():
+                await self._awake.wait()
+                next_tick = time.monotonic()
             if not self.running:
                 self._wake.clear()
                 await self._wake.wait()

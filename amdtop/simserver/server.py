@@ -58,12 +58,20 @@ class SimServer:
 
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
-        self.engine = SimEngine(cfg)
+        # One engine per data-parallel rank; requests go to the least loaded one (vLLM's DP coordinator balances by
+        # queue length too).
+        self.engines = [SimEngine(cfg) for _ in range(max(1, cfg.dp))]
+        self.engine = self.engines[0]
+        self.sleep_level = 0
+        self._received = 0
         self.log = SimLog(cfg.log_file)
         self.created = time.time()
         self._server: asyncio.base_events.Server | None = None
         self._last_stats = (time.monotonic(), 0, 0)
         self._background: asyncio.Task[None] | None = None
+        # vLLM's rule (entrypoints/serve/middleware): --api-key, else VLLM_API_KEY, guards the /v1 routes with
+        # ``Authorization: Bearer``; /health and /metrics stay open.
+        self.api_keys = tuple(k for k in (cfg.api_keys or (os.environ.get("VLLM_API_KEY", ""),)) if k)
 
     async def start(self) -> None:
         """Bind, start the engine and log the vLLM start-up milestones."""
@@ -78,9 +86,17 @@ class SimServer:
             for line in rccl_init_lines(cfg.tp, os.getpid(), bdfs=cfg.gpu_bdfs, p2p=not cfg.p2p_disabled):
                 self.log.raw(line)
         self.log.info("kv_cache_utils.py:1", f"GPU KV cache size: {cfg.kv_cache_tokens:,} tokens", proc="EngineCore")
-        self.engine.start()
+        for engine in self.engines:
+            engine.start()
         if cfg.background_load:
-            self._background = asyncio.get_running_loop().create_task(run_background(self.engine, cfg.background_load))
+            loop = asyncio.get_running_loop()
+            # Replicas are load-balanced, not identical: the first gets a little more of the synthetic load.
+            shares = [max(1, cfg.background_load * (len(self.engines) + 1 - i) // (2 * len(self.engines) or 1))
+                      for i in range(len(self.engines))] if len(self.engines) > 1 else [cfg.background_load]  # fmt: skip
+            self._backgrounds = [
+                loop.create_task(run_background(e, n)) for e, n in zip(self.engines, shares, strict=True)
+            ]
+            self._background = self._backgrounds[0]
         self._server = await asyncio.start_server(self._conn, cfg.host, cfg.port, limit=1 << 20)
         self.log.info("entry.py:140", f"Starting vLLM server on http://{cfg.host}:{cfg.port}")
         self.log.raw("INFO:     Application startup complete.")
@@ -94,9 +110,10 @@ class SimServer:
                 self._log_stats()
         finally:
             self._server.close()
-            if self._background is not None:
-                self._background.cancel()
-            await self.engine.stop()
+            for task in getattr(self, "_backgrounds", ()):
+                task.cancel()
+            for engine in self.engines:
+                await engine.stop()
             self.log.info("launcher.py:1", "[shutdown] API server: shutdown triggered")
             self.log.close()
 
@@ -136,14 +153,19 @@ class SimServer:
     async def _route(self, req: http.HttpRequest, w: asyncio.StreamWriter) -> int:
         cfg = self.cfg
         path, get = req.path, req.method == "GET"
+        if self.api_keys and path.startswith(("/v1", "/v2")):
+            scheme, _, token = req.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or token not in self.api_keys:
+                return await self._send(w, http.json_response(401, {"error": "Unauthorized"}), 401)
         if get and path == "/health":
             return await self._send(w, http.response_bytes(200, b""), 200)
         if get and path == "/version":
             return await self._send(w, http.json_response(200, {"version": "0.32.0"}), 200)
         if get and path == "/load":
-            return await self._send(w, http.json_response(200, {"server_load": len(self.engine.running)}), 200)
+            load = sum(len(e.running) for e in self.engines)
+            return await self._send(w, http.json_response(200, {"server_load": load}), 200)
         if get and path == "/metrics":
-            body = render(self.engine, self.created).encode()
+            body = render(self.engines, self.created, self.sleep_level).encode()
             return await self._send(w, http.response_bytes(200, body, "text/plain; version=0.0.4; charset=utf-8"), 200)
         if get and path == "/v1/models":
             card = {
@@ -156,6 +178,8 @@ class SimServer:
                 "max_model_len": cfg.max_model_len,
             }
             return await self._send(w, http.json_response(200, {"object": "list", "data": [card]}), 200)
+        if cfg.dev_mode and path.split("?")[0] in ("/sleep", "/wake_up", "/is_sleeping"):
+            return await self._sleep_route(req, w)
         if req.method != "POST":
             return await self._send(w, self._error(404, "Not Found"), 404)
         try:
@@ -177,6 +201,31 @@ class SimServer:
             return await self._generate(req, doc, w, chat=path.endswith("chat/completions"))
         return await self._send(w, self._error(404, "Not Found"), 404)
 
+    async def _sleep_route(self, req: http.HttpRequest, w: asyncio.StreamWriter) -> int:
+        # vLLM's dev-mode endpoints (vllm/entrypoints/serve/dev): POST /sleep?level=N, POST /wake_up, GET /is_sleeping.
+        path, _, query = req.path.partition("?")
+        if path == "/is_sleeping" and req.method == "GET":
+            return await self._send(w, http.json_response(200, {"is_sleeping": self.sleep_level > 0}), 200)
+        if path == "/wake_up" and req.method == "POST":
+            self.sleep_level = 0
+            for engine in self.engines:
+                engine.resume()
+            return await self._send(w, http.json_response(200, {"status": "awake", "tags": None}), 200)
+        if path == "/sleep" and req.method == "POST":
+            params = dict(p.partition("=")[::2] for p in query.split("&") if p)
+            level = int(params.get("level", "1")) if params.get("level", "1").isdigit() else 0
+            if level not in (1, 2):
+                return await self._send(w, self._error(400, f"invalid sleep level {params.get('level')}"), 400)
+            self.sleep_level = level
+            for engine in self.engines:
+                engine.pause()
+            self.log.info("abstract.py:390", "It took 0.002 seconds to fall asleep.", proc="EngineCore")
+            return await self._send(w, http.json_response(200, {"status": "sleeping", "level": level}), 200)
+        return await self._send(w, self._error(405, "Method Not Allowed"), 405)
+
+    def _pick(self) -> SimEngine:
+        return min(self.engines, key=lambda e: len(e.running) + len(e.waiting))
+
     @staticmethod
     def _error(status: int, message: str) -> bytes:
         kind = "BadRequestError" if status < 500 else "InternalServerError"
@@ -191,8 +240,9 @@ class SimServer:
     async def _generate(
         self, req: http.HttpRequest, doc: dict[str, Any], w: asyncio.StreamWriter, *, chat: bool
     ) -> int:
-        cfg, engine = self.cfg, self.engine
-        index = engine.received
+        cfg, engine = self.cfg, self._pick()
+        index = self._received
+        self._received += 1
         engine.received += 1
         if cfg.fail_after is not None and index >= cfg.fail_after:
             engine.success["error"] += 1

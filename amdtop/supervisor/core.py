@@ -89,8 +89,11 @@ class Supervisor:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._last_stop: dict[str, StopReport] = {}
         self.prober = Prober(health_timeout_s)
+        self._share_keys()
         self.full_scan_every_s = REDISCOVER_EVERY_S
         self._full_scan_at: float | None = None
+        self.notes: list[str] = []
+        """What the last :meth:`status` pass ignored among marked processes, one line each (shown, never fatal)."""
 
     # -- profiles ---------------------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -144,7 +147,7 @@ class Supervisor:
             rec is not None
             and rec.pid in table
             and table[rec.pid].start_ticks == rec.start_ticks
-            and procs.still_ours(rec.pid, f"{name}:{rec.launch_id}")
+            and (rec.pid in self._spawned(name) or procs.still_ours(rec.pid, f"{name}:{rec.launch_id}"))
         ):
             return Recovery(rec, None)
         launches = (found or Found(self.state_dir))(table)
@@ -162,6 +165,21 @@ class Supervisor:
         )  # fmt: skip
         self.store.adopt(rebuilt)
         return Recovery(rebuilt, rebuilt.rebuilt)
+
+    def _share_keys(self) -> None:
+        """Give the prober each keyed worker's API key (by URL), so its calls carry ``Authorization: Bearer``."""
+        self.prober.keys = {p.url: p.api_keys[0] for p in self._profiles if p.api_keys}
+
+    def api_key(self, name: str) -> str | None:
+        """The API key worker ``name``'s clients must send (the first of its ``args.api-key``), ``None`` when open."""
+        profile = self._find(name)
+        return profile.api_keys[0] if profile is not None and profile.api_keys else None
+
+    def _spawned(self, name: str) -> frozenset[int]:
+        """The leader of ``name``'s launch when this supervisor spawned it and has not reaped it: ours from spawn, even
+        while it execs (its environment then reads empty for a moment)."""
+        child = self._children.get(name)
+        return frozenset((child.pid,)) if child is not None and child.returncode is None else frozenset()
 
     def _numa_or_none(self, profile: Profile) -> int | None:
         try:
@@ -246,19 +264,27 @@ class Supervisor:
         if rec is None:
             why = f" ({recovery.reason}; no running process carries its marker)" if recovery.reason else ""
             return StopReport(name, (), (), (), (), f"{name}: not running, nothing to stop{why}")
-        unsaved = self._save_quietly(rec.with_(stopping=True))
+        self._save_quietly(rec.with_(stopping=True))  # a stop goes on without it; the final record is what counts
         if grace is None:
             grace = profile.stop_grace_s if profile is not None and profile.stop_grace_s is not None else self.grace_s
         # The log read for vLLM's ids is always this worker's own log, whatever the record says.
         own = rec.with_(log=str(self.store.log_path(name)))
         report = stop_run(own, grace, reap=lambda: self._reap(name, forget=False))
         self._reap(name)
-        unsaved = self._save_quietly(rec.with_(stopping=False, stopped=True, shm=())) or unsaved
+        final = rec.with_(stopping=False, stopped=True, shm=())
+        failed = self._save_quietly(final)
+        record_error = None
+        # Status must never read a stopped worker as crashed: without room for a new file, rewrite the record in
+        # place or drop it (a missing record reads as stopped); a stop that could not record itself says so.
+        done = self.store.save_last_resort(final) if failed else None
+        if failed and done != "rewritten in place":
+            kept = "its state file was removed, so status shows it stopped" if done else "its state file is stale"
+            record_error = f"{failed}; {name} is stopped but the stop was not recorded ({kept})"
         self.prober.forget(name)
         if recovery.reason:
             report = replace(report, message=f"{report.message} ({recovery.reason})")
-        if unsaved:
-            report = replace(report, message=f"{report.message}; {unsaved}")
+        if record_error:
+            report = replace(report, record_error=record_error)
         self._last_stop[name] = report
         return report
 
@@ -303,7 +329,9 @@ class Supervisor:
         self.profile(name)
         doc = tomlkit.parse(tomlkit.dumps(self._doc))
         changed = apply_changes(doc, name, changes)
-        validate_profiles(profiles_from_document(doc, str(self.config)), self.topology)
+        profiles = profiles_from_document(doc, str(self.config))
+        validate_profiles(profiles, self.topology)
+        self._check_restartable(name, profiles)
         return render_diff(name, changed)
 
     def retune(self, name: str, changes: Mapping[str, str], grace: float | None = None) -> WorkerStatus:
@@ -316,12 +344,23 @@ class Supervisor:
         apply_changes(doc, name, changes)
         profiles = profiles_from_document(doc, str(self.config))
         validate_profiles(profiles, self.topology)
+        # Every check the restart would make comes before the write: a refused retune leaves the file as it was.
+        self._check_restartable(name, profiles)
         write_profile_file(self.config, tomlkit.dumps(doc))
         self._doc, self._profiles = doc, profiles
+        self._share_keys()
         current = self.status_one(name)
         if current.state in (WorkerState.STOPPED,):
             return current
         return self.restart(name, grace)
+
+    def _check_restartable(self, name: str, profiles: Sequence[Profile]) -> None:
+        """The launch-time checks of ``name``'s changed profile (GPU visibility against gpus, numactl, the node on this
+        host, the command), but the port, which the running worker holds itself; InputError, nothing written."""
+        profile = next(p for p in profiles if p.name == name)
+        env = build_env(profile, os.environ, vendor=self.vendor, marker="-")
+        if self.status_one(name).state is not WorkerState.STOPPED:
+            preflight(profile, self._numa_for(profile), env, check_port=False)
 
     # -- status -----------------------------------------------------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
@@ -347,6 +386,7 @@ class Supervisor:
             st = self._status(name, None, table, found, checked.get(name, MISSING))
             if st.pids:
                 out.append(st)
+        self.notes = list(found.notes)
         return out
 
     def demo_load(self) -> DemoLoad | None:
@@ -393,6 +433,7 @@ class Supervisor:
             note=recovery.reason,
             log_max_bytes=self.log_max_bytes,
             log_backups=self.log_backups,
+            spawned=self._spawned(name),
         )
 
     def wait_ready(self, name: str, timeout: float = 120.0, poll: float = 0.5) -> WorkerStatus:
@@ -403,11 +444,20 @@ class Supervisor:
             if st.state is WorkerState.READY:
                 return st
             if st.state in (WorkerState.CRASHED, WorkerState.STOPPED):
+                if st.error_line is not None:
+                    raise AmdtopError(f"worker[{name}]: {st.state.value} before ready: {st.error_line} (log {st.log})")
                 last = st.last_log_lines[-1] if st.last_log_lines else "no log output"
                 raise AmdtopError(f"worker[{name}]: {st.state.value} before ready; last log line: {last}")
             if time.monotonic() >= deadline:
                 raise AmdtopError(f"worker[{name}]: not ready after {timeout:g} s; see {st.log}")
             time.sleep(poll)
+
+    def sleep(self, name: str, *, wake: bool = False, level: int = 1) -> str:
+        """vLLM sleep mode for worker ``name``: sleep at ``level`` or wake (amdtop/supervisor/sleep.py)."""
+        self._check_writable("wake" if wake else "sleep")
+        from amdtop.supervisor.sleep import sleep_or_wake
+
+        return sleep_or_wake(self.prober, self.status_one(name), wake=wake, level=level)
 
     def close(self) -> None:
         """Release the HTTP client (workers keep running)."""

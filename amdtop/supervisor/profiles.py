@@ -7,6 +7,7 @@ Every error is one line that names the worker and the field (``worker[NAME].FIEL
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,10 @@ from tomlkit.exceptions import TOMLKitError
 from amdtop.cpulist import format_cpulist
 from amdtop.errors import InputError
 from amdtop.hip_devices import device_indices, device_numa
+from amdtop.layout import WorkerLayout, layout_from_args
 from amdtop.model import Topology
+from amdtop.supervisor.parallel_args import check_parallel_args
+from amdtop.supervisor.retune import check_arg_value
 from amdtop.vllm_numa import uses_vllm_numa_binding
 
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
@@ -60,18 +64,40 @@ class Profile:
         return None
 
     @property
+    def api_keys(self) -> tuple[str, ...]:
+        """The keys of ``args.api-key`` (a string or a list), empty when the server is open."""
+        value = self.arg("api-key")
+        if value is None or isinstance(value, bool):
+            return ()
+        return tuple(str(v) for v in value) if isinstance(value, tuple) else (str(value),)
+
+    @property
     def tp_size(self) -> int:
-        """Tensor-parallel size: ``args.tensor-parallel-size`` or the number of GPUs (at least 1)."""
-        value = self.arg("tensor-parallel-size")
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        return max(1, len(self.gpus))
+        """Tensor-parallel size: ``args.tensor-parallel-size``, else the GPUs per data-parallel replica (at least 1)."""
+        return self.layout.tp
+
+    @property
+    def layout(self) -> WorkerLayout:
+        """DP/TP/PP sizes, expert parallel and API server count from the args (TP defaults to GPUs / (DP x PP))."""
+        return layout_from_args(dict(self.args), len(self.gpus))
 
     @property
     def url(self) -> str:
         """Base URL of the server on loopback."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
         return f"http://{host}:{self.port}"
+
+
+MAX_STOP_GRACE_S = 7 * 24 * 3600.0
+"""The longest stop grace a profile may ask (as the CLI's --grace)."""
+
+
+def _check_number(name: str, key: str, value: object) -> None:
+    """A number in ``[worker.args]`` is finite (TOML has ``nan`` and ``inf``), and a retunable flag is in the range
+    retune allows: checked when the file loads, not when vLLM refuses it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{_field(name, 'args.' + key)}: {value!r} is not a finite number; give a number")
+    check_arg_value(name, key, value)
 
 
 def _field(name: str, key: str) -> str:
@@ -116,8 +142,11 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
         if isinstance(value, list):
             if not all(isinstance(v, (str, int, float)) for v in value):
                 raise InputError(f"{_field(name, 'args.' + key)}: list values must be strings or numbers; fix the list")
+            for v in value:
+                _check_number(name, str(key), v)
             args.append((str(key), tuple(value)))
         elif isinstance(value, (str, int, float, bool)):
+            _check_number(name, str(key), value)
             args.append((str(key), value))
         else:
             raise InputError(
@@ -133,11 +162,20 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
     if not isinstance(host, str):
         raise InputError(f'{_field(name, "host")}: must be a string; e.g. host = "127.0.0.1"')
     grace = raw.get("stop_grace_s")
-    if grace is not None and (not isinstance(grace, (int, float)) or isinstance(grace, bool) or grace < 0):
-        raise InputError(f"{_field(name, 'stop_grace_s')}: must be a number of seconds >= 0; e.g. 30")
+    if grace is not None and (
+        not isinstance(grace, (int, float))
+        or isinstance(grace, bool)
+        or not math.isfinite(grace)
+        or not 0 <= grace <= MAX_STOP_GRACE_S
+    ):
+        raise InputError(
+            f"{_field(name, 'stop_grace_s')}: {grace!r} is not a number of seconds in 0..{MAX_STOP_GRACE_S:g} "
+            "(a week); e.g. 30"
+        )
     tp = dict(args).get("tensor-parallel-size")
     if tp is not None and not (_int(tp) and tp >= 1):
         raise InputError(f"{_field(name, 'args.tensor-parallel-size')}: must be a positive integer; e.g. 2")
+    check_parallel_args(name, dict(args), len(gpus))
     return Profile(
         name=name,
         model=model,
@@ -277,10 +315,10 @@ def validate_profiles(profiles: Sequence[Profile], topology: Topology) -> None:
         if len(set(p.gpus)) != len(p.gpus):
             raise InputError(f"{_field(p.name, 'gpus')}: a GPU is listed twice; list each GPU once")
         tp = p.arg("tensor-parallel-size")
-        if p.gpus and tp is not None and tp != len(p.gpus):
+        if p.gpus and tp is not None and p.layout.gpus_needed != len(p.gpus):
             raise InputError(
                 f"{_field(p.name, 'args.tensor-parallel-size')}: {tp} does not match the {len(p.gpus)} GPUs listed; "
-                f"drop it or list {tp} GPUs"
+                f"drop it or list {p.layout.gpus_needed} GPUs"
             )
         heads = attention_heads(p.model)
         if heads is not None and heads % p.tp_size:

@@ -8,14 +8,18 @@ import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomlkit
 from tomlkit.items import Item, Table
 
 from amdtop.errors import AmdtopError, InputError, os_reason
 from amdtop.secrets import mask_env
-from amdtop.supervisor.profiles import Profile
+
+if TYPE_CHECKING:
+    from amdtop.supervisor.profiles import Profile
+
+from amdtop.supervisor.parallel_args import MAX_API_SERVERS, check_parallel_args
 
 ARG_KEYS: dict[str, type] = {
     "max-num-seqs": int,
@@ -23,6 +27,9 @@ ARG_KEYS: dict[str, type] = {
     "block-size": int,
     "max-model-len": int,
     "max-num-batched-tokens": int,
+    "data-parallel-size": int,
+    "api-server-count": int,
+    "enable-expert-parallel": bool,
 }
 """Retunable ``vllm serve`` flags and their value types."""
 RETUNE_KEYS = (*ARG_KEYS, "numa_node", "env.NAME")
@@ -31,6 +38,8 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "max-model-len": (1, 2**31 - 1),
     "block-size": (1, 4096),
     "max-num-batched-tokens": (1, 2**31 - 1),
+    "data-parallel-size": (1, 4096),
+    "api-server-count": (1, MAX_API_SERVERS),
 }
 """Sane ranges: vLLM keeps these in int32 tensors and sizes; far beyond them is a typo, not a setting (and a value
 past int64 is not even a TOML integer)."""
@@ -75,6 +84,27 @@ def changed_words(current: Iterable[str], typed: Mapping[str, str]) -> dict[str,
     return out
 
 
+def check_arg_value(name: str, key: str, value: object, text: str | None = None) -> None:
+    """InputError unless ``value`` of retunable flag ``key`` is finite and in its range (other keys pass): the same
+    rule for a retune and for a profile file as it loads."""
+    if key not in ARG_KEYS or isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
+        return
+    field = f"worker[{name}].args.{key}"
+    shown = text if text is not None else repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{field}: {shown!r} is not a finite number; e.g. {key}=0.9")
+    if key == "gpu-memory-utilization":
+        if not 0.0 < value <= 1.0:
+            raise InputError(f"{field}: {shown} is outside (0, 1]; e.g. gpu-memory-utilization=0.9")
+        return
+    lo, hi = INT_LIMITS[key]
+    if not lo <= value <= hi:
+        raise InputError(f"{field}: {shown} is outside {lo}..{hi}; e.g. {key}={16 if key == 'block-size' else 64}")
+    # vLLM 0.33 takes any block_size > 0 (CacheConfig), but its attention backends need powers of two.
+    if key == "block-size" and int(value) & (int(value) - 1):
+        raise InputError(f"{field}: {shown} is not a power of two; e.g. block-size=16")
+
+
 def _worker_table(doc: tomlkit.TOMLDocument, name: str) -> Any:
     for tbl in doc.get("worker", []):
         if tbl.get("name") == name:
@@ -86,26 +116,17 @@ def _parse_value(name: str, key: str, text: str) -> int | float | str:
     field = f"worker[{name}].{'args.' if key in ARG_KEYS else ''}{key}"
     if key in ARG_KEYS:
         kind = ARG_KEYS[key]
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise InputError(f"{field}: {text!r} is not true or false; e.g. {key}=true")
+            return text.lower() == "true"
         try:
             value: int | float = kind(text)
         except ValueError:
             raise InputError(
                 f"{field}: {text!r} is not {'an integer' if kind is int else 'a number'}; e.g. {key}=64"
             ) from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"{field}: {text!r} is not a finite number; e.g. {key}=0.9")
-        if key == "gpu-memory-utilization":
-            if not 0.0 < value <= 1.0:
-                raise InputError(f"{field}: {text} is outside (0, 1]; e.g. gpu-memory-utilization=0.9")
-        else:
-            lo, hi = INT_LIMITS[key]
-            if not lo <= value <= hi:
-                raise InputError(
-                    f"{field}: {text} is outside {lo}..{hi}; e.g. {key}={16 if key == 'block-size' else 64}"
-                )
-            # vLLM 0.33 takes any block_size > 0 (CacheConfig), but its attention backends need powers of two.
-            if key == "block-size" and int(value) & (int(value) - 1):
-                raise InputError(f"{field}: {text} is not a power of two; e.g. block-size=16")
+        check_arg_value(name, key, value, text)
         return value
     if key == "numa_node":
         if text in ("auto", "none"):
@@ -174,6 +195,8 @@ def apply_changes(doc: tomlkit.TOMLDocument, name: str, changes: Mapping[str, st
         if old != new:
             out.append((key, old, new))
     _check_batched_tokens(name, tbl)
+    gpus = tbl.get("gpus", [])
+    check_parallel_args(name, dict(tbl.get("args", {}).unwrap() if "args" in tbl else {}), len(gpus))
     return out
 
 

@@ -17,10 +17,12 @@ class Found:
     def __init__(self, state_dir: Path) -> None:
         self._state_dir = state_dir
         self._cache: dict[str, procs.FoundLaunch] | None = None
+        self.notes: list[str] = []
+        """Marked processes that were not taken, and why (a malformed or forged marker)."""
 
     def __call__(self, table: dict[int, procs.ProcStat]) -> dict[str, procs.FoundLaunch]:
         if self._cache is None:
-            self._cache = procs.find_launches(self._state_dir, table)
+            self._cache = procs.find_launches(self._state_dir, table, notes=self.notes)
         return self._cache
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError, InputError, os_reason
+from amdtop.private_files import private_opener
 from amdtop.secrets import mask_env as mask_env
 from amdtop.sysread import read_text
 
@@ -96,6 +98,10 @@ class WorkerRecord:
     """Size of the log when this run started (its own lines follow)."""
     rebuilt: str | None = None
     """Why this record was rebuilt from the running processes (``None``: written at launch)."""
+    ranks: tuple[tuple[int, int, int], ...] = ()
+    """(TP rank, pid, start_ticks) of each rank process seen: a rank whose process vanished is still named."""
+    rank_exits: tuple[tuple[int, int], ...] = ()
+    """(TP rank, wait status) of each rank seen dead but not yet reaped (a zombie's ``stat`` holds how it ended)."""
 
     def with_(self, **changes: Any) -> WorkerRecord:
         """Copy with ``changes``."""
@@ -105,6 +111,8 @@ class WorkerRecord:
 def _to_json(rec: WorkerRecord) -> dict[str, Any]:
     doc = asdict(rec)
     doc["known"] = [list(p) for p in rec.known]
+    doc["ranks"] = [list(r) for r in rec.ranks]
+    doc["rank_exits"] = [list(r) for r in rec.rank_exits]
     return doc
 
 
@@ -132,6 +140,8 @@ def _from_json(doc: Mapping[str, Any], name: str | None = None) -> WorkerRecord:
         dist_ids=tuple(str(s) for s in doc.get("dist_ids", [])),
         log_offset=int(doc.get("log_offset", 0)),
         rebuilt=None if doc.get("rebuilt") is None else str(doc["rebuilt"]),
+        ranks=tuple((int(r), int(p), int(t)) for r, p, t in doc.get("ranks", [])),
+        rank_exits=tuple((int(r), int(w)) for r, w in doc.get("rank_exits", [])),
     )
     # A record that cannot describe a launch of ours is as good as torn: pid/pgid 0 or 1 would make a stop signal
     # the caller's own group or init, and a record under another worker's file name is not this worker's.
@@ -139,6 +149,8 @@ def _from_json(doc: Mapping[str, Any], name: str | None = None) -> WorkerRecord:
         raise ValueError(f"names worker {rec.name!r}")
     if rec.pid < 2 or rec.pgid < 2 or rec.start_ticks < 0:
         raise ValueError(f"pid {rec.pid} / pgid {rec.pgid} cannot be a launch")
+    if not math.isfinite(rec.started_at):  # JSON's NaN would reach status --json as an uptime no parser takes
+        raise ValueError(f"started_at {rec.started_at} is not a time")
     return rec
 
 
@@ -197,6 +209,29 @@ class StateStore:
             if tmp is not None and os.path.exists(tmp):
                 Path(tmp).unlink(missing_ok=True)
 
+    def save_last_resort(self, rec: WorkerRecord) -> str | None:
+        """Record ``rec`` when :meth:`save` could not (a full disk): rewrite the state file in place when the record
+        fits in the blocks the file already holds (no new space needed); else remove the file, which also needs no
+        space, so that no record is left saying the run is live. Returns what was done, ``None`` when neither
+        worked."""
+        path = self.path(rec.name)
+        data = json.dumps(_to_json(rec), indent=1).encode()
+        try:
+            with open(path, "r+b") as fh:
+                if len(data) <= os.fstat(fh.fileno()).st_size:
+                    fh.write(data)
+                    fh.truncate(len(data))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                    return "rewritten in place"
+        except OSError:
+            pass
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            return None
+        return "removed"
+
     def check_writable(self) -> None:
         """Raise the one-line error a launch would hit when the state dir cannot hold state files and logs."""
         for folder in (self.dir, self.logs):
@@ -218,7 +253,7 @@ class StateStore:
         """
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{name}.lock", "w")  # noqa: SIM115 - held across the yield
+            fh = open(self.dir / f".{name}.lock", "w", opener=private_opener)  # noqa: SIM115 - held across the yield
         except OSError:
             yield
             return
@@ -235,7 +270,7 @@ class StateStore:
         cannot be written: a status poll only learns, it never fails for that)."""
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{seen.name}.lock", "w")  # noqa: SIM115
+            fh = open(self.dir / f".{seen.name}.lock", "w", opener=private_opener)  # noqa: SIM115
         except OSError:
             return seen.with_(**changed)
         with fh:
@@ -261,7 +296,7 @@ class StateStore:
         record is used from memory then, and rebuilt again next time)."""
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{rec.name}.lock", "w")  # noqa: SIM115
+            fh = open(self.dir / f".{rec.name}.lock", "w", opener=private_opener)  # noqa: SIM115
         except OSError:
             return
         with fh:

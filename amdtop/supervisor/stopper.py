@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -9,8 +10,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from amdtop.supervisor import procs
+from amdtop.supervisor import evidence, procs
 from amdtop.supervisor.state import WorkerRecord
+
+MAX_GRACE_S = 7 * 24 * 3600.0
+"""The longest grace a stop waits (the CLI's --grace and a profile's stop_grace_s refuse more)."""
+KILL_WAIT_S = 10.0
+"""Everything after the grace (SIGKILL, the sweeps) shares this one deadline: a stop ends within grace + this."""
+
+
+def bounded_grace(grace: float) -> float:
+    """``grace`` made safe to wait on: NaN or negative is no grace, more than :data:`MAX_GRACE_S` (infinity too) is
+    :data:`MAX_GRACE_S`. A deadline of ``now + nan`` is never reached: a stop given one used to wait forever."""
+    if math.isnan(grace) or grace < 0:
+        return 0.0
+    return min(grace, MAX_GRACE_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,18 +45,28 @@ class StopReport:
     """One line for humans."""
     seconds: float = 0.0
     """Wall time of the stop."""
+    record_error: str | None = None
+    """Why the stop could not record itself in the state file (the CLI exits 1 with it); ``None`` when it did."""
 
 
 def _signal_group(pgid: int, pids: set[int], sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    # killpg also reaches members forked since the scan, but as root it would reach another user's process that
+    # joined the group too: then only the processes known to be ours are signalled.
+    if _group_is_all_ours(pgid):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
     for pid in pids:
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _group_is_all_ours(pgid: int) -> bool:
+    uid = os.geteuid()
+    return all(evidence.is_own_process(st.pid, uid=uid) for st in procs.scan().values() if st.pgid == pgid)
 
 
 def _alive_of(pids: set[int]) -> set[int]:
@@ -107,6 +131,7 @@ def stop_run(rec: WorkerRecord, grace: float, reap: Callable[[], None] = lambda:
     Only processes and files tied to this run (see :func:`procs.members`) are signalled or removed.
     """
     t0 = time.monotonic()
+    grace = bounded_grace(grace)
     marker = f"{rec.name}:{rec.launch_id}"
     table = procs.scan()
     everyone = procs.members(
@@ -118,13 +143,16 @@ def stop_run(rec: WorkerRecord, grace: float, reap: Callable[[], None] = lambda:
     if group:
         _signal_group(rec.pgid, group, signal.SIGTERM)
     _wait_gone(group, grace, reap)
+    kill_deadline = time.monotonic() + KILL_WAIT_S
     left = _alive_of(group)
     if left:
         _signal_group(rec.pgid, left, signal.SIGKILL)
-        _wait_gone(left, 5.0, reap)
+        _wait_gone(left, min(5.0, kill_deadline - time.monotonic()), reap)
     # Sweep: anything still tied to this launch (escaped the group, reparented, or started late).
     swept: set[int] = set()
     for _ in range(3):
+        if time.monotonic() >= kill_deadline:
+            break
         rest = procs.members(pgid=rec.pgid, start_ticks=rec.start_ticks, marker=marker, known=rec.known, deep=True)
         if not rest:
             break
@@ -134,7 +162,7 @@ def stop_run(rec: WorkerRecord, grace: float, reap: Callable[[], None] = lambda:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        _wait_gone(rest, 5.0, reap)
+        _wait_gone(rest, min(5.0, kill_deadline - time.monotonic()), reap)
     removed = _remove_files(rec, shm)
     reap()
     secs = time.monotonic() - t0

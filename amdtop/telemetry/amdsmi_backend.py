@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from amdtop.errors import BackendUnavailable
+from amdtop.gpuprocs.engine_time import EngineRates
 from amdtop.model import (
     EccCount,
     Flag,
@@ -139,6 +140,7 @@ class AmdsmiBackend:
         self._clock = clock
         self._hostname = hostname or socket.gethostname()
         self._open = False
+        self._engines = EngineRates()
         try:
             with _silenced():
                 smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)
@@ -303,6 +305,7 @@ class AmdsmiBackend:
             except _Lost as lost:
                 samples.append(GpuSample(i, lost=True, error=str(lost)))
                 flags.append(lost_flag(info))
+        self._engines.forget_unseen()
         return NodeSnapshot("amdsmi", self._hostname, self._clock(), self._topology, tuple(samples), tuple(flags))
 
     def _core_call(self, i: int, fn: Callable[..., Any], *args: Any) -> Any:
@@ -427,7 +430,12 @@ class AmdsmiBackend:
             name = p.get("name")
             usage = p.get("memory_usage")
             vram = _int(usage.get("vram_mem")) if isinstance(usage, dict) else _int(p.get("mem"))
-            out.append(GpuProcess(pid, name if isinstance(name, str) and name and name != "N/A" else None, vram))
+            engines = p.get("engine_usage")
+            gfx = _int(engines.get("gfx")) if isinstance(engines, dict) else None
+            # engine_usage.gfx is the process's cumulative GFX engine time (ns): its delta is the busy share.
+            util = None if gfx is None else self._engines.rate((getattr(h, "value", id(h)), pid), gfx, self._clock())
+            shown = name if isinstance(name, str) and name and name != "N/A" else None
+            out.append(GpuProcess(pid, shown, vram, gpu_util_pct=util))
         return tuple(sorted(out, key=lambda p: p.pid))
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ from amdtop.model import (
 from amdtop.sysread import read_text
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml_host import host_numa_nodes, mask_to_cpus, normalize_bdf, pci_numa_node
+from amdtop.telemetry.nvml_procutil import ProcessUtilization
 from amdtop.telemetry.plausible import plausible
 
 # NVML return codes (stable ABI values, nvml.h) that mean "this field is not available here", not "GPU broken".
@@ -123,6 +124,7 @@ class NvmlBackend:
         # the same process (its pid can only be reused after it exits and drops off NVML's list).
         self._names: dict[int, str | None] = {}
         self._seen: set[int] = set()
+        self._proc_util = ProcessUtilization(nvml)
         self._topology = self._read_topology()
 
     # -- static -------------------------------------------------------------------------------------------------
@@ -268,6 +270,8 @@ class NvmlBackend:
         sclk = self._soft(dev, "sclk", nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
         mclk = self._soft(dev, "mclk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
         procs = self._soft(dev, "procs", nv.nvmlDeviceGetComputeRunningProcesses, h) or []
+        # Per-process SM share only where a process is listed: an idle GPU costs no extra call.
+        busy = self._proc_util.read(dev.index, h) if procs else None
         acc, clock = self._violations(dev)
         return GpuSample(
             index=dev.index,
@@ -285,6 +289,7 @@ class NvmlBackend:
                     int(p.pid),
                     self._process_name(int(p.pid)),
                     int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,
+                    gpu_util_pct=None if busy is None else busy.get(int(p.pid), 0.0),
                 )
                 for p in procs
             ),

@@ -23,7 +23,7 @@ from typing import Any
 
 from amdtop.sysread import read_text
 
-FIXTURE_VERSION = 2
+FIXTURE_VERSION = 3
 # Calls amdtop began making after version-1 fixtures were recorded: such a capture says nothing about them, so its
 # replay answers NOT_SUPPORTED -- the same ``None`` the backend shows where a GPU lacks the field.
 ADDED_IN_V2 = frozenset(
@@ -35,6 +35,8 @@ ADDED_IN_V2 = frozenset(
         "nvmlDeviceGetFieldValues",
     }
 )
+# Version 3 added the per-process utilisation samples.
+ADDED_IN_V3 = frozenset({"nvmlDeviceGetProcessUtilization"})
 _NOT_SUPPORTED = 3
 
 
@@ -171,6 +173,8 @@ class ReplayNvml:
         results = self._calls.get(key)
         if results is None and self._version < 2 and name in ADDED_IN_V2:
             raise ReplayNVMLError(_NOT_SUPPORTED, "not in this version-1 capture")
+        if results is None and self._version < 3 and name in ADDED_IN_V3:
+            raise ReplayNVMLError(_NOT_SUPPORTED, "not in this version-2 capture")
         if results is None:
             raise ReplayMiss(f"call not in the NVML fixture: {key}")
         i = self._pos.get(key, 0)

@@ -404,7 +404,9 @@ class SimBackend:
         self._temps[info.index] += (target_temp - self._temps[info.index]) * 0.3
         temp = round(self._temps[info.index], 1)
         processes = tuple(
-            GpuProcess(d.pid or 0, d.name, d.vram_bytes, d.partition) for d in demands if d.vram_bytes > 0
+            GpuProcess(d.pid or 0, d.name, d.vram_bytes, d.partition, round(min(1.0, d.util) * 100.0, 1))
+            for d in demands
+            if d.vram_bytes > 0
         )
         return GpuSample(
             index=info.index,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import BackendUnavailable
+from amdtop.gpuprocs.fdinfo import FdinfoEngines, process_util
 from amdtop.model import Flag, GpuInfo, GpuProcess, GpuSample, Link, LinkType, NodeSnapshot, Topology
 from amdtop.sysread import read_text_or_none
 from amdtop.telemetry.base import BackendOptions
@@ -161,6 +162,7 @@ class SysfsBackend:
         self._hostname = hostname or socket.gethostname()
         self._proc_root = str(proc_root)
         self._kfd_proc = str(sysfs_root / "class" / "kfd" / "kfd" / "proc")
+        self._engines = FdinfoEngines(self._proc_root)
         kfd_nodes = read_kfd_nodes(sysfs_root)
         by_bdf = {n.bdf: n for n in kfd_nodes if n.is_gpu}
         cards.sort(key=lambda c: (by_bdf[c.bdf].node if c.bdf in by_bdf else 1 << 30, c.bdf))
@@ -231,7 +233,7 @@ class SysfsBackend:
 
     def sample(self) -> NodeSnapshot:
         """Poll every GPU once; a GPU whose files vanished is reported lost."""
-        procs = self._processes()
+        procs = self._with_engine_time(self._processes())
         samples: list[GpuSample] = []
         flags: list[Flag] = []
         for gpu in self._gpus:
@@ -302,6 +304,26 @@ class SysfsBackend:
                 if not named:
                     name, named = self._comm(pid_text), True
                 out.setdefault(owner, []).append(GpuProcess(int(pid_text), name, vram, part))
+        return out
+
+    def _with_engine_time(self, procs: dict[int, list[GpuProcess]]) -> dict[int, list[GpuProcess]]:
+        """Each process's busy share from its DRM fdinfo engine time, on its GPU or partition."""
+        clients = self._engines.read({p.pid for found in procs.values() for p in found})
+        if not clients:
+            return procs
+        out: dict[int, list[GpuProcess]] = {}
+        for gpu_id, found in procs.items():
+            gpu = self._by_gpu_id[gpu_id]
+            minors = {part.index: part.render_minor for part in gpu.info.partitions}
+            out[gpu_id] = [
+                replace(
+                    p,
+                    gpu_util_pct=process_util(
+                        clients.get(p.pid, []), gpu.info.bdf, None if p.partition is None else minors.get(p.partition)
+                    ),
+                )
+                for p in found
+            ]
         return out
 
     def _comm(self, pid: str) -> str | None:

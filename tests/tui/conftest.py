@@ -28,7 +28,8 @@ def make_app(
     for gpu in lose:
         sim.lose_gpu(gpu)
     # The demo workers' logs, as the simulated servers write them (RCCL init included): the Logs pane shows them.
-    control = DemoControl(sim, specs, clock=lambda: FROZEN, log_dir=Path(tempfile.mkdtemp(prefix="amdtop-demo-logs-")))
+    control = DemoControl(sim, specs, clock=lambda: FROZEN, log_dir=Path(tempfile.mkdtemp(prefix="amdtop-demo-logs-")),
+                          layout=kw.pop("demo_layout", "default"))  # fmt: skip
     kw.setdefault("autopoll", False)
     kw.setdefault("follow_logs", True)
     return AmdtopApp(

@@ -18,7 +18,8 @@ import tomlkit
 
 from amdtop.errors import InputError
 from amdtop.hip_devices import device_bdf
-from amdtop.model import EngineStats, WorkerState, WorkerStatus
+from amdtop.layout import WorkerLayout
+from amdtop.model import EngineSample, EngineStats, WorkerState, WorkerStatus
 from amdtop.simserver.background import OUTPUT_TOKENS, PROMPT_TOKENS, target
 from amdtop.simserver.engine import SimConfig
 from amdtop.simserver.logs import rccl_init_lines
@@ -44,6 +45,7 @@ class Scenario:
     cpus: tuple[int, ...] = ()
     mems: tuple[int, ...] = ()
     numa_node: int | None = None
+    layout: WorkerLayout | None = None
 
 
 def _num(profile: Profile, key: str, default: float) -> float:
@@ -60,13 +62,17 @@ class DemoControl:
         scenarios: Sequence[Scenario] | None = None,
         clock: Callable[[], float] | None = None,
         log_dir: Path | None = None,
+        pid_base: int | None = None,
+        layout: str = "default",
     ) -> None:
         self.sim = sim
+        self.pid_base = pid_base
+        """Give worker i the API-server pid ``pid_base + i`` (none by default: no process table to match)."""
         self.log_dir = log_dir
         self.topology = sim.topology()
         self.clock = clock or (lambda: 0.0)
         self.scenarios = {s.name: s for s in scenarios} if scenarios is not None else None
-        doc = tomlkit.parse(demo_profiles_text(self.topology, DEMO_PORT_BASE))
+        doc = tomlkit.parse(demo_profiles_text(self.topology, DEMO_PORT_BASE, layout))
         self.profiles = [] if self.scenarios is not None else profiles_from_document(doc, "demo")
         self.calls: list[tuple[str, ...]] = []
         self._lock = threading.Lock()
@@ -111,6 +117,7 @@ class DemoControl:
             status = WorkerStatus(
                 name, WorkerState.READY, s.gpus, port=s.port, numa_node=s.numa_node, url=f"http://127.0.0.1:{s.port}",
                 cpu_affinity=s.cpus, mems_allowed=s.mems, restarts=restarts, started_at=started, source="amdtop",
+                layout=s.layout,
                 engine=EngineStats(running=round(running), waiting=0, kv_cache_usage=0.42,
                                    gen_tokens_per_s=round(running * 31.0)),
                 simulated=True,
@@ -121,6 +128,7 @@ class DemoControl:
             running = float(min(capacity, target(int(_num(p, "background-load", 0)), 40.0, self.clock() - started)))
             numa = profile_numa(p, self.topology)
             cpus = next((n.cpus for n in self.topology.numa_nodes if n.id == numa), ())
+            engines = _engines(p, running)
             status = WorkerStatus(
                 name, WorkerState.READY, p.gpus, port=p.port, numa_node=numa, url=p.url,
                 cpu_affinity=tuple(cpus), mems_allowed=() if numa is None else (numa,), restarts=restarts,
@@ -128,9 +136,12 @@ class DemoControl:
                 # The simulated server's KV use: each synthetic sequence holds its prompt and half its output.
                 engine=EngineStats(running=running, waiting=0.0,
                                    kv_cache_usage=running * (PROMPT_TOKENS + OUTPUT_TOKENS / 2) / KV_TOKENS,
-                                   gen_tokens_per_s=round(running * _num(p, "tokens-per-s", 30.0))),
-                simulated=True,
+                                   gen_tokens_per_s=round(running * _num(p, "tokens-per-s", 30.0)),
+                                   engines=engines, sleep_level=0 if engines else None),
+                simulated=True, layout=p.layout if not p.layout.is_plain else None,
             )  # fmt: skip
+        if self.pid_base is not None:
+            status = replace(status, pid=self.pid_base + self.names().index(name))
         self._state[name] = status
         return status
 
@@ -177,5 +188,34 @@ class DemoControl:
         with self._lock:
             return self._run(name, self.clock(), self._get(name).restarts + 1)
 
+    def sleep(self, name: str, *, wake: bool = False, level: int = 1) -> str:
+        """As ``Supervisor.sleep``: the worker turns ``asleep`` (its engines at ``level``) or awake again."""
+        self.calls.append(("wake",) if wake else ("sleep", name, str(level)))
+        with self._lock:
+            st = self._get(name)
+            if wake:
+                self._run(name, st.started_at or self.clock(), st.restarts)
+                return '{"status":"awake"}'
+            engine = st.engine or EngineStats()
+            asleep = replace(engine, running=0.0, kv_cache_usage=0.0, gen_tokens_per_s=0.0, sleep_level=level,
+                             engines=tuple(replace(e, running=0.0, kv_cache_usage=0.0, gen_tokens_per_s=0.0,
+                                                   sleep_level=level) for e in engine.engines))  # fmt: skip
+            self._state[name] = replace(st, state=WorkerState.ASLEEP, engine=asleep)
+            return f'{{"status":"sleeping","level":{level}}}'
+
     def close(self) -> None:
         pass
+
+
+def _engines(p: Profile, running: float) -> tuple[EngineSample, ...]:
+    """Per-engine numbers of a data-parallel demo worker: replicas load-balanced, the first a little busier."""
+    dp = p.layout.dp
+    if dp < 2:
+        return ()
+    shares = [(dp + 1 - i) / sum(dp + 1 - j for j in range(dp)) for i in range(dp)]
+    out = []
+    for i, share in enumerate(shares):
+        run = round(running * share)
+        kv = run * (PROMPT_TOKENS + OUTPUT_TOKENS / 2) / KV_TOKENS
+        out.append(EngineSample(str(i), float(run), 0.0, kv, float(round(run * _num(p, "tokens-per-s", 30.0))), 0))
+    return tuple(out)

@@ -57,8 +57,11 @@ async def test_panes_sized_to_content_logs_take_the_rest() -> None:
         workers = board.query_one("#pane-workers")
         assert workers.outer_size.height == 3 + 1 + 2  # the demo's three workers, header, border: no empty box
         logs = board.query_one("#pane-logs")
-        # The rest of the screen: from under the workers down to the footer.
-        assert logs.region.y == workers.region.bottom and logs.region.bottom == board.size.height - 1
+        procs = board.query_one("#pane-procs")
+        # The rest of the screen, shared evenly by the Logs and Processes panes down to the footer.
+        assert logs.region.y == workers.region.bottom and logs.region.bottom == procs.region.y
+        assert procs.region.bottom == board.size.height - 1
+        assert abs(procs.outer_size.height - logs.outer_size.height) <= 1 and logs.outer_size.height >= 6
         assert logs.size.width > 190  # the whole width
 
 

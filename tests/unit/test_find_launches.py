@@ -55,11 +55,19 @@ def test_one_environ_per_foreign_session_and_lost_launches_found(
         opened.append((pid, name))
         return real_bytes(pid, name, root)
 
+    # Markers are evidence only for launches this state dir's log knows (issue 23); a forged one is left out.
+    (state / "logs").mkdir(parents=True)
+    for marker in ("llama:abc", "qwen:def"):
+        name = marker.split(":")[0]
+        (state / "logs" / f"{name}.log").write_text(f"=== amdtop launch {marker} at 2026-01-01 00:00:00: vllm serve\n")
+    _proc(proc, 800, 800, 50, {MARKER_ENV: "mistral:forged", STATE_ENV: want})
     monkeypatch.setattr(procs, "read_environ", counting)
     monkeypatch.setattr(procs, "read_proc_bytes", counting_bytes)
     table = procs.scan(proc)
-    found = procs.find_launches(state, table, proc)
+    notes: list[str] = []
+    found = procs.find_launches(state, table, proc, notes=notes)
     assert sorted(found) == ["llama", "qwen"]
+    assert len(notes) == 1 and "ignored process(es) 800" in notes[0]
     assert found["llama"].launch_id == "abc" and found["llama"].marked == (501,)
     assert found["qwen"].pid == 601
     # The 301-process login session cost one environ read; the titled leader's empty environment did not decide.

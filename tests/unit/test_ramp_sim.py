@@ -73,8 +73,12 @@ def test_endpoint_down_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_bad_input_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["ramp", "--url", "localhost:1", "--concurrency", "1"]) == 2
-    assert capsys.readouterr().err.startswith("amdtop: error: --url:")
+    # The URL is checked while the arguments are parsed (ramp/target.py): argparse's exit 2, one error line.
+    with pytest.raises(SystemExit) as exc:
+        main(["ramp", "--url", "localhost:1", "--concurrency", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("amdtop: error: argument --url:") and err.count("\n") == 1
 
 
 def test_http_500_aborts_with_partial_results(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "rccl" / "real"
 
 def test_every_excerpt_names_its_source() -> None:
     files = sorted(REAL.glob("*.log"))
-    assert len(files) == 7
+    assert len(files) == 18
     for f in files:
         assert f.read_text().splitlines()[0].startswith("# source: https://github.com/"), f
 
@@ -55,7 +55,11 @@ def test_rccl_1026_two_nodes_four_processes_each_one_communicator() -> None:
         ('Missing "iommu=pt"', 2, 2, ("g1064", "g1072")),
     ]
     assert rep.warning_groups[0].ranks == (0, 4, 7)
-    assert rep.errors == () and diagnose(rep, None, "job") == []
+    # the excerpts stop before any Init COMPLETE: as a finished set of files, an init that never completed
+    assert rep.errors == ()
+    (flag,) = diagnose(rep, None, "job")
+    assert flag.kind is FlagKind.NCCL_INIT_INCOMPLETE
+    assert dict(flag.extra)["last_phase"] == "connecting" and dict(flag.extra)["missing_ranks"] == ()
 
 
 def test_rccl_1454_failed_init_is_an_error_on_both_threads() -> None:

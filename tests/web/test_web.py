@@ -146,8 +146,8 @@ def test_browser_shows_the_dashboard_read_only_through_a_real_websocket(stack: S
                     await asyncio.sleep(2)  # a few frames drawn
                     shot = tmp_path / "web.png"
                     await cdp.screenshot(session, shot)
-                    text = await _wait_text(cdp, session, "read-only")
-                    # One thin viewer per tab, attached to the serve, read-only (no control keys in its footer).
+                    await _wait_text(cdp, session, "read-only")
+                    # One thin viewer per tab, attached to the serve, read-only.
                     pids = _viewer_pids(stack.state)
                     assert len(pids) == 1
                     viewer = psutil.Process(pids[0])
@@ -169,8 +169,11 @@ def test_control_allowed_only_with_allow_control(tmp_path: Path) -> None:
         assert "control allowed" in stack.stderr_line
 
         async def go() -> None:
-            async with aiohttp.ClientSession(cookies={"amdtop_web_token": stack.token}) as http:
-                async with http.ws_connect(stack.url.replace("http", "ws") + "ws?width=200&height=50") as ws:
+            ws_url = stack.url.replace("http", "ws") + "ws?width=200&height=50"
+            async with (
+                aiohttp.ClientSession(cookies={"amdtop_web_token": stack.token}) as http,
+                http.ws_connect(ws_url) as ws,
+            ):
                     received = ""
                     deadline = time.monotonic() + 90
                     while "attached to amdtop serve" not in received and time.monotonic() < deadline:

@@ -14,13 +14,14 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, Tab, Tabs
 
 from amdtop.pipeline import NodeFrame
-from tui import views
+from tui import process_actions, process_view, views
 from tui.command_mode import CommandBar, run_command
 from tui.filter import FilterBar, filter_rows
 from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
 from widgets.line_label import LineLabel
 from widgets.log_tail import LogTailPane
+from widgets.processes_table import ProcessesTable
 from widgets.text_pane import TextPane
 from widgets.topo_matrix import TopoMatrix
 from widgets.workers_table import WorkersTable
@@ -35,6 +36,7 @@ PANES = (
     ("numa", "NUMA"),
     ("workers", "Workers"),
     ("logs", "Logs"),
+    ("procs", "Processes"),
 )
 NARROW_WIDTH = 120
 NARROW_HEIGHT = 34
@@ -55,6 +57,9 @@ class DashboardScreen(Screen[None]):
         self.worker_errors: dict[str, str] = {}
         """Last failed control action per worker, shown on its row until an action on it succeeds."""
         self._worker_rows: dict[str, tuple[object, ...]] = {}
+        self.expanded: set[str] = set()
+        """Workers whose engine rows are shown (``enter`` on a worker row)."""
+        self._now = 0.0
         self._composed = False
         self.filter_term = ""
         """``/`` filter: GPU and worker rows must mention every word of it."""
@@ -62,6 +67,8 @@ class DashboardScreen(Screen[None]):
         self._worker_flags: dict[str, str] = {}
         self._focus_before: Widget | None = None
         self._early: list[tuple[NodeFrame, str, float]] = []
+        self.termed: set[tuple[int, float | None]] = set()
+        """(pid, start) of processes sent TERM from the Processes pane: the next signal to them is KILL."""
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="status-bar"):
@@ -80,6 +87,7 @@ class DashboardScreen(Screen[None]):
                 yield self._titled(TextPane(id="pane-numa"), "4 NUMA binding")
             yield self._titled(WorkersTable(id="pane-workers"), "5 Workers")
             yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
+            yield self._titled(ProcessesTable(id="pane-procs"), "7 Processes")
         yield FilterBar(id="filter")
         yield CommandBar(id="command")
         yield Footer()
@@ -111,6 +119,7 @@ class DashboardScreen(Screen[None]):
     def _all_composed(self) -> None:
         # The log pane titles itself on mount; put the numbered title back.
         self.query_one("#pane-logs").border_title = "6 Logs"
+        process_actions.setup_panes(self)
         self._composed = True
         early, self._early = self._early, []
         for args in early:
@@ -175,10 +184,12 @@ class DashboardScreen(Screen[None]):
             self.query_one("#pane-groups", TextPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", TextPane).view = views.numa_view(frame)
             self._drain_failures()
-            self._worker_rows = views.worker_rows(frame, now)
+            self._now = now
+            self._worker_rows = views.worker_rows(frame, now, self.expanded)
             self._show_workers()
             if frame.logs is not None:
                 self.query_one("#pane-logs", LogTailPane).show_update(frame.logs)
+            process_actions.show_frame(self, frame)
 
     def _show_gpus(self) -> None:
         self.query_one("#pane-gpus", GpuTable).show(filter_rows(self._gpu_rows, self.filter_term))
@@ -222,6 +233,7 @@ class DashboardScreen(Screen[None]):
         if self._composed:
             self._show_gpus()
             self._show_workers()
+            self.show_processes()
         if event.done:
             self._refocus()
 
@@ -252,9 +264,33 @@ class DashboardScreen(Screen[None]):
     def _worker_highlighted(self) -> None:
         self.refresh_bindings()
 
+    def show_processes(self) -> None:
+        table = self.query_one("#pane-procs", ProcessesTable)
+        subtitle = table.sort_label + (f" · /{self.filter_term}" if self.filter_term else "")
+        if table.border_subtitle != subtitle:  # each assignment redraws the border
+            table.border_subtitle = subtitle
+        if self.last_frame is not None:
+            table.show(process_view.process_rows(self.last_frame, table.sort, table.reverse, self.filter_term))
+
+    @on(ProcessesTable.SortChanged)
+    def _procs_sorted(self) -> None:
+        self.show_processes()
+
+    @on(ProcessesTable.SignalRequested)
+    def _signal_process(self, event: ProcessesTable.SignalRequested) -> None:
+        process_actions.request_signal(self, event.key)
+
     def selected_worker(self) -> str | None:
         key = self.query_one("#pane-workers", WorkersTable).selected_key()
-        return None if key is None else key.removeprefix("w-")
+        return None if key is None else views.worker_key(key)
+
+    @on(WorkersTable.ToggleEngines, "#pane-workers")
+    def _toggle_engines(self, event: WorkersTable.ToggleEngines) -> None:
+        name = views.worker_key(event.row_key)
+        self.expanded.symmetric_difference_update({name})
+        if self.last_frame is not None:
+            self._worker_rows = views.worker_rows(self.last_frame, self._now, self.expanded)
+            self._show_workers()
 
 
 def with_errors(
@@ -264,7 +300,9 @@ def with_errors(
     out: dict[str, tuple[object, ...]] = {}
     for key, cells in rows.items():
         error = errors.get(key.removeprefix("w-"))
-        note = Text(f"✗ {error}", style="bold red") if error else ""
+        # A control failure wins; else the row's own note (a crashed worker's error line) when it brings one.
+        own: object = cells[width - 1] if len(cells) >= width else ""
+        note = Text(f"✗ {error}", style="bold red") if error else own
         pad = ("",) * max(0, width - len(cells) - 1)
         out[key] = (*cells[: width - 1], *pad, note)
     return out

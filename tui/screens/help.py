@@ -30,10 +30,11 @@ class HelpScreen(ModalScreen[None]):
         for key, desc, enabled in self.keys:
             table.add_row(KEY_NAMES.get(key, key), desc if enabled else f"[dim]{desc} (disabled)[/dim]")
         table.add_row(": … Tab", "in command mode: complete the command, worker or retune key; Enter runs, Esc closes")
-        table.add_row("/ … Enter", "keep the filter (GPU rows, worker rows); Esc clears it")
+        table.add_row("/ … Enter", "keep the filter (GPU, worker and process rows); Esc clears it")
         table.add_row("ctrl+p", "command palette")
         table.add_row("tab / shift+tab", "move focus between panes")
         table.add_row("e t w / p c", "inside the log pane: errors, transport, worker, search, pause, clear")
+        table.add_row("o O k", "inside the Processes pane: next sort column, reverse, TERM (then KILL) with confirmation")
         with VerticalScroll():
             yield Static(table)
             yield Static("[dim]Esc or ? closes this help.[/dim]")

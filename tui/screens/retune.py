@@ -28,7 +28,10 @@ class RetuneScreen(ModalScreen[dict[str, str] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"Retune [b]{self.worker}[/b]: vllm serve flags as KEY=VALUE (e.g. max-num-seqs=128)")
+            yield Static(
+                f"Retune [b]{self.worker}[/b]: vllm serve flags as KEY=VALUE (e.g. max-num-seqs=128, "
+                "data-parallel-size=2: dp x tp must equal the GPUs)"
+            )
             yield Input(" ".join(self.current), placeholder="max-num-seqs=128", id="retune-input")
             yield Static("", id="retune-error")
 

@@ -1,0 +1,270 @@
+"""Stalls that name the rank, on real vLLM (CPU) TP=2 launched through the supervisor, requests streaming.
+
+One TP=2 start is shared by the module (a start costs ~40 s of both cores): SIGSTOP rank 1 -> ``health`` names rank 1
+within 15 s, ``worker_stalled`` (frame, ``snapshot --json --window``) within the window, both clear within 30 s of
+SIGCONT; SIGSTOP of EngineCore (no rank stopped) -> a progress stall (``engine_idle``/``collective_wait``); then SIGKILL
+rank 1 -> the crash names rank 1 and its signal. vLLM itself notices none of the stop:
+``/health`` stays 200 and its gauges read 0 (shared/reference/vllm.md section 12).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from amdtop.model import FlagKind, WorkerState, WorkerStatus
+from amdtop.pipeline import NodeFrame, NodePipeline
+from amdtop.supervisor import Supervisor
+from amdtop.supervisor.procs import read_stat
+from amdtop.supervisor.procs import title as procs_title
+from amdtop.telemetry.sim import SimBackend
+from tests.e2e.conftest import READY_TIMEOUT_S, SERVED_NAME, VLLM_CACHE_ROOT, marked_pids, profile_toml, require_vllm
+
+pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
+PORT = 18047
+NAME = "tp2stall"
+HEALTH_WITHIN_S = 15.0
+CLEAR_WITHIN_S = 30.0
+
+
+@dataclass
+class Tp2:
+    supervisor: Supervisor
+    pipeline: NodePipeline
+    url: str
+    state_dir: Path
+    config: Path
+    stop: threading.Event = field(default_factory=threading.Event)
+    streams: list[threading.Thread] = field(default_factory=list)
+    chunks: list[int] = field(default_factory=lambda: [0])
+
+    def status(self) -> WorkerStatus:
+        return self.supervisor.status_one(NAME)
+
+    def rank_pid(self, rank: int) -> int:
+        return dict(self.status().rank_pids)[rank]
+
+    def cli(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "amdtop", *args, "--config", str(self.config), "--state-dir", str(self.state_dir)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _stream_forever(url: str, stop: threading.Event, chunks: list[int]) -> None:
+    """Long streaming completions, one after the other, until ``stop``: requests stay in flight all along."""
+    body = {
+        "model": SERVED_NAME,
+        "prompt": "the gpu sat on the",
+        "max_tokens": 3000,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    while not stop.is_set():
+        try:
+            with (
+                httpx.Client(timeout=httpx.Timeout(10.0, read=None)) as client,
+                client.stream("POST", f"{url}/v1/completions", json=body) as resp,
+            ):
+                for line in resp.iter_lines():
+                    if line.startswith("data: "):
+                        chunks[0] += 1
+                    if stop.is_set():
+                        return
+        except httpx.HTTPError:
+            time.sleep(0.5)  # the server died (the SIGKILL test): try again until told to stop
+
+
+@pytest.fixture(scope="module")
+def tp2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tp2]:
+    """One READY TP=2 worker with four streams running against it; stopped and swept at the end."""
+    require_vllm()
+    VLLM_CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    root = tmp_path_factory.mktemp("vllm-tp2-stall")
+    config = root / "workers.toml"
+    config.write_text(profile_toml(NAME, PORT, tp=2, max_num_seqs=8))
+    sim = SimBackend()
+    sup = Supervisor(config, root / "state", topology=sim.topology(), vendor="AMD", grace_s=30.0)
+    sup.launch(NAME)
+    pipeline = NodePipeline(sim, sup, discover=False, workers_every_s=1.0)
+    env = Tp2(sup, pipeline, "", root / "state", config)
+    try:
+        t0 = time.monotonic()
+        st = sup.wait_ready(NAME, timeout=READY_TIMEOUT_S)
+        print(f"\nE2E {NAME}: launch->ready {time.monotonic() - t0:.1f} s, ranks {st.rank_pids}")
+        env.url = st.url or ""
+        for _ in range(4):
+            t = threading.Thread(target=_stream_forever, args=(env.url, env.stop, env.chunks), daemon=True)
+            t.start()
+            env.streams.append(t)
+        yield env
+    finally:
+        env.stop.set()
+        for pid in marked_pids(f"{NAME}:"):
+            try:
+                os.kill(pid, signal.SIGCONT)  # a failed test must not leave a rank stopped for the stop to wait on
+            except OSError:
+                pass
+        report = sup.stop(NAME)
+        pipeline.close()
+        sup.close()
+        for t in env.streams:
+            t.join(timeout=15)
+        print(f"\nE2E {NAME}: {report.message}")
+        left = marked_pids(f"{NAME}:")
+        assert not left, f"{NAME} left processes behind: {left} ({report.message})"
+
+
+def _tick_until(env: Tp2, want: object, timeout: float) -> tuple[float | None, NodeFrame]:
+    """Tick the pipeline once a second until ``want(frame)``; seconds it took (``None``: never)."""
+    t0 = time.monotonic()
+    frame = env.pipeline.tick()
+    while not want(frame):  # type: ignore[operator]
+        if time.monotonic() - t0 > timeout:
+            return None, frame
+        time.sleep(1.0)
+        frame = env.pipeline.tick()
+    return time.monotonic() - t0, frame
+
+
+def _health_rank(frame: NodeFrame) -> tuple[str, int | None]:
+    w = frame.worker(NAME)
+    h = None if w is None else w.health
+    return ("none", None) if h is None else (h.verdict, h.rank)
+
+
+def _stalled(frame: NodeFrame) -> dict[str, object] | None:
+    for f in frame.flags_of(FlagKind.WORKER_STALLED):
+        if f.worker == NAME:
+            return dict(f.extra)
+    return None
+
+
+def _wait_tokens(env: Tp2, timeout: float = 60.0) -> None:
+    start = env.chunks[0]
+    deadline = time.monotonic() + timeout
+    while env.chunks[0] < start + 50:
+        assert time.monotonic() < deadline, "no tokens stream from the TP=2 worker"
+        time.sleep(0.2)
+
+
+def test_sigstop_rank1_is_named_then_clears(tp2: Tp2) -> None:
+    _wait_tokens(tp2)
+    rank1 = tp2.rank_pid(1)
+    _took, frame = _tick_until(tp2, lambda f: _health_rank(f)[0] == "ok" and _stalled(f) is None, 30.0)
+    assert _took is not None, f"not healthy before the stop: {_health_rank(frame)} {_stalled(frame)}"
+    os.kill(rank1, signal.SIGSTOP)
+    try:
+        stopped_at = time.monotonic()
+        took, frame = _tick_until(tp2, lambda f: _health_rank(f) == ("rank_stopped", 1), HEALTH_WITHIN_S)
+        assert took is not None, f"health did not name rank 1 within {HEALTH_WITHIN_S} s: {_health_rank(frame)}"
+        print(f"\nE2E {NAME}: health named rank 1 after {took:.1f} s")
+        took, frame = _tick_until(tp2, lambda f: _stalled(f) is not None, HEALTH_WITHIN_S)
+        flag = _stalled(frame)
+        assert took is not None and flag is not None
+        assert (flag["rank"], flag["pid"], flag["cause"]) == (1, rank1, "rank_stopped")
+        print(f"E2E {NAME}: worker_stalled raised {time.monotonic() - stopped_at:.1f} s after SIGSTOP")
+        # vLLM itself still says ready: only amdtop sees the stop.
+        assert frame.worker(NAME) is not None and frame.worker(NAME).state is WorkerState.READY  # type: ignore[union-attr]
+        # The headless views: workers status --json and snapshot --json --window.
+        done = tp2.cli("workers", "status", "--json")
+        assert done.returncode == 0, done.stderr
+        (row,) = [w for w in json.loads(done.stdout) if w["name"] == NAME]
+        assert row["health"]["verdict"] == "rank_stopped" and row["health"]["rank"] == 1
+        assert row["health"]["pid"] == rank1 and f"kill -CONT {rank1}" in row["health"]["message"]
+        done = tp2.cli("snapshot", "--json", "--window", "6", "--interval", "1", "--backend", "sim")
+        assert done.returncode == 0, done.stderr
+        flags = [f for f in json.loads(done.stdout)["flags"] if f["kind"] == "worker_stalled"]
+        assert [(f["worker"], f["rank"], f["pid"], f["cause"]) for f in flags] == [(NAME, 1, rank1, "rank_stopped")]
+        assert flags[0]["since"] is not None and flags[0]["evidence"]
+        # Each rank's stacks with the real py-spy: the stopped rank is read without pausing it and stays stopped.
+        done = tp2.cli("workers", "stacks", NAME, "--json")
+        assert done.returncode == 0, done.stderr
+        dumps = {d["rank"]: d for d in json.loads(done.stdout)}
+        assert set(dumps) == {0, 1} and all(d["error"] is None and "Thread" in d["stacks"] for d in dumps.values())
+        assert dumps[1]["pid"] == rank1 and read_stat(rank1) is not None and read_stat(rank1).state == "T"  # type: ignore[union-attr]
+        print(f"E2E {NAME}: rank 1 stopped in: {[ln for ln in dumps[1]['stacks'].splitlines() if ln.strip()][2:4]}")
+    finally:
+        os.kill(rank1, signal.SIGCONT)
+    resumed = time.monotonic()
+    took, frame = _tick_until(tp2, lambda f: _health_rank(f)[0] == "ok" and _stalled(f) is None, CLEAR_WITHIN_S)
+    assert took is not None, f"not clear {CLEAR_WITHIN_S} s after SIGCONT: {_health_rank(frame)} {_stalled(frame)}"
+    print(f"E2E {NAME}: health and flag clear {time.monotonic() - resumed:.1f} s after SIGCONT")
+    _wait_tokens(tp2)  # and the streams move again
+
+
+def test_sigstop_enginecore_is_a_progress_stall(tp2: Tp2) -> None:
+    # No rank is stopped: the scheduler (EngineCore) is. Only the flat token counter with requests in flight (counted
+    # from /metrics' counters, as the gauges read 0 here) and the ranks' activity tell it.
+    _wait_tokens(tp2)
+    st = tp2.status()
+    (engine,) = [p for p in st.pids if procs_title(p).startswith("VLLM::EngineCore")]
+    _took, frame = _tick_until(tp2, lambda f: _stalled(f) is None, 30.0)
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        took, frame = _tick_until(tp2, lambda f: _stalled(f) is not None, 45.0)
+        flag = _stalled(frame)
+        assert took is not None and flag is not None, (
+            f"no worker_stalled with EngineCore stopped: {_health_rank(frame)}"
+        )
+        assert flag["cause"] in ("engine_idle", "collective_wait"), flag
+        assert _health_rank(frame)[0] == "ok"  # every rank process is fine: only progress says otherwise
+        assert any("requests in flight" in e for e in flag["evidence"])  # type: ignore[union-attr]
+        print(f"\nE2E {NAME}: EngineCore stopped -> {flag['cause']} after {took:.1f} s: {flag['evidence']}")
+    finally:
+        os.kill(engine, signal.SIGCONT)
+    took, frame = _tick_until(tp2, lambda f: _stalled(f) is None, CLEAR_WITHIN_S)
+    assert took is not None, f"not clear {CLEAR_WITHIN_S} s after SIGCONT: {_stalled(frame)}"
+    _wait_tokens(tp2)
+
+
+def test_sigkill_rank1_crash_names_rank_and_signal(tp2: Tp2) -> None:
+    _wait_tokens(tp2)
+    rank1 = tp2.rank_pid(1)
+    os.kill(rank1, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    st = tp2.status()
+    while not (st.health is not None and st.health.verdict == "rank_dead" and st.error_line):
+        assert time.monotonic() < deadline, f"crash not named: {st.state} {st.health} {st.error_line}"
+        time.sleep(1.0)
+        st = tp2.status()
+    assert st.health is not None and (st.health.rank, st.health.pid) == (1, rank1)
+    # vLLM logs the exit code, or "None" when it logs before collecting the rank; the zombie amdtop saw says SIGKILL.
+    assert "rank 1 died (killed by SIGKILL)" in st.error_line
+    print(f"\nE2E {NAME}: {st.state.value}: {st.error_line}")
+    done = tp2.cli("workers", "status", "--json")
+    (row,) = [w for w in json.loads(done.stdout) if w["name"] == NAME]
+    assert row["state"] == "crashed", row
+    assert row["health"]["verdict"] == "rank_dead" and row["health"]["rank"] == 1 and row["health"]["pid"] == rank1
+    assert "rank 1 died (killed by SIGKILL)" in row["health"]["message"]
+    assert "rank 1 died (killed by SIGKILL)" in row["error_line"]
+
+
+def test_failed_launch_names_the_error_line(tmp_path: Path) -> None:
+    # A max-model-len beyond the tiny model's 512 positions: vLLM refuses its config (pydantic) and exits; the launch
+    # must name that error, not the documentation link pydantic prints last.
+    require_vllm()
+    if marked_pids(f"{NAME}:"):
+        pytest.skip("the TP=2 worker of this module still runs")
+    config = tmp_path / "workers.toml"
+    config.write_text(profile_toml("badlen", PORT + 1).replace("max-model-len = 4096", "max-model-len = 99999"))
+    argv = [sys.executable, "-m", "amdtop", "workers", "launch", "badlen", "--wait", "--timeout", "300",
+            "--config", str(config), "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
+    log = (tmp_path / "state" / "logs" / "badlen.log").read_text()
+    assert done.returncode == 1, done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("amdtop: error:")]
+    print(f"\nE2E badlen: {line}\nlog's last line: {log.strip().splitlines()[-1]}")
+    assert line.startswith("amdtop: error: worker[badlen]: crashed before ready: ")
+    assert "Error" in line and "max_model_len" in line.replace("max-model-len", "max_model_len")
+    assert "errors.pydantic.dev" not in line
+    assert not marked_pids("badlen:")
