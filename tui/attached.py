@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amdtop.cli.common import state_dir
@@ -18,6 +19,7 @@ from amdtop.ramp import RampConfig
 from amdtop.serve.client import RemoteControl, RemoteRuntime, ServeClient
 
 if TYPE_CHECKING:
+    from tui.app import AmdtopApp
     from tui.screens.ramp import RampScreen
 
 FIRST_FRAME_WAIT_S = 10.0
@@ -69,12 +71,11 @@ class RemoteRamp:
             screen.post_message(screen.Progress(doc, status, running=running))
 
 
-def run_attached(args: argparse.Namespace, client: ServeClient) -> int:
-    """Run the dashboard over ``client``'s serve; returns the exit status."""
+def attached_app(client: ServeClient, directory: Path, *, readonly: bool, watch_tty: bool) -> AmdtopApp:
+    """The dashboard over ``client``'s serve (read-only when the viewer or the serve is)."""
     from tui.app import AmdtopApp
 
-    client.wait_first_frame(FIRST_FRAME_WAIT_S)
-    readonly = bool(args.readonly) or bool(client.hello.get("readonly"))
+    readonly = readonly or bool(client.hello.get("readonly"))
     control = None if readonly else RemoteControl(client)
     banner = " · ".join([f"attached to amdtop serve (pid {client.pid})", *client.hello.get("notes", ())])
     app = AmdtopApp(
@@ -83,30 +84,39 @@ def run_attached(args: argparse.Namespace, client: ServeClient) -> int:
         control=control,
         readonly=readonly,
         banner=banner,
-        state_dir=state_dir(args),
-        watch_tty=not args.attach_only,
+        state_dir=directory,
+        watch_tty=watch_tty,
         runtime=RemoteRuntime(client),  # type: ignore[arg-type]
     )
     app.serve_client = client
-    gone: list[str] = []
-    ended = [False]
+    app.serve_gone = []
 
     def on_gone(reason: str) -> None:
-        if ended[0]:
-            return  # we left: the connection closing is ours
-        gone.append(reason)
+        if not app.is_running:
+            return  # the viewer left first: the connection closing is ours
+        app.serve_gone.append(reason)
         try:
             app.call_from_thread(app.exit, 1)
         except RuntimeError:
-            pass  # the app is not running (yet, or any more)
+            pass  # the app stopped in between
 
     client.on_gone(on_gone)
+    return app
+
+
+def run_attached(args: argparse.Namespace, client: ServeClient) -> int:
+    """Run the dashboard over ``client``'s serve; returns the exit status."""
+    client.wait_first_frame(FIRST_FRAME_WAIT_S)
+    app = attached_app(client, state_dir(args), readonly=bool(args.readonly), watch_tty=not args.attach_only)
+    if client.gone is not None:  # gone before the app ran (its callback only stops a running app)
+        client.close()
+        sys.stderr.write(f"amdtop: {client.gone}; the viewer exits\n")
+        return 1
     try:
         result = app.run()
     finally:
-        ended[0] = True
         client.close()
-    if gone:
-        sys.stderr.write(f"amdtop: {gone[0]}; the viewer exits (run amdtop again: it polls in-process when no serve runs)\n")
+    if app.serve_gone:
+        sys.stderr.write(f"amdtop: {app.serve_gone[0]}; the viewer exits (run amdtop again: it polls in-process when no serve runs)\n")
         return 1
     return int(result or 0)
