@@ -179,4 +179,9 @@ def frame_json(frame: NodeFrame) -> dict[str, Any]:
     if frame.errors:
         doc["errors"] = list(frame.errors)
     add_processes(doc, frame.processes, frame.process_totals)
+    doc["audit"] = None if frame.audit is None else frame.audit.to_json()
+    if frame.audit is not None:
+        for w in doc["workers"]:
+            if w.get("name") in {n for n, _ in frame.audit.locality}:
+                w["numa_locality"] = {"local_pct": frame.audit.locality_of(w["name"])}
     return doc

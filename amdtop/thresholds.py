@@ -39,3 +39,15 @@ STALL_BUSY_CPU = 0.5
 """A rank using this share of one core (or its GPU this busy, percent below) is spinning, not idle."""
 
 STALL_BUSY_GPU_PCT = 50.0
+
+AUDIT_EVERY_S = 30.0
+"""The tuning audit (amdtop/audit) reads environ, numa_maps and sysfs of every worker: the slow cadence, like the
+full process walk; a control action asks for it at once."""
+GATE_ORPHAN_VRAM_BYTES = 1024**3
+"""VRAM in use on a GPU beyond what its live processes hold: more than this is memory a dead process left behind
+(an idle MI300X reports ~283 MiB of driver reservations)."""
+GATE_FREE_VRAM_SPREAD_PCT = 10.0
+"""Free VRAM across a TP group may differ by this much ((max-min)/max) before a launch is refused: vLLM sizes the
+KV cache of every rank by the smallest."""
+GATE_IDLE_HOT_C = 70.0
+"""An idle GPU at or above this temperature (junction) is not idle-cool: failing cooling or a stuck workload."""

@@ -15,6 +15,8 @@ from textual.binding import Binding
 from textual.driver import Driver
 from textual.screen import Screen
 
+from amdtop.audit.auditor import Auditor, profile_lookup
+from amdtop.audit.model import AuditReport
 from amdtop.control import DemoLoad, WorkerControl
 from amdtop.exporter import Exporter
 from amdtop.gpuprocs import ProcessHost
@@ -26,6 +28,7 @@ from amdtop.telemetry.base import TelemetryBackend
 from tui import input_driver, tty_crop
 from tui.control_actions import ControlActions
 from tui.messages import PollFailed, SnapshotReady
+from tui.screens.audit import AuditScreen
 from tui.screens.dashboard import PANES, DashboardScreen
 from tui.screens.help import HelpScreen
 
@@ -68,6 +71,7 @@ class AmdtopApp(ControlActions, App[int]):
             show=False,
             tooltip="dump the Python stacks of the selected worker's ranks",
         ),
+        Binding("u", "audit", "Audit", id="audit", tooltip="tuning audit: findings with evidence and fixes"),
     ]
 
     def __init__(
@@ -123,6 +127,12 @@ class AmdtopApp(ControlActions, App[int]):
                 demo_load=demo_load,
                 kernel=kernel_faults,
                 host_procs=host_procs,
+                # A test's stand-in procfs stands for a stand-in node: read no sysfs of the host running the tests.
+                auditor=Auditor(
+                    sys_root=Path("/sys") if proc_root == Path("/proc") else proc_root,
+                    proc_root=proc_root,
+                    profiles=profile_lookup(workers),
+                ),
             )
             runtime = NodeRuntime(pipeline, interval)
         # The dashboard is one subscriber of the runtime: the exporter and a ramp's observer read its newest frame
@@ -235,6 +245,8 @@ class AmdtopApp(ControlActions, App[int]):
             f"every {self.interval:g}s",
             f"[red]{len(flags)} flags[/red]" if flags else "[green]no flags[/green]",
         ]
+        if frame.audit is not None:
+            parts.append(audit_badge(frame.audit))
         if self.readonly:
             parts.append("[yellow]read-only[/yellow]")
         if self.paused:
@@ -295,6 +307,14 @@ class AmdtopApp(ControlActions, App[int]):
             )
         self.push_screen(HelpScreen(keys))
 
+    def action_audit(self) -> None:
+        frame = self.newest_frame()
+        self.push_screen(AuditScreen(frame.audit if frame else None, readonly=self.readonly))
+
+    def newest_frame(self) -> NodeFrame | None:
+        """The newest frame, drawn or held back while a screen is on top."""
+        return self.runtime.frame or self.dashboard.last_frame
+
     def action_command_mode(self) -> None:
         self.dashboard.open_command()
 
@@ -325,3 +345,12 @@ class AmdtopApp(ControlActions, App[int]):
             board.show_gbps = True
         if frame is not None:
             self._show(frame)
+
+
+def audit_badge(report: AuditReport) -> str:
+    """The header's count of audit findings (``u`` opens them)."""
+    c = report.counts()
+    if not report.findings:
+        return "[green]audit ok[/green]"
+    color = "red" if c["error"] else "yellow" if c["warn"] else "cyan"
+    return f"[{color}]audit {len(report.findings)}[/{color}]"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
+from amdtop.audit.gate import GateRefused
 from amdtop.exporter import Exporter
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.probe.cache import save_results
@@ -22,6 +23,7 @@ from amdtop.ramp.observe import observer_from_frames
 from amdtop.ramp.target import check_base_url
 from amdtop.supervisor.retune import retune_words
 from amdtop.supervisor.stopper import StopReport
+from tui.gate_dialog import offer_force
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.ramp import RampScreen
@@ -84,6 +86,9 @@ class ControlActions:
     def _call(self: AmdtopApp, verb: str, name: str, fn: Callable[[], Any]) -> None:
         try:
             result = fn()
+        except GateRefused as exc:  # the launch gate's reasons go to a dialog that offers --force
+            self.call_from_thread(offer_force, self, verb, name, exc)
+            return
         except Exception as exc:  # the supervisor reports bad input and runtime failures as one line
             self.post_message(ControlDone(f"{verb} {name}: {one_line(exc)}", error=True, worker=name))
             return

@@ -116,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
         runtime=node.runtime,
         config_path=config_path(args),
     )
+    if node.supervisor is not None and control is not None:
+        from pathlib import Path
+
+        from tui.gate_dialog import frame_gate
+
+        # Set before any command is queued to the owner thread (the demo's autostart starts below).
+        node.supervisor.gate = frame_gate(app, backend.topology(), Path(args.sysfs_root))
     demo = node.demo
     autostart = None
     if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:

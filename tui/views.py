@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from amdtop.audit.rules_numa import LOCALITY_WARN_PCT
 from amdtop.cpulist import format_cpulist
 from amdtop.model import FlagKind, GpuSample, WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame
@@ -208,6 +209,10 @@ def numa_view(frame: NodeFrame) -> tuple[Text, ...]:
         mems = format_cpulist(b.mems) if b else ""
         src = "procfs" if b and b.from_procfs else "reported"
         line = Text.assemble((f"{w.name}", "bold"), f"  cpus {cpus or '?'}  mems {mems or '?'}  ({src})  ")
+        local = frame.audit.locality_of(w.name) if frame.audit is not None else None
+        if local is not None:
+            # Measured from numa_maps on the audit's slow cadence: where the memory is, not where it may go.
+            line.append(f"local {local:.0f}%  ", style="green" if local >= LOCALITY_WARN_PCT else "bold yellow")
         flag = mismatches.get(w.name)
         if flag is not None:
             line.append("MISMATCH", style="bold white on red")

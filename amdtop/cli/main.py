@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "amdtop.cli.ramp",
     "amdtop.cli.probe",
     "amdtop.cli.logs",
+    "amdtop.cli.audit",
     "amdtop.cli.serve",
 )
 

@@ -6,16 +6,21 @@ import argparse
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from amdtop.cli.common import open_from_args, print_json
+from amdtop.audit.context import AuditContext, target_of
+from amdtop.audit.gate import LaunchGate
+from amdtop.audit.rules_numa import localities
+from amdtop.cli.common import backend_options, open_from_args, print_json
 from amdtop.engines_json import worker_extra_json
 from amdtop.errors import AmdtopError, InputError, NoGpuFound
 from amdtop.health.stall import health_json
-from amdtop.model import WorkerStatus
+from amdtop.model import NodeSnapshot, Topology, WorkerStatus
 from amdtop.runtime import node as runtime_node
 from amdtop.supervisor import StopReport, Supervisor
 from amdtop.supervisor.retune import parse_changes
+from amdtop.telemetry import open_backend
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
 
@@ -67,6 +72,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
                 "--grace", type=seconds(False), default=None, help="seconds between SIGTERM and SIGKILL (default 30)"
             )
         if action != "stop":
+            p.add_argument("--force", action="store_true", help="start past the launch gate's refusal (recorded)")
             p.add_argument("--wait", action="store_true", help="wait until /health answers 200")
             p.add_argument("--timeout", type=seconds(True), default=300.0, help="seconds --wait waits (default 300)")
         p.set_defaults(func=func)
@@ -108,9 +114,39 @@ def open_supervisor(args: argparse.Namespace) -> Supervisor:
         finally:
             if not isinstance(backend, SimBackend):
                 backend.close()
-    return runtime_node.open_supervisor(
+    sup = runtime_node.open_supervisor(
         args, topology, backend=backend, readonly=bool(getattr(args, "readonly", False)), lenient=True
     )
+    sup.gate = launch_gate(args, topology, backend)
+    return sup
+
+
+def launch_gate(args: argparse.Namespace, topology: Topology, backend: TelemetryBackend | None) -> LaunchGate:
+    """The launch gate on a fresh sample of the node (the backend is opened again at launch time, as the one that
+    read the topology is closed by then)."""
+
+    def sample() -> NodeSnapshot | None:
+        if backend is None:
+            return None
+        if isinstance(backend, SimBackend):
+            return backend.sample()
+        fresh = open_backend(backend.name, backend_options(args))
+        try:
+            return fresh.sample()
+        finally:
+            fresh.close()
+
+    return LaunchGate(topology, sample, sys_root=Path(args.sysfs_root))
+
+
+def with_locality(docs: list[dict[str, Any]], rows: list[WorkerStatus], topology: Topology) -> list[dict[str, Any]]:
+    """Add ``numa_locality`` (share of resident pages on the GPUs' node, from numa_maps) to each running worker."""
+    ctx = AuditContext(topology=topology, targets=[target_of(r) for r in rows])
+    pct = dict(localities(ctx))
+    for doc in docs:
+        if doc["name"] in pct:
+            doc["numa_locality"] = {"local_pct": pct[doc["name"]]}
+    return docs
 
 
 def status_json(st: WorkerStatus, now: float | None = None) -> dict[str, Any]:
@@ -199,7 +235,7 @@ def run_status(args: argparse.Namespace) -> int:
     finally:
         sup.close()
     if args.json:
-        print_json([status_json(r) for r in rows])
+        print_json(with_locality([status_json(r) for r in rows], rows, sup.topology))
     else:
         sys.stdout.write(render_status(rows))
     for note in sup.notes:
@@ -211,6 +247,9 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def _finish(sup: Supervisor, args: argparse.Namespace, st: WorkerStatus) -> int:
+    rec = sup.store.load(st.name)
+    if rec is not None and rec.forced:
+        sys.stderr.write(f"{st.name}: launch gate overridden by --force (recorded): {'; '.join(rec.forced)}\n")
     if getattr(args, "wait", False):
         st = sup.wait_ready(args.name, timeout=args.timeout)
     sys.stderr.write(f"{st.name}: {st.state.value} pid={st.pid} url={st.url} log={st.log}\n")
@@ -229,7 +268,7 @@ def run_launch(args: argparse.Namespace) -> int:
     """Start one worker."""
     sup = open_supervisor(args)
     try:
-        return _finish(sup, args, sup.launch(args.name))
+        return _finish(sup, args, sup.launch(args.name, force=args.force))
     finally:
         sup.close()
 
@@ -251,7 +290,7 @@ def run_restart(args: argparse.Namespace) -> int:
     """Restart one worker."""
     sup = open_supervisor(args)
     try:
-        return _finish(sup, args, sup.restart(args.name, grace=args.grace))
+        return _finish(sup, args, sup.restart(args.name, grace=args.grace, force=args.force))
     finally:
         sup.close()
 
@@ -267,7 +306,7 @@ def run_retune(args: argparse.Namespace) -> int:
         sys.stderr.write(sup.retune_diff(args.name, changes) + "\n")
         if args.dry_run:
             return 0
-        return _finish(sup, args, sup.retune(args.name, changes, grace=args.grace))
+        return _finish(sup, args, sup.retune(args.name, changes, grace=args.grace, force=args.force))
     finally:
         sup.close()
 

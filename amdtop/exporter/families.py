@@ -122,6 +122,7 @@ FAMILIES: dict[str, FamilySpec] = {
             "bytes",
             "GPU memory a process holds (the 32 biggest holders; owner: worker, vllm-<pid> or foreign)",
         ),
+        _g("amdtop_audit_findings", ("hostname", "severity", "id", "worker"), "1", "Tuning audit findings (amdtop audit)"),
     )
 }
 
@@ -320,6 +321,13 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
         b.add("amdtop_polls", (host,), state.tick)
     for gpu, pid, owner, held in memory_series(state.processes):
         b.add("amdtop_gpu_process_memory_bytes", (str(gpu), host, str(pid), owner), held)
+    if state.audit is not None:
+        counts: dict[tuple[str, str, str, str], int] = {}
+        for f in state.audit.findings:
+            key = (host, f.severity, f.id, f.worker or "")
+            counts[key] = counts.get(key, 0) + 1
+        for finding_labels, n in sorted(counts.items()):
+            b.add("amdtop_audit_findings", finding_labels, n)
     if stats is not None:
         b.add("amdtop_exporter_polls", (host,), stats.polls)
         b.add("amdtop_exporter_poll_duration_seconds", (host,), stats.last_duration_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amdtop.analysis.numa import WorkerBinding
+from amdtop.audit.model import AuditReport
 from amdtop.gpuprocs.rows import GpuProcessTotal, ProcessRow
 from amdtop.health.throttle import ThrottleShare
 from amdtop.health.traffic import FabricTraffic, GroupTraffic
@@ -149,6 +150,8 @@ class NodeFrame:
     """Every process on the GPUs with its host facts and owner, GPU by GPU, biggest memory first."""
     process_totals: tuple[GpuProcessTotal, ...] = ()
     """Per GPU: memory the processes hold against the memory in use."""
+    audit: AuditReport | None = None
+    """The newest tuning audit (run on the slow cadence; the same report rides in frames until the next run)."""
 
     def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
         """Flags of the given kinds, in frame order."""

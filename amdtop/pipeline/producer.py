@@ -22,6 +22,8 @@ from amdtop.analysis import (
 )
 from amdtop.analysis.imbalance import GroupJudgement
 from amdtop.analysis.tp_groups import live_groups, per_group
+from amdtop.audit.auditor import Auditor
+from amdtop.audit.model import AuditReport
 from amdtop.control import DemoLoad
 from amdtop.gpuprocs import NoHost, ProcessHost, ProcessTable
 from amdtop.health.ecc import DEFAULT_WINDOW_S as ECC_WINDOW_S
@@ -98,6 +100,7 @@ class NodePipeline:
         kernel: KernelFaultMonitor | None = None,
         wall_clock: Callable[[], float] = time.time,
         host_procs: ProcessHost | None = None,
+        auditor: Auditor | None = None,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given);
         ``kernel`` reads the kernel log for GPU faults."""
@@ -142,11 +145,14 @@ class NodePipeline:
         if host_procs is None and proc_root != PROC:
             host_procs = NoHost()
         self.processes = ProcessTable(host_procs)
+        self.auditor = auditor
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
         """Refresh amdtop's workers on the next tick (a control action changed them); safe from any thread."""
         self._refresh.set()
+        if self.auditor is not None:
+            self.auditor.request()
 
     def request_state_files(self) -> None:
         """Re-read the probe and ramp results on the next tick (one was just written); safe from any thread."""
@@ -262,6 +268,16 @@ class NodePipeline:
             dp_rank=judgement.dp_rank,
         )
 
+    def _audit(
+        self, snap: NodeSnapshot, workers: Sequence[WorkerStatus], flags: Sequence[Flag]
+    ) -> tuple[AuditReport | None, str | None]:
+        if self.auditor is None:
+            return None, None
+        try:
+            return self.auditor.maybe_run(snap, workers, flags), None
+        except Exception as exc:  # the audit must not stop telemetry: the frame says what failed
+            return None, f"audit: {exc}"
+
     # -- the tick -----------------------------------------------------------------------------------------------
     def tick(self) -> NodeFrame:
         """Poll the backend and everything around it once."""
@@ -303,7 +319,8 @@ class NodePipeline:
         flags += self.stalls.judge(workers, snap)
         all_flags = _dedupe(flags)
         devices = {(g.worker, g.dp_rank if g.first_rank else 0): g.gpus for w in workers for g in w.tp_groups()}
-        errors = tuple(e for e in (self._own_error, log_error, kernel_error) if e)
+        audit, audit_error = self._audit(snap, workers, all_flags)
+        errors = tuple(e for e in (self._own_error, log_error, kernel_error, audit_error) if e)
         procs, totals = self.processes.rows(snap, workers, physical)
         return NodeFrame(
             snapshot=snap,
@@ -329,6 +346,7 @@ class NodePipeline:
             hip_owners=device_owners(workers),
             processes=procs,
             process_totals=totals,
+            audit=audit,
         )
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amdtop.audit.auditor import Auditor, profile_lookup
 from amdtop.cli.common import config_path, open_from_args, state_dir
 from amdtop.cli.kernel import kernel_monitor
 from amdtop.errors import NoGpuFound
@@ -138,6 +139,7 @@ def open_node(
             demo_load=sup.demo_load() if sup is not None else None,
             window_s=window_s,
             kernel=kernel_monitor(args, backend, headless=not ui) if kernel else None,
+            auditor=Auditor(sys_root=Path(args.sysfs_root), profiles=profile_lookup(control)),
         )
     except BaseException:
         backend.close()

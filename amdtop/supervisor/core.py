@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tomlkit
 
@@ -33,6 +34,9 @@ from amdtop.supervisor.state import StateStore, WorkerRecord
 from amdtop.supervisor.stopper import StopReport, stop_run
 from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import REDISCOVER_EVERY_S
+
+if TYPE_CHECKING:
+    from amdtop.audit.gate import LaunchGate
 
 
 class Supervisor:
@@ -94,6 +98,9 @@ class Supervisor:
         self._full_scan_at: float | None = None
         self.notes: list[str] = []
         """What the last :meth:`status` pass ignored among marked processes, one line each (shown, never fatal)."""
+        self.gate: LaunchGate | None = None
+        """Checks the target GPUs before a launch or restart (amdtop.audit.gate); set by whoever holds a backend."""
+        self._forced: dict[str, tuple[str, ...]] = {}
 
     # -- profiles ---------------------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -192,8 +199,10 @@ class Supervisor:
             raise InputError(f"--readonly: {action} is disabled; run amdtop without --readonly to control workers")
 
     # -- launch -----------------------------------------------------------------------------------------------------
-    def launch(self, name: str) -> WorkerStatus:
-        """Start worker ``name`` in its own session, pinned, logging to its log file; returns its status at once."""
+    def launch(self, name: str, force: bool = False) -> WorkerStatus:
+        """Start worker ``name`` in its own session, pinned, logging to its log file; returns its status at once.
+
+        The launch gate refuses GPUs in a bad state unless ``force``."""
         self._check_writable("launch")
         self._require_config()
         profile = self.profile(name)
@@ -214,8 +223,16 @@ class Supervisor:
                     f"worker[{name}]: {len(live)} process(es) of its last run are still alive (pids "
                     f"{' '.join(map(str, sorted(live)))}); stop it first so they are swept"
                 )
+            self._gate_check(profile, force, "launch")
             self._start(profile, restarts=old.restarts if old else 0)
         return self.status_one(name)
+
+    def _gate_check(self, profile: Profile, force: bool, action: str, own: Iterable[int] = ()) -> None:
+        """The launch gate (amdtop.audit.gate), from this one place; the reasons ``force`` overrode are recorded."""
+        if self.gate is not None:
+            from amdtop.audit.gate import enforce as enforce_gate  # the audit imports the supervisor's profiles
+
+            self._forced[profile.name] = enforce_gate(self.gate, profile, own, force, action)
 
     def _numa_for(self, profile: Profile) -> int | None:
         node = resolve_numa(profile, self.topology)
@@ -228,7 +245,7 @@ class Supervisor:
     def _start(self, profile: Profile, *, restarts: int) -> WorkerRecord:
         rec, child = spawn(
             profile, self._numa_for(profile), self.store, vendor=self.vendor, restarts=restarts,
-            log_max_bytes=self.log_max_bytes, log_backups=self.log_backups,
+            log_max_bytes=self.log_max_bytes, log_backups=self.log_backups, forced=self._forced.pop(profile.name, ()),
         )  # fmt: skip
         self._children[profile.name] = child
         try:
@@ -306,7 +323,7 @@ class Supervisor:
         return self._last_stop.get(name)
 
     # -- restart / retune -------------------------------------------------------------------------------------------
-    def restart(self, name: str, grace: float | None = None) -> WorkerStatus:
+    def restart(self, name: str, grace: float | None = None, force: bool = False) -> WorkerStatus:
         """Stop then launch ``name``, appending to the same log; counts a restart.
 
         Needs only ``name``'s own profile to be valid (other workers' errors do not count)."""
@@ -319,6 +336,14 @@ class Supervisor:
         with self.store.lock(name):
             recovery = self._recover(name, procs.scan())
             old = recovery.record
+            own = (
+                set()
+                if old is None
+                else procs.members(
+                    pgid=old.pgid, start_ticks=old.start_ticks, marker=f"{name}:{old.launch_id}", known=old.known
+                )
+            )
+            self._gate_check(profile, force, "restart", own)
             self._stop(name, profile, grace, recovery)
             self._start(profile, restarts=(old.restarts + 1) if old else 0)
         return self.status_one(name)
@@ -334,7 +359,9 @@ class Supervisor:
         self._check_restartable(name, profiles)
         return render_diff(name, changed)
 
-    def retune(self, name: str, changes: Mapping[str, str], grace: float | None = None) -> WorkerStatus:
+    def retune(
+        self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False
+    ) -> WorkerStatus:
         """Apply ``changes``, write the profile file back (comments, mode, owner and symlink kept), and restart
         ``name`` if it runs."""
         self._check_writable("retune")
@@ -352,7 +379,7 @@ class Supervisor:
         current = self.status_one(name)
         if current.state in (WorkerState.STOPPED,):
             return current
-        return self.restart(name, grace)
+        return self.restart(name, grace, force)
 
     def _check_restartable(self, name: str, profiles: Sequence[Profile]) -> None:
         """The launch-time checks of ``name``'s changed profile (GPU visibility against gpus, numactl, the node on this

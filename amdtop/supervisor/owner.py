@@ -19,13 +19,16 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from amdtop.control import DemoLoad
 from amdtop.model import WorkerState, WorkerStatus
 from amdtop.supervisor.core import Supervisor
 from amdtop.supervisor.profiles import Profile
 from amdtop.supervisor.stopper import StopReport
+
+if TYPE_CHECKING:
+    from amdtop.audit.gate import LaunchGate
 
 T = TypeVar("T")
 
@@ -95,24 +98,24 @@ class SupervisorOwner:
         return cmd.future  # type: ignore[return-value]
 
     # -- commands, as futures ---------------------------------------------------------------------------------------
-    def launch_async(self, name: str) -> Future[WorkerStatus]:
-        """Queue a launch of ``name``."""
-        return self.submit(lambda s: s.launch(name), verb="launch", worker=name)
+    def launch_async(self, name: str, force: bool = False) -> Future[WorkerStatus]:
+        """Queue a launch of ``name`` (``force``: past the launch gate's refusal, recorded)."""
+        return self.submit(lambda s: s.launch(name, force), verb="launch", worker=name)
 
     def stop_async(self, name: str, grace: float | None = None) -> Future[StopReport]:
         """Queue a stop of ``name``."""
         return self.submit(lambda s: s.stop(name, grace), verb="stop", worker=name)
 
-    def restart_async(self, name: str, grace: float | None = None) -> Future[WorkerStatus]:
+    def restart_async(self, name: str, grace: float | None = None, force: bool = False) -> Future[WorkerStatus]:
         """Queue a restart of ``name``."""
-        return self.submit(lambda s: s.restart(name, grace), verb="restart", worker=name)
+        return self.submit(lambda s: s.restart(name, grace, force), verb="restart", worker=name)
 
     def retune_async(
-        self, name: str, changes: Mapping[str, str], grace: float | None = None
+        self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False
     ) -> Future[WorkerStatus]:
         """Queue a retune of ``name`` (profile written back, worker restarted if it runs)."""
         frozen = dict(changes)
-        return self.submit(lambda s: s.retune(name, frozen, grace), verb="retune", worker=name)
+        return self.submit(lambda s: s.retune(name, frozen, grace, force), verb="retune", worker=name)
 
     def refresh(self) -> Future[list[WorkerStatus]]:
         """Queue one status pass (coalesced: while one is queued, asking again returns the same future)."""
@@ -158,21 +161,23 @@ class SupervisorOwner:
         state = _IN_FLIGHT[cmd.verb]
         return [replace(r, state=state, note=f"{cmd.verb} in progress") if r.name == cmd.worker else r for r in rows]
 
-    def launch(self, name: str) -> WorkerStatus:
+    def launch(self, name: str, force: bool = False) -> WorkerStatus:
         """Launch ``name`` and wait for the result."""
-        return self.launch_async(name).result()
+        return self.launch_async(name, force).result()
 
     def stop(self, name: str, grace: float | None = None) -> StopReport:
         """Stop ``name`` and wait for the report."""
         return self.stop_async(name, grace).result()
 
-    def restart(self, name: str, grace: float | None = None) -> WorkerStatus:
+    def restart(self, name: str, grace: float | None = None, force: bool = False) -> WorkerStatus:
         """Restart ``name`` and wait for the result."""
-        return self.restart_async(name, grace).result()
+        return self.restart_async(name, grace, force).result()
 
-    def retune(self, name: str, changes: Mapping[str, str], grace: float | None = None) -> WorkerStatus:
+    def retune(
+        self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False
+    ) -> WorkerStatus:
         """Retune ``name`` and wait for the result."""
-        return self.retune_async(name, changes, grace).result()
+        return self.retune_async(name, changes, grace, force).result()
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
         """The diff of ``changes`` to ``name``'s profile (validated, nothing written)."""
@@ -198,6 +203,15 @@ class SupervisorOwner:
     def names(self) -> list[str]:
         """Profile names in file order (read as :meth:`profile`)."""
         return self.supervisor.names()
+
+    @property
+    def gate(self) -> LaunchGate | None:
+        """The supervisor's launch gate (set before the first command is queued)."""
+        return self.supervisor.gate
+
+    @gate.setter
+    def gate(self, gate: LaunchGate | None) -> None:
+        self.supervisor.gate = gate
 
     def demo_load(self) -> DemoLoad | None:
         """The demo's load feed (built once; it reads the profiles the owner swaps whole on a retune)."""

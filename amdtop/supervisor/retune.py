@@ -30,6 +30,9 @@ ARG_KEYS: dict[str, type] = {
     "data-parallel-size": int,
     "api-server-count": int,
     "enable-expert-parallel": bool,
+    # Switches the audit offers to turn off (false drops the flag from the argv).
+    "enforce-eager": bool,
+    "disable-custom-all-reduce": bool,
 }
 """Retunable ``vllm serve`` flags and their value types."""
 RETUNE_KEYS = (*ARG_KEYS, "numa_node", "env.NAME")
@@ -114,6 +117,12 @@ def _worker_table(doc: tomlkit.TOMLDocument, name: str) -> Any:
 
 def _parse_value(name: str, key: str, text: str) -> int | float | str:
     field = f"worker[{name}].{'args.' if key in ARG_KEYS else ''}{key}"
+    if key in ARG_KEYS and ARG_KEYS[key] is bool:
+        if text.strip().lower() in ("true", "1", "yes", "on"):
+            return True
+        if text.strip().lower() in ("false", "0", "no", "off"):
+            return False
+        raise InputError(f"{field}: {text!r} is not true or false; e.g. {key}=false")
     if key in ARG_KEYS:
         kind = ARG_KEYS[key]
         if kind is bool:

@@ -25,9 +25,11 @@ def spawn(
     restarts: int,
     log_max_bytes: int,
     log_backups: int,
+    forced: tuple[str, ...] = (),
 ) -> tuple[WorkerRecord, subprocess.Popen[bytes]]:
     """Check, then start ``profile`` pinned to ``numa``, appending to its rotated log; returns the unsaved record and
-    the child. Raises InputError/AmdtopError before anything is started."""
+    the child. Raises InputError/AmdtopError before anything is started. ``forced``: the launch gate's reasons that
+    ``--force`` overrode, recorded with the launch."""
     launch_id = uuid.uuid4().hex[:12]
     marker = f"{profile.name}:{launch_id}"
     env = build_env(
@@ -84,5 +86,6 @@ def spawn(
         restarts=restarts,
         known=((child.pid, st.start_ticks),) if st else (),
         log_offset=offset,
+        forced=forced,
     )
     return rec, child

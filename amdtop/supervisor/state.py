@@ -102,6 +102,8 @@ class WorkerRecord:
     """(TP rank, pid, start_ticks) of each rank process seen: a rank whose process vanished is still named."""
     rank_exits: tuple[tuple[int, int], ...] = ()
     """(TP rank, wait status) of each rank seen dead but not yet reaped (a zombie's ``stat`` holds how it ended)."""
+    forced: tuple[str, ...] = ()
+    """Launch-gate reasons ``--force`` overrode for this run (empty: the gate passed or did not run)."""
 
     def with_(self, **changes: Any) -> WorkerRecord:
         """Copy with ``changes``."""
@@ -142,6 +144,7 @@ def _from_json(doc: Mapping[str, Any], name: str | None = None) -> WorkerRecord:
         rebuilt=None if doc.get("rebuilt") is None else str(doc["rebuilt"]),
         ranks=tuple((int(r), int(p), int(t)) for r, p, t in doc.get("ranks", [])),
         rank_exits=tuple((int(r), int(w)) for r, w in doc.get("rank_exits", [])),
+        forced=tuple(str(s) for s in doc.get("forced", [])),
     )
     # A record that cannot describe a launch of ours is as good as torn: pid/pgid 0 or 1 would make a stop signal
     # the caller's own group or init, and a record under another worker's file name is not this worker's.

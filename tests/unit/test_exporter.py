@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from amdtop.audit.model import AuditReport, Finding
 from amdtop.errors import AmdtopError, InputError
 from amdtop.exporter import FAMILIES, Exporter, parse_listen
 from amdtop.exporter.families import GPU_LABELS, MB
@@ -78,6 +79,7 @@ def full_state(sim: SimBackend) -> NodeFrame:
         ramp_knees=(RampKnee("llama-a", 48, 48, 1764412345.0),),
         log_counts=(LogCounts("llama-b", 3, 1),),
         bandwidth=(LinkBandwidth(0, 1, 48.5),),
+        audit=AuditReport(findings=(Finding("aiter_off", "warn", "worker", "AITER off", (), "", "", worker="llama-a"),)),
     )
 
 

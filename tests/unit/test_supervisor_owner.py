@@ -72,14 +72,16 @@ class Recording(Supervisor):
         self.calls.append((verb, name, True))
         return out
 
-    def launch(self, name: str) -> Any:
-        return self._run("launch", name, lambda: super(Recording, self).launch(name))
+    def launch(self, name: str, force: bool = False) -> Any:
+        return self._run("launch", name, lambda: super(Recording, self).launch(name, force))
 
     def stop(self, name: str, grace: float | None = None) -> Any:
         return self._run("stop", name, lambda: super(Recording, self).stop(name, grace))
 
-    def retune(self, name: str, changes: Mapping[str, str], grace: float | None = None) -> Any:
-        return self._run(f"retune:{changes['env.STRESS']}", name, lambda: super(Recording, self).retune(name, changes, grace))
+    def retune(self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False) -> Any:
+        return self._run(
+            f"retune:{changes['env.STRESS']}", name, lambda: super(Recording, self).retune(name, changes, grace, force)
+        )
 
     def status(self) -> Any:
         self._enter()
@@ -169,6 +171,7 @@ def test_status_launch_stop_retune_from_many_threads(tmp_path: Path, round_: int
             assert exc is None or isinstance(exc, InputError), exc  # refusals (already running...) are fine
         assert statuses and len(futures) == 18
 
+        assert any(verb == "launch" and ok for verb, _, ok in sup.calls), sup.calls  # not vacuous: workers ran
         # One thread, one call at a time.
         assert sup.threads == {owner._thread.ident} and not sup.overlapped
         running, tuned = _expected(sup.calls)
