@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.serve.wire import WIRE_VERSION, WireError, check_version, read_message, send_message, socket_path
@@ -93,6 +94,9 @@ class ServeClient:
                     if fut is not None:
                         if msg.get("ok"):
                             fut.set_result(msg.get("value"))
+                        elif msg.get("gate"):
+                            name, action, findings = msg["gate"]
+                            fut.set_exception(GateRefused(name, action, findings))
                         else:
                             err = InputError if msg.get("input") else AmdtopError
                             fut.set_exception(err(str(msg.get("error"))))
@@ -254,14 +258,14 @@ class RemoteControl:
     def status(self) -> list[Any]:
         return list(self.client.call("status"))
 
-    def launch(self, name: str) -> Any:
-        return self.client.call("launch", name)
+    def launch(self, name: str, force: bool = False) -> Any:
+        return self.client.call("launch", name, force=force)
 
-    def stop(self, name: str) -> Any:
-        return self.client.call("stop", name)
+    def stop(self, name: str, grace: float | None = None) -> Any:
+        return self.client.call("stop", name, grace=grace)
 
-    def restart(self, name: str) -> Any:
-        return self.client.call("restart", name)
+    def restart(self, name: str, grace: float | None = None, force: bool = False) -> Any:
+        return self.client.call("restart", name, grace=grace, force=force)
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
         return str(self.client.call("retune_diff", name, dict(changes)))

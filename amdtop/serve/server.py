@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
@@ -164,6 +165,11 @@ class Serve:
     def _call(self, link: ViewerLink, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         try:
             value = self._execute(op, args, kw)
+        except GateRefused as exc:  # the viewer's dialog shows the reasons and offers --force
+            reply = _error(call_id, str(exc))
+            reply["gate"] = (str(args[0]) if args else "", op, list(exc.findings))
+            link.send(reply)
+            return
         except Exception as exc:  # the viewer shows it as one line
             link.send(_error(call_id, str(exc) or type(exc).__name__, input_error=isinstance(exc, InputError)))
             return

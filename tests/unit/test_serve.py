@@ -229,3 +229,22 @@ def test_hour_history_is_a_bounded_ring() -> None:
     assert len(points) == 3600
     assert points[0][1] == ((0, 400.0, 1.0, 2.0),)
     assert points[-1][1] == ((0, 3999.0, 1.0, 2.0),)
+
+
+def test_launch_gate_refusal_reaches_the_viewer_as_itself(serve: Serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    from amdtop.audit.gate import GateRefused
+
+    class Gated:
+        def launch(self, name: str, force: bool = False) -> None:
+            if not force:
+                raise GateRefused(name, "launch", [])
+            return None
+
+    monkeypatch.setattr(serve.node, "control", Gated())
+    client = ServeClient(serve.state_dir)
+    try:
+        with pytest.raises(GateRefused, match=r"worker\[llama-70b\]: launch refused"):
+            client.call("launch", "llama-70b", force=False, timeout=10)
+        assert client.call("launch", "llama-70b", force=True, timeout=10) is None  # the dialog's --force goes through
+    finally:
+        client.close()
