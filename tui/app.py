@@ -148,6 +148,10 @@ class AmdtopApp(ControlActions, App[int]):
         self.poll_error: str | None = None
         self.dashboard = DashboardScreen(banner)
         self.frames = 0
+        self.serve_client: Any = None
+        """The ``amdtop serve`` connection when attached (``tui.attached``): ramps run in the serve."""
+        self.serve_gone: list[str] = []
+        """Why the serve went away while attached (the viewer then exits 1 and says so)."""
 
     def get_driver_class(self) -> type[Driver]:
         # An input thread that sleeps until a key (Textual's wakes ten times a second), unless the environment names

@@ -267,6 +267,12 @@ class ControlActions:
             if control is not None:
                 self._call("retune", worker.name, lambda: control.retune(worker.name, changes))
 
+        remote = None
+        if self.serve_client is not None:
+            from tui.attached import RemoteRamp
+
+            # Attached: the serve runs the ramp (it outlives this viewer); a ramp it runs or ran is shown, not redone.
+            remote = RemoteRamp(self.serve_client, worker.name, tuple(worker.gpus) or None)
         key = getattr(control, "api_key", lambda _name: None)(worker.name)  # a keyed worker answers 401 without it
         screen = RampScreen(
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
@@ -275,6 +281,7 @@ class ControlActions:
             # The runtime's frames (every tick, also while this screen covers the dashboard): per-step GPU data costs
             # no device call and no recomputation of its own.
             observer=observer_from_frames(self.runtime.latest, worker.gpus or None, [g.gpus for g in worker.tp_groups()]),
+            remote=remote,
         )  # fmt: skip
         self.push_screen(screen)
 

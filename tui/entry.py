@@ -12,6 +12,10 @@ from amdtop.cli.main import main as cli_main
 
 
 def _dashboard(args: argparse.Namespace) -> int:
+    if getattr(args, "ui_command", None) == "web":
+        from tui.web import run as run_web
+
+        return run_web(args)
     from tui.launch import run  # Textual loads only when the dashboard is asked for: headless commands stay light
 
     return run(args)

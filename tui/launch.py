@@ -10,7 +10,9 @@ from collections.abc import Callable
 
 from amdtop.cli.common import config_path, state_dir
 from amdtop.control import WorkerControl
+from amdtop.errors import AmdtopError
 from amdtop.runtime.node import NO_GPU_BANNER, open_node
+from amdtop.serve.client import attach
 from amdtop.telemetry.sim import SimBackend
 
 __all__ = ["NO_GPU_BANNER", "DemoAutostart", "TerminalLoss", "run"]
@@ -92,6 +94,15 @@ def run(args: argparse.Namespace) -> int:
     """Run the dashboard; returns the exit status."""
     from tui.app import AmdtopApp
 
+    if not args.no_attach:
+        # A serve for this state dir already polls the node: attach to it instead of opening a second poller.
+        client = attach(state_dir(args), readonly=bool(args.readonly))
+        if client is not None:
+            from tui.attached import run_attached
+
+            return run_attached(args, client)
+    if args.attach_only:
+        raise AmdtopError(f"no amdtop serve runs for {state_dir(args)}: start `amdtop serve` first")
     node = open_node(args, ui=True)
     backend, control = node.backend, node.control
     app = AmdtopApp(

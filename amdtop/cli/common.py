@@ -80,6 +80,14 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
         metavar="PATH",
         help="kernel messages to read for GPU faults (default /dev/kmsg, else journalctl -k); a file is read from its start",
     )
+    g.add_argument(
+        "--no-attach",
+        action="store_true",
+        default=d(False),
+        help="dashboard: poll in-process even when an amdtop serve runs for the state dir",
+    )
+    # The web viewers' own flag: attach or fail, never poll beside the serve (N browser tabs, one poller).
+    g.add_argument("--attach-only", action="store_true", default=d(False), help=argparse.SUPPRESS)
 
 
 def config_path(args: argparse.Namespace) -> Path:

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "amdtop.cli.probe",
     "amdtop.cli.logs",
     "amdtop.cli.audit",
+    "amdtop.cli.serve",
 )
 
 
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None, *, dashboard: Dashboard | None = Non
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command is None:
+        if args.command is None or getattr(args, "ui_command", None):
             if dashboard is None:
                 sys.stderr.write("amdtop: error: no command given; the dashboard opens with the `amdtop` command\n")
                 return 2

@@ -53,10 +53,12 @@ class RampScreen(Screen[None]):
     class Progress(Message):
         """A newer ramp document (latest wins)."""
 
-        def __init__(self, doc: dict[str, Any], status: str) -> None:
+        def __init__(self, doc: dict[str, Any], status: str, *, running: bool | None = None) -> None:
             super().__init__()
             self.doc = doc
             self.status = status
+            self.running = running
+            """From the serve (attached): whether its ramp still runs; ``None`` for a ramp run here."""
 
         def can_replace(self, message: Message) -> bool:
             return isinstance(message, RampScreen.Progress)
@@ -81,6 +83,7 @@ class RampScreen(Screen[None]):
         autostart: bool = True,
         apply_changes: Callable[[dict[str, str]], None] | None = None,
         observer: Any = None,
+        remote: Any = None,
     ) -> None:
         super().__init__()
         self.url = url
@@ -98,6 +101,15 @@ class RampScreen(Screen[None]):
         """Retune with several ``key -> value`` changes (the recommendation); ``None``: only max-num-seqs via apply."""
         self.observer = observer
         """``amdtop.ramp.observe.NodeObserver`` over the worker's GPUs (the frame's), passed to each ramp."""
+        self.remote = remote
+        """``tui.attached.RemoteRamp`` when attached: the serve runs the ramp, which outlives this screen."""
+        self._remote_running = False
+        if remote is not None:
+            remote.bind(self)
+            current = remote.current()
+            if current is not None:  # a ramp the serve runs or ran: show it (its live plot or result), do not redo it
+                self.doc, self.status, self._remote_running = current
+                self.autostart = False
 
     def compose(self) -> ComposeResult:
         yield Static("", id="ramp-status", markup=False)
@@ -119,7 +131,7 @@ class RampScreen(Screen[None]):
 
     # --- actions -------------------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        running = self._ramp is not None
+        running = self._ramp is not None or self._remote_running
         if action == "abort":
             return running
         if action == "start":
@@ -133,6 +145,14 @@ class RampScreen(Screen[None]):
         return True
 
     def action_start(self) -> None:
+        if self.remote is not None:
+            self._remote_running = True
+            self.status = "starting in the serve"
+            self.doc = None
+            self._show()
+            self.refresh_bindings()
+            self.remote.start(self.config)
+            return
         try:
             self._ramp = Ramp(
                 self.config, self.state_dir, on_update=self._ramp_update, worker=self.worker, observer=self.observer
@@ -146,12 +166,18 @@ class RampScreen(Screen[None]):
         self._run_ramp(self._ramp)
 
     def action_abort(self) -> None:
+        if self.remote is not None and self._remote_running:
+            self.remote.abort()
+            self.status = "aborting"
+            self._show()
         if self._ramp is not None:
             self._ramp.abort()
             self.status = "aborting"
             self._show()
 
     def action_close(self) -> None:
+        if self._remote_running:
+            self.notify("the ramp goes on in amdtop serve: a on the worker shows it again", timeout=4)
         if self._ramp is not None:
             self._ramp.abort()
         self.dismiss(None)
@@ -221,6 +247,9 @@ class RampScreen(Screen[None]):
     def on_ramp_screen_progress(self, message: Progress) -> None:
         self.doc = message.doc
         self.status = message.status
+        if message.running is not None:
+            self._remote_running = message.running
+            self.refresh_bindings()
         if message.doc.get("finished") or message.doc.get("aborted"):
             self._ramp = None
             self.refresh_bindings()
@@ -231,6 +260,7 @@ class RampScreen(Screen[None]):
 
     def _fail(self, text: str) -> None:
         self._ramp = None
+        self._remote_running = False
         self.status = f"error: {text}"
         self.refresh_bindings()
         self._show()

@@ -1,0 +1,122 @@
+"""``amdtop serve`` (the node runtime headless, viewers attach over a Unix socket) and ``amdtop web`` (the dashboard
+in a browser: its server lives with the UI, in ``tui.web``)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from amdtop.cli.common import state_dir
+from amdtop.control import WorkerControl
+from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
+from amdtop.exporter.server import is_loopback
+from amdtop.runtime import open_node
+from amdtop.serve.server import Serve
+
+WEB_LISTEN = "127.0.0.1:8765"
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the ``serve`` and ``web`` commands."""
+    p = sub.add_parser("serve", parents=[parent], help="run the node runtime headless; amdtop attaches to it")
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"address of the Prometheus exporter (default {DEFAULT_LISTEN}, loopback only; name another host explicitly)",
+    )
+    p.set_defaults(func=run_serve)
+    w = sub.add_parser("web", parents=[parent], help="the dashboard in a browser (attached to amdtop serve)")
+    w.add_argument(
+        "--listen",
+        default=WEB_LISTEN,
+        metavar="HOST:PORT",
+        help=f"address of the web server (default {WEB_LISTEN}, loopback only; name another host explicitly)",
+    )
+    w.add_argument(
+        "--allow-control", action="store_true", help="let browser viewers launch/stop/retune/ramp (default read-only)"
+    )
+    # The dashboard callable of the console entry point runs it: the web server belongs to the UI package.
+    w.set_defaults(func=None, ui_command="web")
+
+
+class _DemoStarter:
+    """Launches the stopped demo workers (the demo shows a busy node) and stops, on the way out, only those."""
+
+    def __init__(self, control: WorkerControl) -> None:
+        self.control = control
+        self.launched: list[str] = []
+        self._thread = threading.Thread(target=self._go, name="serve-demo-start", daemon=True)
+        self._thread.start()
+
+    def _go(self) -> None:
+        for st in self.control.status():
+            if st.pid is None:
+                try:
+                    self.control.launch(st.name)
+                    self.launched.append(st.name)
+                except Exception as exc:
+                    sys.stderr.write(f"amdtop: warning: launch {st.name}: {exc}\n")
+
+    def stop(self) -> None:
+        self._thread.join(timeout=10)
+        for name in self.launched:
+            try:
+                self.control.stop(name)
+            except Exception:
+                pass
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM."""
+    host, _ = parse_listen(args.listen)  # bad input fails before any device is opened
+    node = open_node(args, ui=True)
+    serve: Serve | None = None
+    starter: _DemoStarter | None = None
+    exporter: Exporter | None = None
+    try:
+        serve = Serve(node, state_dir(args), readonly=bool(args.readonly))
+        serve.bind()  # a second serve for the same state dir stops here, before polling anything
+        try:
+            node.runtime.tick()
+        except Exception as exc:
+            sys.stderr.write(f"amdtop: warning: first poll failed: {exc}\n")
+        exporter = Exporter(node.runtime.latest, args.listen, min_interval=0.0)
+        exporter.start()
+        if not is_loopback(host):
+            sys.stderr.write(f"amdtop: warning: exporter on {host}, not loopback: anyone who can reach it reads it\n")
+        serve.start()
+        node.runtime.start()
+        if node.demo and not args.readonly and node.control is not None:
+            starter = _DemoStarter(node.control)
+        for note in node.notes:
+            sys.stderr.write(f"amdtop: {note}\n")
+        sys.stderr.write(f"amdtop: serving {serve.path} (metrics at {exporter.url}; Ctrl-C stops)\n")
+        sys.stderr.flush()
+        done = threading.Event()
+
+        def _stop(signum: int, frame: FrameType | None) -> None:
+            done.set()
+
+        old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        try:
+            while not done.wait(0.5):
+                pass
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+    finally:
+        if serve is not None:
+            serve.close()
+        if exporter is not None:
+            exporter.stop()
+        if starter is not None:
+            starter.stop()
+        node.close()
+    return 0

@@ -1,0 +1,290 @@
+"""The viewer's end: attach to a serve, receive its frames, send control requests.
+
+:class:`RemoteRuntime` stands where the dashboard's :class:`~amdtop.runtime.NodeRuntime` stands (subscribe, latest,
+wake) and :class:`RemoteControl` where the supervisor's owner stands (:class:`~amdtop.control.WorkerControl`): the
+dashboard draws and controls the same way attached or not, and polls nothing itself when attached.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from amdtop.audit.gate import GateRefused
+from amdtop.errors import AmdtopError, InputError
+from amdtop.pipeline.frame import NodeFrame
+from amdtop.serve.wire import WIRE_VERSION, WireError, check_version, read_message, send_message, socket_path
+
+FrameSubscriber = Callable[[NodeFrame], None]
+ErrorSubscriber = Callable[[str], None]
+RampSubscriber = Callable[[str, dict[str, Any], str, bool], None]
+CALL_TIMEOUT_S = 600.0
+"""A stop waits for a worker's grace period and a launch for its process: minutes at most."""
+
+
+class ServeGone(AmdtopError):
+    """The serve closed the connection (stopped, killed)."""
+
+
+class ServeClient:
+    """One connection to a serve: a reader thread dispatches frames, replies and ramp updates."""
+
+    def __init__(self, state_dir: Path, *, readonly: bool = False, timeout: float = 5.0) -> None:
+        """Connect and exchange hellos (WireError on a version mismatch; OSError when nobody listens)."""
+        self.path = socket_path(state_dir)
+        self.readonly = readonly
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(self.path))
+            hello = read_message(sock)
+            if hello.get("type") == "error":
+                raise WireError(str(hello.get("text")))
+            check_version(hello.get("version"), serve_side=False)
+            send_message(sock, {"type": "hello", "version": WIRE_VERSION, "pid": os.getpid(), "readonly": readonly})
+        except BaseException:
+            sock.close()
+            raise
+        sock.settimeout(None)
+        self.sock = sock
+        self.hello = hello
+        self.pid = int(hello["pid"])
+        self.interval = float(hello["interval"])
+        self.frame: NodeFrame | None = None
+        self.frames = 0
+        self.gone: str | None = None
+        """Why the connection ended (``None`` while attached)."""
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._frame_subs: tuple[FrameSubscriber, ...] = ()
+        self._error_subs: tuple[ErrorSubscriber, ...] = ()
+        self._gone_subs: tuple[ErrorSubscriber, ...] = ()
+        self._ramp_subs: tuple[RampSubscriber, ...] = ()
+        self.ramps: dict[str, tuple[dict[str, Any], str, bool]] = {}
+        """Newest document, status and whether it still runs, per worker (kept from the serve's updates)."""
+        self._first = threading.Event()
+        self._thread = threading.Thread(target=self._read_loop, name="amdtop-attach", daemon=True)
+        self._thread.start()
+
+    # -- receiving -------------------------------------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        reason = "serve closed the connection"
+        try:
+            while True:
+                msg = read_message(self.sock)
+                kind = msg.get("type")
+                if kind == "frame":
+                    frame = msg["frame"]
+                    self.frame = frame
+                    self.frames += 1
+                    self._first.set()
+                    for sub in self._frame_subs:
+                        sub(frame)
+                elif kind == "reply":
+                    with self._lock:
+                        fut = self._pending.pop(int(msg["id"]), None)
+                    if fut is not None:
+                        if msg.get("ok"):
+                            fut.set_result(msg.get("value"))
+                        elif msg.get("gate"):
+                            name, action, findings = msg["gate"]
+                            fut.set_exception(GateRefused(name, action, findings))
+                        else:
+                            err = InputError if msg.get("input") else AmdtopError
+                            fut.set_exception(err(str(msg.get("error"))))
+                elif kind == "ramp":
+                    worker = str(msg["worker"])
+                    self.ramps[worker] = (msg["doc"], str(msg["status"]), bool(msg.get("running")))
+                    for rsub in self._ramp_subs:
+                        rsub(worker, msg["doc"], str(msg["status"]), bool(msg.get("running")))
+                elif kind == "poll_error":
+                    for esub in self._error_subs:
+                        esub(str(msg.get("text")))
+                elif kind == "bye":
+                    reason = str(msg.get("reason") or "serve stopped")
+                    return
+        except (WireError, OSError) as exc:
+            reason = f"serve connection lost ({exc})"
+        finally:
+            self._ended(reason)
+
+    def _ended(self, reason: str) -> None:
+        self.gone = f"amdtop serve (pid {self.pid}): {reason}"
+        self._first.set()
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            fut.set_exception(ServeGone(self.gone))
+        for sub in self._gone_subs:
+            try:
+                sub(self.gone)
+            except Exception:
+                pass
+
+    def wait_first_frame(self, timeout: float) -> NodeFrame | None:
+        """The first frame (the serve sends its newest at once), ``None`` after ``timeout``."""
+        self._first.wait(timeout)
+        return self.frame
+
+    # -- subscriptions ---------------------------------------------------------------------------------------------
+    def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
+        with self._lock:
+            self._frame_subs = (*self._frame_subs, on_frame)
+            if on_error is not None:
+                self._error_subs = (*self._error_subs, on_error)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._frame_subs = tuple(s for s in self._frame_subs if s is not on_frame)
+                self._error_subs = tuple(s for s in self._error_subs if s is not on_error)
+
+        return unsubscribe
+
+    def on_gone(self, callback: ErrorSubscriber) -> None:
+        """Call ``callback`` with one line once the serve goes away (at once when it already has)."""
+        with self._lock:
+            self._gone_subs = (*self._gone_subs, callback)
+        if self.gone is not None:
+            callback(self.gone)
+
+    def on_ramp(self, callback: RampSubscriber) -> None:
+        """Call ``callback(worker, doc, status, running)`` for every ramp update from now on."""
+        with self._lock:
+            self._ramp_subs = (*self._ramp_subs, callback)
+
+    # -- requests --------------------------------------------------------------------------------------------------
+    def call_async(self, op: str, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Send a request; its reply completes the future (ServeGone when the serve goes first)."""
+        fut: Future[Any] = Future()
+        if self.gone is not None:
+            fut.set_exception(ServeGone(self.gone))
+            return fut
+        call_id = next(self._ids)
+        with self._lock:
+            self._pending[call_id] = fut
+        try:
+            with self._send_lock:
+                send_message(self.sock, {"type": "call", "id": call_id, "op": op, "args": args, "kwargs": kwargs})
+        except OSError as exc:
+            with self._lock:
+                self._pending.pop(call_id, None)
+            fut.set_exception(ServeGone(f"amdtop serve (pid {self.pid}): {exc}"))
+        return fut
+
+    def call(self, op: str, *args: Any, timeout: float = CALL_TIMEOUT_S, **kwargs: Any) -> Any:
+        """Send a request and wait for its reply (its error raised here)."""
+        return self.call_async(op, *args, **kwargs).result(timeout)
+
+    def close(self) -> None:
+        """Leave the serve (it goes on)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self._thread.join(timeout=2)
+
+
+class RemotePipeline:
+    """What the dashboard asks of its pipeline, forwarded to the serve's."""
+
+    def __init__(self, client: ServeClient) -> None:
+        self.client = client
+
+    def request_workers(self) -> None:
+        self.client.call_async("wake")
+
+    def request_state_files(self) -> None:
+        self.client.call_async("request_state_files")
+
+    def close(self) -> None:
+        """Nothing of the serve's closes with a viewer."""
+
+
+class RemoteRuntime:
+    """The serve's frames, as the dashboard reads a :class:`~amdtop.runtime.NodeRuntime`'s."""
+
+    def __init__(self, client: ServeClient) -> None:
+        self.client = client
+        self.interval = client.interval
+        self.pipeline = RemotePipeline(client)
+
+    def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
+        return self.client.subscribe(on_frame, on_error)
+
+    def latest(self) -> NodeFrame:
+        frame = self.client.frame
+        if frame is None:
+            raise RuntimeError("no sample yet")
+        return frame
+
+    @property
+    def frame(self) -> NodeFrame | None:
+        return self.client.frame
+
+    @property
+    def polls(self) -> int:
+        """This viewer polls nothing: the serve does."""
+        return 0
+
+    def tick(self) -> NodeFrame:
+        """The newest frame the serve sent (a viewer never polls)."""
+        return self.latest()
+
+    def start(self) -> RemoteRuntime:
+        return self  # the serve ticks; frames arrive on the client's reader thread
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.client.close()
+
+    def wake(self) -> None:
+        self.client.call_async("wake")
+
+
+class RemoteControl:
+    """:class:`~amdtop.control.WorkerControl` over the socket: the serve's supervisor owner executes each call."""
+
+    def __init__(self, client: ServeClient) -> None:
+        self.client = client
+
+    def status(self) -> list[Any]:
+        return list(self.client.call("status"))
+
+    def launch(self, name: str, force: bool = False) -> Any:
+        return self.client.call("launch", name, force=force)
+
+    def stop(self, name: str, grace: float | None = None) -> Any:
+        return self.client.call("stop", name, grace=grace)
+
+    def restart(self, name: str, grace: float | None = None, force: bool = False) -> Any:
+        return self.client.call("restart", name, grace=grace, force=force)
+
+    def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
+        return str(self.client.call("retune_diff", name, dict(changes)))
+
+    def retune(self, name: str, changes: Mapping[str, str]) -> Any:
+        return self.client.call("retune", name, dict(changes))
+
+    def profile(self, name: str) -> Any:
+        return self.client.call("profile", name)
+
+    def close(self) -> None:
+        """The serve's supervisor stays open."""
+
+
+def attach(state_dir: Path, *, readonly: bool) -> ServeClient | None:
+    """A client of the serve for ``state_dir``, or ``None`` when none runs (no socket, nobody listening)."""
+    if not socket_path(state_dir).exists():
+        return None
+    try:
+        return ServeClient(state_dir, readonly=readonly)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return None  # a stale socket of a killed serve

@@ -1,0 +1,296 @@
+"""``amdtop serve``: the node runtime headless for one state dir, and the Unix socket viewers attach through.
+
+One poller, one supervisor owner, one history and the ramps live here; every viewer (a terminal ``amdtop`` or a
+browser tab of ``amdtop web``) gets the same frames and sends control requests that the supervisor's owner thread
+executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory and each peer is checked with
+SO_PEERCRED (the wire format is pickle: see :mod:`amdtop.serve.wire`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from amdtop.audit.gate import GateRefused
+from amdtop.errors import AmdtopError, InputError
+from amdtop.pipeline.frame import NodeFrame
+from amdtop.runtime.node import Node
+from amdtop.serve.history import HourHistory
+from amdtop.serve.ramps import ServeRamps
+from amdtop.serve.viewers import ViewerLink
+from amdtop.serve.wire import (
+    WIRE_VERSION,
+    WireError,
+    check_version,
+    encode,
+    peer_uid,
+    read_message,
+    send_message,
+    socket_path,
+)
+
+CONTROL_OPS = {"launch", "stop", "restart", "retune", "ramp_start", "ramp_abort"}
+"""Requests that change the node: refused for a read-only viewer."""
+READ_OPS = {"status", "retune_diff", "profile", "history", "wake", "request_state_files", "stats"}
+
+
+class Serve:
+    """Serves one opened node over the Unix socket ``<state-dir>/serve.sock``."""
+
+    def __init__(self, node: Node, state_dir: Path, *, readonly: bool = False, notes: list[str] | None = None) -> None:
+        self.node = node
+        self.state_dir = Path(state_dir)
+        self.path = socket_path(self.state_dir)
+        self.readonly = readonly
+        self.notes = list(notes or node.notes)
+        self.history = HourHistory(node.runtime.interval)
+        self.ramps = ServeRamps(self.state_dir, node.runtime.latest, self._publish_ramp)
+        self._viewers: list[ViewerLink] = []
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="serve-call")
+        self._unsubscribe: Callable[[], None] | None = None
+        self.refused = 0
+        """Connections refused (another uid, a version mismatch)."""
+
+    # -- socket ----------------------------------------------------------------------------------------------------
+    def bind(self) -> None:
+        """Create the socket (0600; the state dir 0700); refuse when a serve already answers there."""
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.path.exists() or self.path.is_symlink():
+            other = running_serve_pid(self.state_dir)
+            if other is not None:
+                raise AmdtopError(f"amdtop serve already runs for {self.state_dir} (pid {other}); stop it first")
+            self.path.unlink()  # a stale socket from a serve that was killed
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket is born 0600: no window in which another user could connect
+        try:
+            listener.bind(str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        listener.listen(16)
+        self._listener = listener
+
+    def start(self) -> Serve:
+        """Bind (unless bound), subscribe to the runtime and accept viewers in a thread."""
+        if self._listener is None:
+            self.bind()
+        self._unsubscribe = self.node.runtime.subscribe(self._on_frame, self._on_error)
+        threading.Thread(target=self._accept_loop, name="serve-accept", daemon=True).start()
+        return self
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        while listener is not None:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve_viewer, args=(conn,), name="serve-viewer-read", daemon=True).start()
+
+    def _serve_viewer(self, conn: socket.socket) -> None:
+        if peer_uid(conn) != os.getuid():
+            self.refused += 1
+            conn.close()
+            return
+        link: ViewerLink | None = None
+        try:
+            send_message(conn, self._hello())
+            hello = read_message(conn)
+            try:
+                check_version(hello.get("version"), serve_side=True)
+            except WireError as exc:
+                self.refused += 1
+                send_message(conn, {"type": "error", "text": str(exc)})
+                conn.close()
+                return
+            link = ViewerLink(conn, int(hello.get("pid") or 0), bool(hello.get("readonly")))
+            # The newest frame (with its history) and every ramp first: the viewer draws at once.
+            frame = self.node.runtime.frame
+            if frame is not None:
+                link.offer_frame(encode({"type": "frame", "frame": frame}))
+            for worker, doc, status, running in self.ramps.documents():
+                link.send({"type": "ramp", "worker": worker, "doc": doc, "status": status, "running": running})
+            with self._lock:
+                self._viewers.append(link)
+            link.start()
+            while True:
+                self._handle(link, read_message(conn))
+        except (WireError, OSError, EOFError):
+            pass  # the viewer went away (closed, killed): the serve goes on
+        finally:
+            if link is not None:
+                link.close()
+                with self._lock:
+                    self._viewers = [v for v in self._viewers if v is not link]
+            else:
+                conn.close()
+
+    def _hello(self) -> dict[str, Any]:
+        return {
+            "type": "hello",
+            "version": WIRE_VERSION,
+            "pid": os.getpid(),
+            "interval": self.node.runtime.interval,
+            "notes": self.notes,
+            "readonly": self.readonly or self.node.control is None,
+            "demo": self.node.demo,
+            "state_dir": str(self.state_dir),
+        }
+
+    # -- requests --------------------------------------------------------------------------------------------------
+    def _handle(self, link: ViewerLink, msg: dict[str, Any]) -> None:
+        if msg.get("type") != "call":
+            return
+        op, call_id = str(msg.get("op")), msg.get("id")
+        args, kwargs = tuple(msg.get("args") or ()), dict(msg.get("kwargs") or {})
+        if op in CONTROL_OPS and link.readonly:
+            link.send(_error(call_id, f"{op}: refused: this viewer is read-only"))
+            return
+        if op in CONTROL_OPS and (self.readonly or self.node.control is None) and not op.startswith("ramp"):
+            link.send(_error(call_id, f"{op}: refused: the serve is read-only (no writable supervisor)"))
+            return
+        if op not in CONTROL_OPS and op not in READ_OPS:
+            link.send(_error(call_id, f"{op}: unknown request"))
+            return
+        self._pool.submit(self._call, link, call_id, op, args, kwargs)
+
+    def _call(self, link: ViewerLink, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        try:
+            value = self._execute(op, args, kw)
+        except GateRefused as exc:  # the viewer's dialog shows the reasons and offers --force
+            reply = _error(call_id, str(exc))
+            reply["gate"] = (str(args[0]) if args else "", op, list(exc.findings))
+            link.send(reply)
+            return
+        except Exception as exc:  # the viewer shows it as one line
+            link.send(_error(call_id, str(exc) or type(exc).__name__, input_error=isinstance(exc, InputError)))
+            return
+        link.send({"type": "reply", "id": call_id, "ok": True, "value": value})
+
+    def _execute(self, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        runtime, control = self.node.runtime, self.node.control
+        if op == "history":
+            return self.history.points()
+        if op == "wake":
+            runtime.wake()
+            return None
+        if op == "request_state_files":
+            runtime.pipeline.request_state_files()
+            return None
+        if op == "stats":
+            return self.stats()
+        if op == "ramp_start":
+            return self._ramp_start(*args)
+        if op == "ramp_abort":
+            return self.ramps.abort(*args)
+        if control is None:
+            if op == "status":
+                return []
+            raise AmdtopError(f"{op}: no worker profiles in the serve")
+        value = getattr(control, op)(*args, **kw)
+        if op in CONTROL_OPS:
+            runtime.wake()  # every viewer sees the change on the next frame
+        return value
+
+    def _ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
+        settings = dict(settings)
+        control = self.node.control
+        if not settings.get("api_key") and control is not None:
+            # The key stays in the serve: a viewer never reads it, the serve's ramp sends it (else 401 from the worker).
+            try:
+                settings["api_key"] = control.api_key(worker)
+            except Exception:
+                settings["api_key"] = None  # a discovered server has no profile, hence no key of ours
+        frame = self.node.runtime.frame
+        found = frame.worker(worker) if frame is not None else None
+        groups = [g.gpus for g in found.tp_groups()] if found is not None else None
+        return self.ramps.start(worker, url, gpus, settings, groups)
+
+    # -- publishing ------------------------------------------------------------------------------------------------
+    def _on_frame(self, frame: NodeFrame) -> None:
+        self.history.add(frame)
+        with self._lock:
+            viewers = list(self._viewers)
+        if not viewers:
+            return
+        data = encode({"type": "frame", "frame": frame})  # pickled once, the same bytes to every viewer
+        for v in viewers:
+            v.offer_frame(data)
+
+    def _on_error(self, text: str) -> None:
+        self._broadcast({"type": "poll_error", "text": text})
+
+    def _publish_ramp(self, worker: str, doc: dict[str, Any], status: str) -> None:
+        self._broadcast(
+            {"type": "ramp", "worker": worker, "doc": doc, "status": status, "running": self.ramps.running(worker)}
+        )
+
+    def _broadcast(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            viewers = list(self._viewers)
+        for v in viewers:
+            v.send(message)
+
+    def stats(self) -> dict[str, Any]:
+        """Viewers, frames sent and dropped, history length (tests and benchmarks)."""
+        with self._lock:
+            viewers = list(self._viewers)
+        return {
+            "viewers": len(viewers),
+            "viewer_pids": [v.peer_pid for v in viewers],
+            "dropped": sum(v.dropped for v in viewers),
+            "sent": sum(v.sent for v in viewers),
+            "polls": self.node.runtime.polls,
+            "history_points": len(self.history),
+            "history_capacity": self.history.capacity,
+            "refused": self.refused,
+        }
+
+    @property
+    def viewer_count(self) -> int:
+        with self._lock:
+            return len(self._viewers)
+
+    # -- shutdown --------------------------------------------------------------------------------------------------
+    def close(self, reason: str = "serve stopped") -> None:
+        """Tell every viewer, close the socket (and remove it), abort the ramps."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        with self._lock:
+            viewers, self._viewers = self._viewers, []
+        for v in viewers:
+            v.flush_and_close({"type": "bye", "reason": reason})
+        self.ramps.abort_all()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _error(call_id: object, text: str, *, input_error: bool = False) -> dict[str, Any]:
+    return {"type": "reply", "id": call_id, "ok": False, "error": text, "input": input_error}
+
+
+def running_serve_pid(state_dir: Path, timeout: float = 2.0) -> int | None:
+    """The pid of the serve answering on ``state_dir``'s socket, or ``None`` (no socket, nobody listening)."""
+    path = socket_path(state_dir)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(str(path))
+        hello = read_message(sock)
+        return int(hello.get("pid") or 0) or None
+    except (OSError, WireError, EOFError, ValueError):
+        return None
+    finally:
+        sock.close()

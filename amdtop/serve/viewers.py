@@ -1,0 +1,97 @@
+"""One connected viewer on the serve's side: a bounded frame queue and one writer thread.
+
+Frames are the only messages that may be dropped: a viewer that reads slower than the serve ticks loses its oldest
+unsent frames (counted), so a stalled viewer costs the serve at most ``QUEUE_FRAMES`` frames of memory. Replies to
+control requests and ramp updates are few and never dropped.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import deque
+
+from amdtop.serve.wire import encode
+
+QUEUE_FRAMES = 4
+"""Frames held for one viewer; older ones are dropped for a slow viewer (a newer frame supersedes them)."""
+
+
+class ViewerLink:
+    """The serve's end of one viewer connection."""
+
+    def __init__(self, sock: socket.socket, peer_pid: int, readonly: bool) -> None:
+        self.sock = sock
+        self.peer_pid = peer_pid
+        self.readonly = readonly
+        self.dropped = 0
+        """Frames dropped because the viewer read too slowly."""
+        self.sent = 0
+        self._frames: deque[bytes] = deque(maxlen=QUEUE_FRAMES)
+        self._other: deque[bytes] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._write_loop, name=f"serve-viewer-{peer_pid}", daemon=True)
+
+    def start(self) -> ViewerLink:
+        self._thread.start()
+        return self
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def offer_frame(self, data: bytes) -> None:
+        """Queue an encoded frame (the oldest queued one is dropped when the queue is full)."""
+        with self._cond:
+            if self._closed:
+                return
+            if len(self._frames) == self._frames.maxlen:
+                self.dropped += 1
+            self._frames.append(data)
+            self._cond.notify()
+
+    def send(self, message: dict[str, object]) -> None:
+        """Queue a message that must arrive (a reply, a ramp update)."""
+        data = encode(message)
+        with self._cond:
+            if self._closed:
+                return
+            self._other.append(data)
+            self._cond.notify()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._other and not self._frames:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                data = self._other.popleft() if self._other else self._frames.popleft()
+            try:
+                self.sock.sendall(data)
+                self.sent += 1
+            except OSError:
+                self.close()
+                return
+
+    def close(self) -> None:
+        """Stop writing and close the socket (idempotent)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def flush_and_close(self, message: dict[str, object], timeout: float = 1.0) -> None:
+        """Queue a last message (serve stopping), give the writer ``timeout`` to send what is queued, close."""
+        self.send(message)
+        with self._cond:
+            self._frames.clear()
+            self._cond.wait_for(lambda: self._closed or not self._other, timeout)
+        self.close()
