@@ -45,7 +45,8 @@ async def test_attached_header_frames_and_control_through_the_serve(serve: Serve
     client = ServeClient(serve.state_dir)
     app = attached_app(client, serve.state_dir, readonly=False, watch_tty=False)
     async with app.run_test(size=(200, 50)):
-        await _until(lambda: app.frames >= 2)
+        # Counted frames may still be on their way to the screen: wait for the drawn one (under load it lags).
+        await _until(lambda: app.frames >= 2 and app.dashboard.last_frame is not None)
         banner = str(app.dashboard.query_one("#banner", Static).render())
         assert f"attached to amdtop serve (pid {os.getpid()})" in banner
         frame = app.dashboard.last_frame

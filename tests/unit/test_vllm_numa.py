@@ -64,7 +64,8 @@ def _procs(api_args: list[str]) -> Iterator[tuple[int, int]]:
                              "exec -a VLLM::EngineCore sleep 60"])  # fmt: skip
     try:
         deadline = time.monotonic() + 10
-        while not read_cmdline(core.pid) or not read_cmdline(core.pid)[0].startswith("VLLM::"):
+        # One read per look: the cmdline is empty for a moment while bash execs (two reads raced under load).
+        while not (argv := read_cmdline(core.pid)) or not argv[0].startswith("VLLM::"):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         yield api.pid, core.pid
