@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,11 @@ def spawn() -> Iterator[object]:
     def start(env: dict[str, str]) -> int:
         proc = subprocess.Popen(["sleep", "60"], env=env)
         procs.append(proc)
+        # Until the exec, /proc/PID/environ is pytest's own (the fork's copy): read it only once sleep runs.
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+            assert time.monotonic() < deadline, "the stand-in worker never exec'd"
+            time.sleep(0.005)
         return proc.pid
 
     yield start
