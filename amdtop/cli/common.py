@@ -90,6 +90,17 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
     g.add_argument("--attach-only", action="store_true", default=d(False), help=argparse.SUPPRESS)
 
 
+def add_listen(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+    """``--listen HOST:PORT`` of a command that serves something (``what``: the help's opening words); loopback by
+    default, so binding beyond it is always explicit."""
+    parser.add_argument(
+        "--listen",
+        default=default,
+        metavar="HOST:PORT",
+        help=f"{what} (default {default}, loopback only; name another host explicitly)",
+    )
+
+
 def config_path(args: argparse.Namespace) -> Path:
     """The profile path from ``--config`` or the XDG default."""
     return Path(args.config) if args.config else default_config()

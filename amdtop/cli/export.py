@@ -9,6 +9,7 @@ import threading
 from types import FrameType
 from typing import Any
 
+from amdtop.cli.common import add_listen
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
 from amdtop.exporter.server import is_loopback
 from amdtop.runtime import open_node
@@ -17,12 +18,7 @@ from amdtop.runtime import open_node
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the ``export`` command."""
     p = sub.add_parser("export", parents=[parent], help="serve Prometheus metrics of this node")
-    p.add_argument(
-        "--listen",
-        default=DEFAULT_LISTEN,
-        metavar="HOST:PORT",
-        help=f"address to serve /metrics on (default {DEFAULT_LISTEN}, loopback only; name another host explicitly)",
-    )
+    add_listen(p, DEFAULT_LISTEN, "address to serve /metrics on")
     p.set_defaults(func=run_export)
 
 

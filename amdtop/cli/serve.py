@@ -10,7 +10,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from amdtop.cli.common import state_dir
+from amdtop.cli.common import add_listen, state_dir
 from amdtop.control import WorkerControl
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
 from amdtop.exporter.server import is_loopback
@@ -23,20 +23,10 @@ WEB_LISTEN = "127.0.0.1:8765"
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the ``serve`` and ``web`` commands."""
     p = sub.add_parser("serve", parents=[parent], help="run the node runtime headless; amdtop attaches to it")
-    p.add_argument(
-        "--listen",
-        default=DEFAULT_LISTEN,
-        metavar="HOST:PORT",
-        help=f"address of the Prometheus exporter (default {DEFAULT_LISTEN}, loopback only; name another host explicitly)",
-    )
+    add_listen(p, DEFAULT_LISTEN, "address of the Prometheus exporter")
     p.set_defaults(func=run_serve)
     w = sub.add_parser("web", parents=[parent], help="the dashboard in a browser (attached to amdtop serve)")
-    w.add_argument(
-        "--listen",
-        default=WEB_LISTEN,
-        metavar="HOST:PORT",
-        help=f"address of the web server (default {WEB_LISTEN}, loopback only; name another host explicitly)",
-    )
+    add_listen(w, WEB_LISTEN, "address of the web server")
     w.add_argument(
         "--allow-control", action="store_true", help="let browser viewers launch/stop/retune/ramp (default read-only)"
     )
