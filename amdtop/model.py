@@ -369,6 +369,10 @@ class EngineStats:
     requests_started: float | None = None
     """Requests that got their first token (``vllm:time_to_first_token_seconds_count``): with ``requests_finished``
     it tells the requests in flight where the CPU build's gauges read 0 under load."""
+    requests_accepted: float | None = None
+    """Requests the API server holds open (``GET /load``'s ``server_load``, counted where vLLM runs with
+    ``--enable-server-load-tracking``): unlike the engine's counters it includes requests that never got a first token,
+    which is all of them once EngineCore hangs between two batches."""
 
 
 @dataclass(frozen=True, slots=True)

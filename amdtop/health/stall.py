@@ -134,8 +134,9 @@ class Progress:
 
 
 def in_flight(worker: WorkerStatus) -> float | None:
-    """Requests the engine holds: vLLM's gauges where they say so, else those that got a first token and have not
-    finished (the CPU build's gauges read 0 under load)."""
+    """Requests the engine holds: the most that vLLM's gauges, its counters (first token seen, not finished: the CPU
+    build's gauges read 0 under load) and the API server's open requests (``/load``: those still waiting for a first
+    token too) say."""
     e = worker.engine
     if e is None:
         return None
@@ -143,9 +144,8 @@ def in_flight(worker: WorkerStatus) -> float | None:
     counted = None
     if e.requests_started is not None and e.requests_finished is not None:
         counted = max(0.0, e.requests_started - e.requests_finished)
-    if gauges is None:
-        return counted
-    return gauges if counted is None else max(gauges, counted)
+    known = [x for x in (gauges, counted, e.requests_accepted) if x is not None]
+    return max(known) if known else None
 
 
 def cpu_shares(before: Sequence[RankSample], after: Sequence[RankSample]) -> dict[int, float]:

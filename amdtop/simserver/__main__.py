@@ -27,6 +27,7 @@ _BOOL_FLAGS = {
     "--disable-custom-all-reduce",
     "--enable-auto-tool-choice",
     "--enable-expert-parallel",
+    "--enable-server-load-tracking",
 }
 
 

@@ -58,6 +58,10 @@ def _flag(key: str, value: ArgValue) -> list[str]:
     return [f"--{key}", str(value)]
 
 
+LOAD_TRACKING = "enable-server-load-tracking"
+"""vLLM's flag that makes ``GET /load`` count the requests in flight (off by default; amdtop turns it on)."""
+
+
 def serve_args(profile: Profile) -> list[str]:
     """``command`` + model + TP size + port + host + the profile's args (in file order)."""
     argv = [
@@ -70,6 +74,11 @@ def serve_args(profile: Profile) -> list[str]:
     ]
     if profile.arg("host") is None:
         argv += ["--host", profile.host]
+    if profile.arg(LOAD_TRACKING) is None:
+        # The stall judge needs the requests the server accepted (GET /load): vLLM's own counters miss those that
+        # never got a first token, i.e. every request of an EngineCore that hung between two batches. A profile
+        # sets ``enable-server-load-tracking = false`` for a vLLM older than the flag (added in 0.8).
+        argv.append(f"--{LOAD_TRACKING}")
     for key, value in profile.args:
         if key == "tensor-parallel-size" or (key == "api-key" and len(profile.api_keys) == 1):
             continue  # one API key travels in the environment (build_env); vLLM reads several only from argv

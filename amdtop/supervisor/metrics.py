@@ -139,6 +139,17 @@ class Prober:
             return None
         return self._meters.setdefault(name, EngineMeter()).update(got[1].decode("utf-8", "replace"))
 
+    def load(self, url: str) -> float | None:
+        """``GET /load``'s ``server_load``: requests the API server holds open (``None`` when not answered)."""
+        got = self._get(url, "/load")
+        if got is None or got[0] != 200:
+            return None
+        try:
+            value = json.loads(got[1]).get("server_load")
+        except (ValueError, AttributeError):
+            return None
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
     def is_sleeping(self, url: str) -> bool | None:
         """``GET /is_sleeping`` (vLLM dev mode); ``None`` when the server does not answer it (dev mode off: 404)."""
         got = self._get(url, "/is_sleeping")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from amdtop.errors import InputError
@@ -14,6 +15,7 @@ from amdtop.procinfo import read_binding
 from amdtop.secrets import mask_log_line
 from amdtop.supervisor import procs
 from amdtop.supervisor.crashlog import RankDeath, crash_summary, rank_death
+from amdtop.supervisor.launchspec import LOAD_TRACKING
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa
 from amdtop.supervisor.state import StateStore, WorkerRecord, rotate_log, tail_lines
@@ -94,6 +96,9 @@ def observe(
             if not rec.ready_seen:
                 changed["ready_seen"] = True
             engine = prober.scrape(name, rec.url)
+            if engine is not None and profile is not None and profile.arg(LOAD_TRACKING) in (None, True):
+                # launched with --enable-server-load-tracking (launchspec): /load counts what the counters cannot
+                engine = replace(engine, requests_accepted=prober.load(rec.url))
             if _asleep(prober, rec.url, engine, profile):
                 # Sleep mode frees the weights/KV on purpose: the worker is up, not lost, and not stalled.
                 state = WorkerState.ASLEEP

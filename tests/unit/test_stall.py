@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,9 +154,10 @@ def _worker(
     finished: float = 6.0,
     gpus: tuple[int, ...] = (),
     health: WorkerHealth | None = None,
+    accepted: float | None = None,
 ) -> WorkerStatus:
     engine = EngineStats(running=0.0, waiting=0.0, gen_tokens_total=tokens, requests_started=started,
-                         requests_finished=finished)  # fmt: skip
+                         requests_finished=finished, requests_accepted=accepted)  # fmt: skip
     return WorkerStatus(
         "llama", WorkerState.READY, gpus, ranks=ranks, rank_pids=tuple((r.rank, r.pid) for r in ranks),
         engine=engine, health=health,
@@ -167,6 +169,32 @@ def test_in_flight_uses_counters_when_gauges_read_zero() -> None:
     assert in_flight(_worker(())) == 4.0
     assert in_flight(_worker((), started=6.0)) == 0.0
     assert in_flight(WorkerStatus("x", WorkerState.READY, ())) is None
+
+
+def test_in_flight_counts_accepted_requests_without_a_first_token() -> None:
+    # Real vLLM 0.32.0 (CPU, TP=2), EngineCore stopped right after four streams had finished and sent their next
+    # requests: the counters froze at started == finished (6 == 6, 18000 tokens = 6 x 3000), so only the API server's
+    # /load (4 open requests) says anything is waiting.
+    frozen = _worker((), tokens=18000.0, started=6.0, finished=6.0)
+    assert in_flight(frozen) == 0.0
+    assert in_flight(_worker((), tokens=18000.0, started=6.0, finished=6.0, accepted=4.0)) == 4.0
+    assert in_flight(_worker((), started=10.0, finished=6.0, accepted=1.0)) == 4.0  # the most any source says
+
+
+def test_hung_engine_between_batches_is_a_progress_stall() -> None:
+    # The same freeze judged over time: with /load's count it is engine_idle after the no-token window; without it,
+    # nothing is in flight and an idle server is rightly left alone.
+    for accepted, want in ((4.0, "engine_idle"), (None, None)):
+        clock = Clock()
+        tracker = StallTracker(clock=clock, wall=lambda c=clock: 1.7e9 + c.t)  # type: ignore[misc]
+        flags = []
+        for _ in range(20):
+            flags = tracker.judge(
+                [_look(clock, "S", 0.0, tokens=18000.0, started=6.0, finished=6.0, accepted=accepted)]
+            )
+            clock.t += 2
+        got = [dict(f.extra)["cause"] for f in flags]
+        assert got == ([want] if want else []), (accepted, got)
 
 
 def test_collective_wait_names_the_idle_rank() -> None:
@@ -195,7 +223,7 @@ class Clock:
         return self.t
 
 
-def _look(clock: Clock, state: str, cpu: float, **kw: float) -> WorkerStatus:
+def _look(clock: Clock, state: str, cpu: float, **kw: Any) -> WorkerStatus:
     ranks = (RankSample(0, 10, "S", cpu, 4, clock.t), RankSample(1, 11, state, cpu, 4, clock.t))
     return _worker(ranks, **kw)
 

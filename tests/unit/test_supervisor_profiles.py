@@ -166,8 +166,11 @@ def test_argv_every_option() -> None:
     )
     assert serve_args(p) == [
         "/opt/vllm/bin/vllm", "serve", "m", "--tensor-parallel-size", "4", "--port", "18001", "--host", "127.0.0.1",
-        "--max-num-seqs", "64", "--gpu-memory-utilization", "0.9", "--enforce-eager", "--served-model-name", "a", "b",
+        "--enable-server-load-tracking", "--max-num-seqs", "64", "--gpu-memory-utilization", "0.9", "--enforce-eager", "--served-model-name", "a", "b",
     ]  # fmt: skip
+    # A profile turns the /load tracking off for a vLLM older than its flag (0.8): the flag is then not passed.
+    [old] = parse(worker(args="enable-server-load-tracking = false\n"))
+    assert "--enable-server-load-tracking" not in serve_args(old)
     assert build_argv(p, 0)[:3] == ["numactl", "--cpunodebind=0", "--membind=0"]
     assert build_argv(p, None)[0] == "/opt/vllm/bin/vllm"
     scoped = build_argv(p, 1, scope_unit="amdtop-a-x")
