@@ -78,27 +78,14 @@ KEEP_FDS = 512
 """Processes whose stat descriptor is kept open; past that, each read opens and closes the file."""
 
 
-def _parse(data: bytes) -> tuple[int, int] | None:
-    """(utime+stime ticks, rss pages) of a ``/proc/PID/stat`` text."""
-    # comm may hold spaces and parentheses: the fields start after the last ')'. Only the first 22 are needed.
-    fields = data[data.rfind(b")") + 2 :].split(None, 22)
-    try:
-        return int(fields[11]) + int(fields[12]), int(fields[21])
-    except (IndexError, ValueError):
-        return None
+_pread = os.pread
 
 
-def _read(pid: int, fd: int) -> bytes | None:
-    try:
-        if fd >= 0:
-            return os.pread(fd, 1024, 0)
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    except OSError:
-        return None  # ESRCH: the process the descriptor was opened for has exited
+def _read_path(pid: int) -> bytes:
+    """``/proc/PID/stat`` opened, read and closed (past :data:`KEEP_FDS`); OSError once the process is gone."""
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     try:
         return os.read(fd, 1024)
-    except OSError:
-        return None
     finally:
         os.close(fd)
 
@@ -159,41 +146,54 @@ class HostProcs:
         """Facts for each live pid of ``pids``."""
         now = self._clock()
         out: dict[int, HostInfo] = {}
+        known_by_pid = self._known
+        every_tick = self._psutil_every_tick
+        # The steady tick is one pread and a parse per process. The loop stays flat (no helper calls, locals for
+        # what it looks up): at 64 processes Python's calls cost as much as the system calls (docs/benchmarks.md).
         for pid in pids:
             if pid <= 0 or pid in out:
                 continue
-            known = self._known.get(pid)
+            known = known_by_pid.get(pid)
             if known is None or now - known.identified_at >= IDENTITY_EVERY_S:
                 fresh = self._identify(pid, now, -1 if known is None else known.fd)
                 if fresh is None:
                     self._forget(pid)
                     continue
                 if known is None:
-                    self._known[pid] = fresh
+                    known_by_pid[pid] = fresh
                     out[pid] = fresh.info
                     continue
                 # Same process (its descriptor still reads): keep the CPU baseline so the percentage goes on.
                 known.info, known.identified_at = fresh.info, now
-            if self._psutil_every_tick:
+            if every_tick:
                 sample = self._psutil_sample(pid)
+                if sample is None:
+                    self._forget(pid)
+                    continue
+                cpu_ticks, rss_pages = sample
             else:
-                data = _read(pid, known.fd)
-                sample = None if data is None else _parse(data)
-            if sample is None:
-                self._forget(pid)
-                continue
-            cpu_ticks, rss_pages = sample
+                fd = known.fd
+                try:
+                    data = _pread(fd, 1024, 0) if fd >= 0 else _read_path(pid)
+                    # comm may hold spaces and parentheses: the fields start after the last ')'.
+                    fields = data[data.rfind(b")") + 2 :].split(None, 22)
+                    cpu_ticks = int(fields[11]) + int(fields[12])
+                    rss_pages = int(fields[21])
+                except (OSError, IndexError, ValueError):
+                    # ESRCH: the process the descriptor was opened for has exited (or the text came short).
+                    self._forget(pid)
+                    continue
             elapsed = now - known.read_at
-            cpu = 100.0 * (cpu_ticks - known.cpu_ticks) / _TICKS / elapsed if elapsed > 0 else None
-            old = known.info
-            info = HostInfo(
-                pid, old.user, old.uid, old.command, old.started_at,
-                None if cpu is None else max(0.0, round(cpu, 1)), rss_pages * _PAGE,
-            )  # fmt: skip
-            known.info, known.cpu_ticks, known.read_at = info, cpu_ticks, now
+            info = known.info
+            cpu = max(0.0, round(100.0 * (cpu_ticks - known.cpu_ticks) / _TICKS / elapsed, 1)) if elapsed > 0 else None
+            rss = rss_pages * _PAGE
+            if cpu is None or cpu != info.cpu_pct or rss != info.rss_bytes:
+                # Only CPU and RSS move between identifications: the facts are rebuilt when one of them did.
+                info = known.info = HostInfo(pid, info.user, info.uid, info.command, info.started_at, cpu, rss)
+            known.cpu_ticks, known.read_at = cpu_ticks, now
             out[pid] = info
-        if len(self._known) > len(out):
-            for gone in [p for p in self._known if p not in out]:
+        if len(known_by_pid) > len(out):
+            for gone in [p for p in known_by_pid if p not in out]:
                 self._forget(gone)
         return out
 
