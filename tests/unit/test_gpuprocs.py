@@ -178,8 +178,8 @@ def test_host_reader_keeps_one_descriptor_per_process_and_closes_them() -> None:
 
 
 def test_host_rss_each_tick_is_what_psutil_and_top_report() -> None:
-    # statm's resident count, summed exactly; stat's rss field reads the per-CPU counters unsummed (kernel 6.16 on)
-    # and here ran 40-50 pages short of it.
+    # statm's resident count (psutil's and top's); stat's rss field reads the per-CPU counters unsummed on recent
+    # kernels (6.18 here) and ran 40-50 pages short of it.
     idle = subprocess.Popen(
         [sys.executable, "-c", "import time\nprint(flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE
     )
