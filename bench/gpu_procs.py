@@ -3,9 +3,10 @@
 Starts ``--procs`` real processes (``sleep``), lists them on the simulated node's GPUs (the backend part costs
 nothing here: the rows come from the sim's process list), and times :meth:`ProcessTable.rows` over ``--ticks`` ticks
 with ``time.process_time`` (CPU, not wall). Two ways of reading CPU and RSS each tick, measured interleaved:
-``stat`` (amdtop's: psutil oneshot identifies a process, one ``/proc/PID/stat`` read per tick after) and
-``psutil`` (psutil's oneshot with ``cpu_times`` and ``memory_info`` on every tick). Identity re-reads every 10 s
-are inside the window when ``--ticks`` x ``--interval`` spans them.
+``stat`` (amdtop's: psutil oneshot identifies a process; after it, per tick, the process's CPU clock and one
+``pread`` of a kept ``/proc/PID/statm`` descriptor; the key keeps its name from when that was ``/proc/PID/stat``,
+so older results compare) and ``psutil`` (psutil's oneshot with ``cpu_times`` and ``memory_info`` on every tick).
+Identity re-reads every 10 s are inside the window when ``--ticks`` x ``--interval`` spans them.
 
     .venv/bin/python bench/gpu_procs.py --procs 64 --ticks 200 --rounds 5 --json out.json
 """

@@ -124,32 +124,45 @@ def build_rows(
     owners, ranks = _owners(snap, workers, physical)
     rows: list[ProcessRow] = []
     totals: list[GpuProcessTotal] = []
+    now = snap.timestamp
+    host_get, owner_get, rank_get = host.get, owners.get, ranks.get
     for sample in snap.gpus:
         if sample.lost:
             continue
+        gpu = sample.index
         held: int | None = None
         here: list[ProcessRow] = []
+        # Each row is built once, owner included (a _replace afterwards builds it twice through Python's _make).
         for p in sample.processes:
-            info = host.get(p.pid)
-            owner, kind, by_gpu = owners.get(p.pid, _NOBODY)
+            pid, vram = p.pid, p.vram_bytes
+            owner, kind, by_gpu = owner_get(pid, _NOBODY)
+            rank = None if kind == FOREIGN else rank_get(pid, by_gpu.get(gpu))
+            info = host_get(pid)
             if info is None:
-                row = ProcessRow(sample.index, p.pid, p.name, p.vram_bytes, p.partition, p.gpu_util_pct)
+                row = ProcessRow(
+                    gpu, pid, p.name, vram, p.partition, p.gpu_util_pct, None, None, None, None, None, None, None,
+                    owner, kind, rank,
+                )  # fmt: skip
             else:
                 started = info.started_at
-                elapsed = None if started is None else max(0.0, snap.timestamp - started)
                 row = ProcessRow(
-                    sample.index, p.pid, p.name, p.vram_bytes, p.partition, p.gpu_util_pct, info.user, info.uid,
-                    info.cpu_pct, info.rss_bytes, elapsed, started, info.command,
+                    gpu, pid, p.name, vram, p.partition, p.gpu_util_pct, info.user, info.uid, info.cpu_pct,
+                    info.rss_bytes, None if started is None else max(0.0, now - started), started, info.command,
+                    owner, kind, rank,
                 )  # fmt: skip
-            if kind != FOREIGN:
-                row = row._replace(owner=owner, owner_kind=kind, rank=ranks.get(p.pid, by_gpu.get(sample.index)))
             here.append(row)
-            if p.vram_bytes is not None:
-                held = (held or 0) + p.vram_bytes
-        here.sort(key=lambda r: (-(r.vram_bytes or 0), r.partition or 0, r.pid))
+            if vram is not None:
+                held = (held or 0) + vram
+        if len(here) > 1:
+            here.sort(key=_order)
         rows += here
-        totals.append(GpuProcessTotal(sample.index, len(here), held, sample.vram_used_bytes))
+        totals.append(GpuProcessTotal(gpu, len(here), held, sample.vram_used_bytes))
     return tuple(rows), tuple(totals)
+
+
+def _order(r: ProcessRow) -> tuple[int, int, int]:
+    """Biggest memory first, then partition, then pid."""
+    return -(r.vram_bytes or 0), r.partition or 0, r.pid
 
 
 def gpu_pids(snap: NodeSnapshot) -> list[int]:

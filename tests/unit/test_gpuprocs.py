@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from amdtop.exporter.families import build_families
 from amdtop.gpuprocs import FOREIGN, HostInfo, HostProcs, ProcessRow, build_rows
+from amdtop.gpuprocs import host as host_module
 from amdtop.gpuprocs.report import EXPORT_TOP, memory_series
 from amdtop.gpuprocs.signals import Refusal, SignalPlan, plan_signal, send_signal
 from amdtop.model import GpuProcess, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
@@ -173,6 +175,68 @@ def test_host_reader_keeps_one_descriptor_per_process_and_closes_them() -> None:
         for c in children:
             c.kill()
             c.wait()
+
+
+def test_host_rss_each_tick_is_what_psutil_and_top_report() -> None:
+    # statm's resident count (psutil's and top's); stat's rss field reads the per-CPU counters unsummed on recent
+    # kernels (6.18 here) and ran 40-50 pages short of it.
+    idle = subprocess.Popen(
+        [sys.executable, "-c", "import time\nprint(flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE
+    )
+    now = [0.0]
+    host = HostProcs(lambda: now[0])
+    try:
+        assert idle.stdout is not None and idle.stdout.readline()  # started: its RSS no longer grows
+        host.read([idle.pid])
+        now[0] = 1.0
+        info = host.read([idle.pid])[idle.pid]
+        assert info.cpu_pct == 0.0 and info.rss_bytes == psutil.Process(idle.pid).memory_info().rss
+    finally:
+        idle.kill()
+        idle.wait()
+        host.close()
+
+
+def test_host_reused_pid_answering_the_cpu_clock_is_not_taken_for_the_old_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    now = [0.0]
+    host = HostProcs(lambda: now[0])
+    try:
+        assert set(host.read([child.pid])) == {child.pid}
+        child.kill()
+        child.wait()
+        # A new process under the same pid would answer the clock read: stand one in. The kept descriptor is bound
+        # to the process identified before, so the tick still drops the pid (no re-identification within 10 s).
+        monkeypatch.setattr(host_module, "_clock_ns", lambda clock: 5 * 10**9)
+        now[0] = 1.0
+        assert host.read([child.pid]) == {}
+    finally:
+        host.close()
+
+
+def test_host_thread_id_read_through_stat() -> None:
+    # A thread id has no process CPU clock (clock_gettime says EINVAL): its facts come from /proc/TID/stat.
+    proc = _spawn("import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\ntime.sleep(60)")
+    now = [0.0]
+    host = HostProcs(lambda: now[0])
+    try:
+        for _ in range(100):
+            tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+            if tids:
+                break
+            time.sleep(0.05)
+        (tid,) = tids
+        assert set(host.read([proc.pid, tid])) == {proc.pid, tid}
+        now[0] = 1.0
+        second = host.read([proc.pid, tid])
+        assert second[tid].cpu_pct is not None and second[tid].command == second[proc.pid].command
+        assert (second[tid].rss_bytes or 0) > 1 << 20
+    finally:
+        proc.kill()
+        proc.wait()
+        host.close()
 
 
 # -- rows, owners, totals --------------------------------------------------------------------------------------------
