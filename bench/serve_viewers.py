@@ -29,7 +29,9 @@ import psutil
 from amdtop.serve.client import ServeClient
 from amdtop.serve.wire import socket_path
 
-AMDTOP = Path(sys.executable).with_name("amdtop")
+_SCRIPT = Path(sys.executable).with_name("amdtop")
+# The installed script where there is one; else the module (the lent GPU machine runs the tree from PYTHONPATH).
+AMDTOP = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "amdtop"]
 VIEWER = """
 import sys, time
 from pathlib import Path
@@ -108,12 +110,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--no-tui", action="store_true", help="skip the tmux dashboards (a machine without tmux)")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="amdtop-bench-serve-"))
     state, config = tmp / "state", tmp / "none.toml"
     common = ["--state-dir", str(state), "--config", str(config), "--interval", str(a.interval)]
     serve_p = subprocess.Popen(
-        [str(AMDTOP), "serve", "--demo", *common, "--listen", f"127.0.0.1:{free_port()}"],
+        [*AMDTOP, "serve", "--demo", *common, "--listen", f"127.0.0.1:{free_port()}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     out: dict[str, object] = {"interval": a.interval, "seconds": a.seconds, "load": os.getloadavg()}
@@ -123,11 +126,12 @@ def main() -> None:
         time.sleep(5)  # demo workers up
         serve = psutil.Process(serve_p.pid)
         out["serve"] = [serve_cost(state, serve, n, a.seconds) for n in (0, 1, 5)]
-        attached = tui_cost(tmp, [str(AMDTOP), *common], a.seconds, "attached")
-        inproc = tui_cost(tmp, [str(AMDTOP), "--no-attach", "--demo", "--readonly", *common], a.seconds, "inproc")
-        out["attached_viewer"] = attached
-        out["in_process_dashboard"] = inproc
-        out["attached_over_in_process"] = {k: attached[k] / inproc[k] for k in attached if inproc[k]}
+        if not a.no_tui:
+            attached = tui_cost(tmp, [*AMDTOP, *common], a.seconds, "attached")
+            inproc = tui_cost(tmp, [*AMDTOP, "--no-attach", "--demo", "--readonly", *common], a.seconds, "inproc")
+            out["attached_viewer"] = attached
+            out["in_process_dashboard"] = inproc
+            out["attached_over_in_process"] = {k: attached[k] / inproc[k] for k in attached if inproc[k]}
     finally:
         serve_p.send_signal(signal.SIGTERM)
         serve_p.wait(30)

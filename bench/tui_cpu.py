@@ -127,6 +127,26 @@ def tree_size(root: int) -> int:
     return count
 
 
+def tree_rss_kib(root: int) -> int:
+    """Resident KiB of ``root`` and its live descendants (``/proc/PID/statm``, what ps and psutil report as RSS)."""
+    page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
+    pids = [root]
+    stats = {int(e): s for e in os.listdir("/proc") if e.isdigit() and (s := _ppid_ticks(int(e)))}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, pids
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as fh:
+                total += int(fh.read().split()[1]) * page_kib
+        except (OSError, IndexError, ValueError):
+            continue
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def self_ticks(root: int) -> int:
     """utime+stime ticks of ``root`` alone."""
     found = _ppid_ticks(root)
@@ -194,6 +214,7 @@ def measure(
         wall = time.monotonic() - t0
         cpu = (ticks(run.proc.pid) - c0) / TICK
         descendants = tree_size(run.proc.pid)
+        rss_kib = tree_rss_kib(run.proc.pid)
         if save:
             with open(save, "wb") as fh:
                 fh.write(bytes(run.tail))
@@ -202,6 +223,7 @@ def measure(
             "cpu_pct_one_core": 100.0 * cpu / wall,
             "tty_bytes_per_s": (run.bytes - b0) / wall,
             "hot_kib_per_s": statistics.median(hot) if hot else None,
+            "rss_mib_at_end": rss_kib / 1024,
             "marker_seen": paint is not None,
             "alive_at_end": run.proc.poll() is None,
             "descendants_at_end": descendants,
@@ -220,6 +242,7 @@ def main() -> int:
     ap.add_argument("--label", default="amdtop")
     ap.add_argument("--peer", action="append", default=[], help="peer command (shell-quoted), measured interleaved")
     ap.add_argument("--peer-marker", action="append", default=[], help="marker for each --peer (default: any output)")
+    ap.add_argument("--peer-label", action="append", default=[], help="label for each --peer (default: its argv[0])")
     ap.add_argument("--markdown", action="store_true", help="also print a Markdown table of medians")
     ap.add_argument("--save", default=None, help="folder for each run's last 256 KiB of terminal output")
     ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND... (the program to measure)")
@@ -231,7 +254,8 @@ def main() -> int:
     targets = [(args.label, cmd, args.marker)]
     for i, peer in enumerate(args.peer):
         marker = args.peer_marker[i] if i < len(args.peer_marker) else ""
-        targets.append((shlex.split(peer)[0].rsplit("/", 1)[-1], shlex.split(peer), marker))
+        label = args.peer_label[i] if i < len(args.peer_label) else shlex.split(peer)[0].rsplit("/", 1)[-1]
+        targets.append((label, shlex.split(peer), marker))
     results: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in targets}
     if args.save:
         os.makedirs(args.save, exist_ok=True)
@@ -245,7 +269,7 @@ def main() -> int:
     for label, runs in results.items():
         summary[label] = {
             key: statistics.median(r[key] for r in runs if r[key] is not None)
-            for key in ("first_paint_s", "cpu_pct_one_core", "tty_bytes_per_s", "hot_kib_per_s")
+            for key in ("first_paint_s", "cpu_pct_one_core", "tty_bytes_per_s", "hot_kib_per_s", "rss_mib_at_end")
             if any(r[key] is not None for r in runs)
         }
     base = summary[args.label]
@@ -261,13 +285,13 @@ def main() -> int:
     }
     print(json.dumps(doc, indent=2))
     if args.markdown:
-        print("| program | CPU % of one core (median) | first paint s (median) | tty bytes/s (median) |")
-        print("|---|---|---|---|")
+        print("| program | CPU % of one core (median) | first paint s (median) | tty bytes/s (median) | RSS MiB (median) |")
+        print("|---|---|---|---|---|")
         for label, m in summary.items():
             paint = m.get("first_paint_s")
             print(
                 f"| {label} | {m['cpu_pct_one_core']:.2f} | {'-' if paint is None else f'{paint:.2f}'} |"
-                f" {m['tty_bytes_per_s']:.0f} |"
+                f" {m['tty_bytes_per_s']:.0f} | {m.get('rss_mib_at_end', 0):.1f} |"
             )
     return 0
 
