@@ -136,11 +136,11 @@ class CommLines:
             known = (line[:i], line[j:])
             hit = self._chan_rest.get(known)
             if hit is not None:
-                seen, transport, direction = hit
-                before = len(seen)
-                seen.add((ch, conn if sep else None, direction))
-                if len(seen) > before:
-                    self.transports[transport] = self.transports.get(transport, 0) + 1
+                chans, kind, way = hit
+                before = len(chans)
+                chans.add((ch, conn if sep else None, way))
+                if len(chans) > before:
+                    self.transports[kind] = self.transports.get(kind, 0) + 1
                 return
         m = g.CHANNEL.match(line, i + 11)
         if m is None or "\ufffd" in line:
