@@ -52,6 +52,9 @@ NET_USING = re.compile(r"^(NET/[^:]+?) ?: Using (.*)$")
 NET_DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+)")
 OFI_NIC = re.compile(r"^NET/OFI NIC group \d+ device #\d+ (\S+)")
 OFI_PROVIDER = re.compile(r"^NET/OFI Selected Provider is (\S+)(?: \(found (\d+) nics\))?")
+INIT_NIC = re.compile(r"^(?:(NET/[^:]+?) ?: ?)?Initializing NIC:? (?:#?\d+:? )?([^\s,;()]+)")
+"""``[NET/<plugin> : ]Initializing NIC [<index>] <device>``: no public capture or source text of this line was found
+(issue 27 names it); the form is assumed, so only the device token after an optional index is taken."""
 USING_NETWORK = re.compile(r"^Using network (.+?)\s*$")
 FATAL_MARK = "[FATAL ERROR]"
 FATAL_WARNS = (

@@ -1,7 +1,8 @@
 """NICs each host offers RCCL/NCCL, from its network lines, and whether the hosts of one job agree.
 
 ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ...``, ``NET/Socket : Using [0]eth0:10.0.0.1<0> ...``, plugin
-lines (``NET/OFI NIC group 0 device #0 0000:56:00.0``) and ``Using network IB`` (``IBext``: the IB plugin). Hosts of
+lines (``NET/OFI NIC group 0 device #0 0000:56:00.0``), ``Initializing NIC`` lines (a form assumed: see
+:data:`amdtop.rccl.grammar.INIT_NIC`) and ``Using network IB`` (``IBext``: the IB plugin). Hosts of
 one job that list different devices for the network in use run unequal rails: the job goes as fast as the host with
 the fewest, or hangs where a rail has no peer.
 """
@@ -35,7 +36,7 @@ class NicLines:
         self._used: dict[str, str] = {}
 
     def line(self, host: str | None, msg: str) -> None:
-        """One ``NET/…`` or ``Using network …`` message (the text after ``NCCL INFO``)."""
+        """One ``NET/…``, ``Initializing NIC …`` or ``Using network …`` message (the text after ``NCCL INFO``)."""
         h = host or "?"
         if msg.startswith("Using network "):
             m = g.USING_NETWORK.match(msg)
@@ -50,6 +51,12 @@ class NicLines:
         m = g.OFI_NIC.match(msg)
         if m:
             self._add(h, "NET/OFI", [m.group(1)])
+            return
+        if "Initializing NIC" in msg:
+            m = g.INIT_NIC.match(msg)
+            if m:
+                # a plugin's own line joins its NET/<plugin> list; a bare one is listed under "NIC"
+                self._add(h, m.group(1) or "NIC", [m.group(2)])
 
     def _add(self, host: str, source: str, names: list[str]) -> None:
         have = self._lists.setdefault(host, {}).setdefault(source, [])

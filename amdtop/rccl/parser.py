@@ -172,7 +172,11 @@ class LogParser(CommLines):
         elif c == "T" and msg.startswith("Trees ") and "->" in msg:
             self._trees(line[:i], msg, lineno)
             return
-        elif (c == "N" and msg.startswith("NET/")) or (c == "U" and msg.startswith("Using network ")):
+        elif (
+            (c == "N" and msg.startswith("NET/"))
+            or (c == "U" and msg.startswith("Using network "))
+            or (c == "I" and msg.startswith("Initializing NIC"))
+        ):
             host, *_ = self.header(line[:i])
             self.nic_lines.line(host, msg)
             return
