@@ -93,13 +93,14 @@ class CommLines:
                 self._comm_for(head, ptr, None, lineno).ended = "aborted" if "Abort" in msg else "destroyed"
             return
         host, pid, tid, _dev, _ = self.header(head)
-        ptr, rank, nranks = m.group(1), int(m.group(2)), int(m.group(3))
+        ptr, rank_s, nranks_s, dev_s, bus = m.groups()
+        rank, nranks = int(rank_s), int(nranks_s)
         pc = self._by_ptr.get((host, pid, ptr))
         if pc is None or pc.ended is not None or (pc.rank is not None and pc.rank != rank):
             pc = self._new_comm(host, pid, tid, ptr, seq)  # a pointer reused after teardown is a new communicator
         self._by_thread[(host, pid, tid)] = self._proc_last[(host, pid)] = pc
         pc.rank, pc.nranks = rank, nranks
-        pc.dev, pc.bus_id = int(m.group(4)), g.norm_bus_id(m.group(5))
+        pc.dev, pc.bus_id = int(dev_s), g.norm_bus_id(bus)
         idm = g.COMM_ID.search(msg)
         if idm:
             pc.comm_id = idm.group(1)

@@ -7,6 +7,7 @@ carry facts, which keeps a 1M-line log fast.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 INFO_MARK = " NCCL INFO "
 WARN_MARK = " NCCL WARN "
@@ -91,6 +92,7 @@ def bus_id_of_bdf(bdf: str) -> str:
         return bdf.lower()
 
 
+@lru_cache(maxsize=4096)  # a node has a few bus ids, printed on every Init, Trees and Connected line
 def norm_bus_id(text: str) -> str:
     """Canonical form of a printed bus id (lowercase, no leading zeros)."""
     try:

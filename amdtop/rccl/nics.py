@@ -34,15 +34,29 @@ class NicLines:
     def __init__(self) -> None:
         self._lists: dict[str, dict[str, list[str]]] = {}
         self._used: dict[str, str] = {}
+        # each process prints these lines at each init: a list line met on its host adds nothing new, and a
+        # ``Using network`` text names the same network every time
+        self._listed: set[tuple[str, str]] = set()
+        self._networks: dict[str, str | None] = {}
 
     def line(self, host: str | None, msg: str) -> None:
         """One ``NET/…``, ``Initializing NIC …`` or ``Using network …`` message (the text after ``NCCL INFO``)."""
         h = host or "?"
         if msg.startswith("Using network "):
-            m = g.USING_NETWORK.match(msg)
-            if m:
-                self._used[h] = m.group(1)
+            if msg not in self._networks:
+                if len(self._networks) > 4096:
+                    self._networks.clear()
+                m = g.USING_NETWORK.match(msg)
+                self._networks[msg] = m.group(1) if m else None
+            used = self._networks[msg]
+            if used is not None:
+                self._used[h] = used
             return
+        if (h, msg) in self._listed:
+            return
+        if len(self._listed) > 4096:
+            self._listed.clear()  # only a memo: forgetting it costs a regex, never a device
+        self._listed.add((h, msg))
         m = g.NET_USING.match(msg)
         if m:
             devices = m.group(2).split(";", 1)[0]

@@ -217,3 +217,18 @@ def test_channel_lines_sharing_a_rest_count_each_channel_once() -> None:
         ("0x2", [(0, 1, "P2P/IPC", 2)]),  # the reused pointer's new communicator gets its own channels
     ]
     assert rep.unknown_lines == 2 and dict(rep.transports) == {"P2P/IPC": 7}
+
+
+def test_repeated_echo_lines_keep_the_latest_value() -> None:
+    # the parser skips an env echo or a "Using network" line it met before: the newest value must still win
+    h = "n1:10:11 [0] NCCL INFO "
+    env = [f"{h}NCCL_P2P_LEVEL set by environment to {v}" for v in ("SYS", "XGMI", "SYS", "SYS")]
+    nets = [f"{h}Using network {v}" for v in ("IB", "Socket", "IB", "Socket")]
+    unknown = [f"{h}RCCL_ENABLE_XGMI set by environment to 1"] * 2
+    rep = parse_lines(env + nets + unknown)
+    assert [(e.name, e.value, e.known) for e in rep.env] == [
+        ("NCCL_P2P_LEVEL", "SYS", True),
+        ("RCCL_ENABLE_XGMI", "1", False),
+    ]
+    assert [n.network for n in rep.nics] == ["Socket"]
+    assert [w.kind for w in rep.warnings] == ["unknown_env", "unknown_env"]  # one per echo, as before
