@@ -15,7 +15,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Log, Static
 
 from amdtop.model import Flag, FlagKind
-from amdtop.rccl.lines import ERROR, WARN, LogLine, classify
+from amdtop.rccl.lines import ERROR, WARN, LogLine, LogLines, classify
 from amdtop.rccl.monitor import LogUpdate
 from amdtop.rccl.views import WorkerLogs
 from widgets.log_summary import render_logs
@@ -113,20 +113,32 @@ class LogTailPane(Widget, can_focus=True):
             self._dropped += dropped
         if not lines and not dropped:
             return
-        for line in lines:
-            if line.worker not in self._workers:
-                self._workers.append(line.worker)
-        self._buffer.extend(lines)
+        workers = lines.workers() if isinstance(lines, LogLines) else dict.fromkeys(line.worker for line in lines)
+        for worker in workers:
+            if worker not in self._workers:
+                self._workers.append(worker)
+        # only the newest lines can stay in the buffer or reach the screen: the older lines of a flood are never
+        # built (the monitor hands LogLines, which build a line when it is read)
+        keep = self._buffer.maxlen or len(lines)
+        self._buffer.extend(lines[-keep:] if len(lines) > keep else lines)
         if self.paused:
             self._pending += len(lines)
             self._update_status()
             return
-        shown = [self._format(line) for line in lines if self._match(line)]
+        # the newest matches, at most what the Log keeps (the dropped note takes one of its lines)
+        room = self.max_lines - (1 if dropped else 0)
+        shown: list[str] = []
+        for line in reversed(lines) if room > 0 else ():
+            if self._match(line):
+                shown.append(self._format(line))
+                if len(shown) == room:
+                    break
+        shown.reverse()
         if dropped:
             shown.append(f"… {dropped} lines dropped (log flood; the tail is catching up)")
         log = self._child(Log)
         if shown and log is not None:
-            log.write_lines(shown[-self.max_lines :])
+            log.write_lines(shown)
         self._update_status()
 
     def set_summary(self, text: str | Text) -> None:

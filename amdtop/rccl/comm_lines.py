@@ -10,6 +10,8 @@ from amdtop.rccl.state import ProcComm, ProcKey, ThreadKey
 
 Head = tuple[str | None, int | None, int | None, int | None, str]
 """``(host, pid, tid, dev, rest)`` of the text before an NCCL marker."""
+Seen = set[tuple[str, str | None, str | None]]
+"""``(channel, connIndex, direction)`` seen over one rank pair's transport (a value of :attr:`ProcComm.edges`)."""
 
 
 class CommLines:
@@ -27,6 +29,7 @@ class CommLines:
         self._base = 0
         self._heads: dict[str, Head] = {}
         self._chan_comm: dict[tuple[str, str | None], ProcComm] = {}
+        self._chan_rest: dict[tuple[str, str], tuple[Seen, str, str | None]] = {}
 
     def header(self, head: str) -> Head:
         """``(host, pid, tid, dev, rest)`` of the text before an NCCL marker (cached: a few heads repeat)."""
@@ -81,6 +84,7 @@ class CommLines:
 
     def _init(self, head: str, msg: str, lineno: int) -> None:
         self._chan_comm.clear()
+        self._chan_rest.clear()
         seq = self._base + lineno
         m = g.COMM_INIT.search(msg)
         if m is None:
@@ -89,13 +93,14 @@ class CommLines:
                 self._comm_for(head, ptr, None, lineno).ended = "aborted" if "Abort" in msg else "destroyed"
             return
         host, pid, tid, _dev, _ = self.header(head)
-        ptr, rank, nranks = m.group(1), int(m.group(2)), int(m.group(3))
+        ptr, rank_s, nranks_s, dev_s, bus = m.groups()
+        rank, nranks = int(rank_s), int(nranks_s)
         pc = self._by_ptr.get((host, pid, ptr))
         if pc is None or pc.ended is not None or (pc.rank is not None and pc.rank != rank):
             pc = self._new_comm(host, pid, tid, ptr, seq)  # a pointer reused after teardown is a new communicator
         self._by_thread[(host, pid, tid)] = self._proc_last[(host, pid)] = pc
         pc.rank, pc.nranks = rank, nranks
-        pc.dev, pc.bus_id = int(m.group(4)), g.norm_bus_id(m.group(5))
+        pc.dev, pc.bus_id = int(dev_s), g.norm_bus_id(bus)
         idm = g.COMM_ID.search(msg)
         if idm:
             pc.comm_id = idm.group(1)
@@ -123,6 +128,21 @@ class CommLines:
 
     def _channel(self, line: str, i: int, lineno: int) -> None:
         self.trail_key = None
+        # ``Channel <ch>[/<conn>] : <rest>``: every channel of a rank pair prints the same rest (ranks, bus ids,
+        # transport, comm), so a rest met since the last Init line needs no regex: only its channel is new
+        j = line.find(" : ", i + 19)
+        ch, sep, conn = line[i + 19 : j].partition("/")
+        known = None
+        if j > 0 and ch.isdecimal() and (not sep or conn.isdecimal()) and "\ufffd" not in line:
+            known = (line[:i], line[j:])
+            hit = self._chan_rest.get(known)
+            if hit is not None:
+                chans, kind, way = hit
+                before = len(chans)
+                chans.add((ch, conn if sep else None, way))
+                if len(chans) > before:
+                    self.transports[kind] = self.transports.get(kind, 0) + 1
+                return
         m = g.CHANNEL.match(line, i + 11)
         if m is None or "\ufffd" in line:
             self.unknown += 1
@@ -149,6 +169,9 @@ class CommLines:
         seen.add((ch, conn, direction))
         if len(seen) > before:
             self.transports[transport] = self.transports.get(transport, 0) + 1
+        if known is not None:
+            # same comm (until an Init line), same edge; _channel_ranks only fills what is missing: nothing to redo
+            self._chan_rest[known] = (seen, transport, direction)
 
     @staticmethod
     def _channel_ranks(

@@ -7,6 +7,7 @@ carry facts, which keeps a 1M-line log fast.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 INFO_MARK = " NCCL INFO "
 WARN_MARK = " NCCL WARN "
@@ -52,6 +53,9 @@ NET_USING = re.compile(r"^(NET/[^:]+?) ?: Using (.*)$")
 NET_DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+)")
 OFI_NIC = re.compile(r"^NET/OFI NIC group \d+ device #\d+ (\S+)")
 OFI_PROVIDER = re.compile(r"^NET/OFI Selected Provider is (\S+)(?: \(found (\d+) nics\))?")
+INIT_NIC = re.compile(r"^(?:(NET/[^:]+?) ?: ?)?Initializing NIC:? (?:#?\d+:? )?([^\s,;()]+)")
+"""``[NET/<plugin> : ]Initializing NIC [<index>] <device>``: no public capture or source text of this line was found
+(issue 27 names it); the form is assumed, so only the device token after an optional index is taken."""
 USING_NETWORK = re.compile(r"^Using network (.+?)\s*$")
 FATAL_MARK = "[FATAL ERROR]"
 FATAL_WARNS = (
@@ -88,6 +92,7 @@ def bus_id_of_bdf(bdf: str) -> str:
         return bdf.lower()
 
 
+@lru_cache(maxsize=4096)  # a node has a few bus ids, printed on every Init, Trees and Connected line
 def norm_bus_id(text: str) -> str:
     """Canonical form of a printed bus id (lowercase, no leading zeros)."""
     try:

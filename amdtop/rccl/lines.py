@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from amdtop.secrets import mask_log_line
 
@@ -40,15 +42,103 @@ class LogLine(NamedTuple):
     """True for lines that name a rank pair's transport (``... via P2P/IPC``)."""
 
 
+class LineRun(NamedTuple):
+    """Consecutive lines of one file, as the follower read them in one poll."""
+
+    worker: str
+    """Worker (profile) the lines came from."""
+    file: str
+    """Path of the file they were read from."""
+    texts: tuple[str, ...]
+    """The lines without their newlines (binary junk replaced), oldest first."""
+
+
+class LogLines(Sequence[LogLine]):
+    """One poll's lines, held as per-file runs of texts: a :class:`LogLine` (with its level and transport mark) is
+    built only when it is read. The parser reads the runs' texts and needs neither; a pane that keeps the last few
+    thousand lines reads only those (``lines[-n:]``), so a flood of 100k lines costs no 100k objects and levels."""
+
+    __slots__ = ("_ends", "runs")
+
+    def __init__(self, runs: Iterable[LineRun] = ()) -> None:
+        self.runs = tuple(run for run in runs if run.texts)
+        ends, n = [], 0
+        for run in self.runs:
+            n += len(run.texts)
+            ends.append(n)
+        self._ends = ends
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, index: int) -> LogLine: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> LogLines: ...
+
+    def __getitem__(self, index: int | slice) -> LogLine | LogLines:
+        n = len(self)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step != 1:
+                raise ValueError("LogLines slices take no step")
+            return self._slice(start, max(start, stop))
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("LogLines index out of range")
+        k = bisect_right(self._ends, index)
+        run = self.runs[k]
+        return log_line(run.worker, run.file, run.texts[index - self._ends[k] + len(run.texts)])
+
+    def _slice(self, start: int, stop: int) -> LogLines:
+        out = []
+        for run, end in zip(self.runs, self._ends, strict=True):
+            begin = end - len(run.texts)
+            if end <= start or begin >= stop:
+                continue
+            a, b = max(start, begin) - begin, min(stop, end) - begin
+            out.append(run if (a, b) == (0, len(run.texts)) else LineRun(run.worker, run.file, run.texts[a:b]))
+        return LogLines(out)
+
+    def __iter__(self) -> Iterator[LogLine]:
+        for worker, file, texts in self.runs:
+            for text in texts:
+                yield log_line(worker, file, text)
+
+    def __reversed__(self) -> Iterator[LogLine]:
+        for worker, file, texts in reversed(self.runs):
+            for text in reversed(texts):
+                yield log_line(worker, file, text)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LogLines):
+            return self.runs == other.runs or tuple(self) == tuple(other)
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"LogLines({len(self)} lines in {len(self.runs)} runs)"
+
+    def __reduce__(self) -> tuple[type[LogLines], tuple[tuple[LineRun, ...]]]:
+        return (LogLines, (self.runs,))
+
+    def workers(self) -> list[str]:
+        """Workers of these lines, in order of first appearance (without building the lines)."""
+        return list(dict.fromkeys(run.worker for run in self.runs))
+
+
 @dataclass(frozen=True, slots=True)
 class LogBatch:
     """What one :meth:`LogFollower.poll` returns."""
 
-    lines: tuple[LogLine, ...]
-    """New complete lines, oldest first."""
+    lines: Sequence[LogLine]
+    """New complete lines, oldest first (the follower hands :class:`LogLines`: built as they are read)."""
     dropped: int = 0
     """Lines read but not handed over since the last poll because the consumer lagged."""
-
 
 
 APP_INFO = ("INFO ", "DEBUG ")
@@ -88,6 +178,11 @@ def is_error_trail(text: str) -> bool:
 def is_transport_line(text: str) -> bool:
     """True when the line names the transport of a rank pair or a ring/tree connect."""
     return (" via " in text and "Channel" in text) or "Connected all" in text
+
+
+def log_line(worker: str, file: str, text: str) -> LogLine:
+    """A :class:`LogLine` with its level and transport mark, of a line read from a worker's log."""
+    return LogLine(worker, file, text, classify(text), is_transport_line(text))
 
 
 def make_line(worker: str, file: str, text: str) -> LogLine:

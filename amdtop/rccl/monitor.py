@@ -5,14 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from itertools import groupby
-from operator import attrgetter
 from pathlib import Path
 
 from amdtop.model import Flag, Topology
 from amdtop.rccl.diagnose import comm_label, comm_summary, diagnose
 from amdtop.rccl.init_watch import InitWatch
-from amdtop.rccl.lines import LogLine
+from amdtop.rccl.lines import LineRun, LogLine, LogLines
 from amdtop.rccl.parser import LogParser
 from amdtop.rccl.report import LogReport
 from amdtop.rccl.tail import LogFollower, PathSpec
@@ -24,8 +22,8 @@ from amdtop.thresholds import NCCL_INIT_STALL_S
 class LogUpdate:
     """What one :meth:`LogMonitor.poll` yields: the new tail lines and the whole current state of every worker's logs."""
 
-    lines: tuple[LogLine, ...]
-    """New lines for the tail, oldest first."""
+    lines: Sequence[LogLine]
+    """New lines for the tail, oldest first (:class:`LogLines` from the follower: each built when read)."""
     dropped: int
     """Lines skipped because the consumer lagged."""
     workers: tuple[WorkerLogs, ...]
@@ -37,7 +35,6 @@ class LogUpdate:
     summary: str = ""
     """One line per communicator per worker (``llama-a: RCCL 2.20.5 comm-1: 4 ranks, all pairs P2P/IPC``)."""
 
-
     def counts(self) -> tuple[tuple[str, int, int], ...]:
         """``(worker, errors, warnings)`` per worker: what the exporter's ``amdtop_rccl_errors/_warnings`` report."""
         return tuple((w.worker, w.errors, w.warnings) for w in self.workers)
@@ -47,7 +44,6 @@ class LogUpdate:
         return next((w for w in self.workers if w.worker == name), None)
 
 
-_WORKER_FILE = attrgetter("worker", "file")
 LAUNCH_MARK = "=== amdtop launch "
 """The line the supervisor writes into a worker's log before each launch (amdtop/supervisor/core.py)."""
 
@@ -90,7 +86,7 @@ class LogMonitor:
             # the tail starts near the end of a long log, but communicator init sits at its start: parse that part
             self._prime(worker, path, nbytes)
             touched.add(worker)
-        touched |= self._feed(batch.lines)
+        touched |= self._feed(batch.lines.runs if isinstance(batch.lines, LogLines) else _runs(batch.lines))
         new: tuple[Flag, ...] = ()
         for worker in touched:
             # a report is rebuilt only for workers with new lines: the join runs per poll, not per line
@@ -115,13 +111,11 @@ class LogMonitor:
             self._flags = flags
         return LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
 
-    def _feed(self, lines: Sequence[LogLine]) -> set[str]:
+    def _feed(self, runs: Sequence[LineRun]) -> set[str]:
         """Parse new tail lines in runs of one worker's file through the parser's batch loop (the fast path
         ``logs parse`` uses), each launch line starting a fresh parser. Returns the workers fed."""
         touched: set[str] = set()
-        # the follower hands each file's lines over together: few runs, grouped in C
-        for (worker, file), run in groupby(lines, key=_WORKER_FILE):
-            texts = [line.text for line in run]
+        for worker, file, texts in runs:
             if LAUNCH_MARK in "\n".join(texts):
                 cuts = [k for k, text in enumerate(texts) if text.startswith(LAUNCH_MARK)]
             else:
@@ -135,7 +129,7 @@ class LogMonitor:
                     parser = self._parsers[worker] = LogParser()
                     self.init_watch.forget(worker)
                 start = self._counts.get(file, 0) + 1
-                parser.feed_lines(texts[a:b], file, start)
+                parser.feed_lines(texts if b - a == len(texts) else texts[a:b], file, start)
                 self._counts[file] = start - 1 + (b - a)
             touched.add(worker)
         return touched
@@ -200,3 +194,14 @@ class LogMonitor:
     def close(self) -> None:
         """Close the files."""
         self.follower.close()
+
+
+def _runs(lines: Sequence[LogLine]) -> list[LineRun]:
+    """Consecutive lines of one worker's file as runs (a batch built by hand rather than by the follower)."""
+    out: list[tuple[str, str, list[str]]] = []
+    for line in lines:
+        if out and out[-1][0] == line.worker and out[-1][1] == line.file:
+            out[-1][2].append(line.text)
+        else:
+            out.append((line.worker, line.file, [line.text]))
+    return [LineRun(worker, file, tuple(texts)) for worker, file, texts in out]

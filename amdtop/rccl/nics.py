@@ -1,7 +1,8 @@
 """NICs each host offers RCCL/NCCL, from its network lines, and whether the hosts of one job agree.
 
 ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ...``, ``NET/Socket : Using [0]eth0:10.0.0.1<0> ...``, plugin
-lines (``NET/OFI NIC group 0 device #0 0000:56:00.0``) and ``Using network IB`` (``IBext``: the IB plugin). Hosts of
+lines (``NET/OFI NIC group 0 device #0 0000:56:00.0``), ``Initializing NIC`` lines (a form assumed: see
+:data:`amdtop.rccl.grammar.INIT_NIC`) and ``Using network IB`` (``IBext``: the IB plugin). Hosts of
 one job that list different devices for the network in use run unequal rails: the job goes as fast as the host with
 the fewest, or hangs where a rail has no peer.
 """
@@ -33,15 +34,29 @@ class NicLines:
     def __init__(self) -> None:
         self._lists: dict[str, dict[str, list[str]]] = {}
         self._used: dict[str, str] = {}
+        # each process prints these lines at each init: a list line met on its host adds nothing new, and a
+        # ``Using network`` text names the same network every time
+        self._listed: set[tuple[str, str]] = set()
+        self._networks: dict[str, str | None] = {}
 
     def line(self, host: str | None, msg: str) -> None:
-        """One ``NET/…`` or ``Using network …`` message (the text after ``NCCL INFO``)."""
+        """One ``NET/…``, ``Initializing NIC …`` or ``Using network …`` message (the text after ``NCCL INFO``)."""
         h = host or "?"
         if msg.startswith("Using network "):
-            m = g.USING_NETWORK.match(msg)
-            if m:
-                self._used[h] = m.group(1)
+            if msg not in self._networks:
+                if len(self._networks) > 4096:
+                    self._networks.clear()
+                m = g.USING_NETWORK.match(msg)
+                self._networks[msg] = m.group(1) if m else None
+            used = self._networks[msg]
+            if used is not None:
+                self._used[h] = used
             return
+        if (h, msg) in self._listed:
+            return
+        if len(self._listed) > 4096:
+            self._listed.clear()  # only a memo: forgetting it costs a regex, never a device
+        self._listed.add((h, msg))
         m = g.NET_USING.match(msg)
         if m:
             devices = m.group(2).split(";", 1)[0]
@@ -50,6 +65,12 @@ class NicLines:
         m = g.OFI_NIC.match(msg)
         if m:
             self._add(h, "NET/OFI", [m.group(1)])
+            return
+        if "Initializing NIC" in msg:
+            m = g.INIT_NIC.match(msg)
+            if m:
+                # a plugin's own line joins its NET/<plugin> list; a bare one is listed under "NIC"
+                self._add(h, m.group(1) or "NIC", [m.group(2)])
 
     def _add(self, host: str, source: str, names: list[str]) -> None:
         have = self._lists.setdefault(host, {}).setdefault(source, [])

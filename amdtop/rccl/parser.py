@@ -44,6 +44,8 @@ class LogParser(CommLines):
         self.traces: list[Trace] = []
         self.warn_seqs: dict[ThreadKey, list[int]] = {}
         self.env: dict[str, EnvSetting] = {}
+        self._env_names: dict[str, str] = {}  # the echo line of a known variable -> its name
+        self._env_msgs: dict[str, str] = {}  # a known variable -> the echo line that set its current value
         self.in_banner = False
 
     # -- entry points --------------------------------------------------------------------------------------------
@@ -172,20 +174,28 @@ class LogParser(CommLines):
         elif c == "T" and msg.startswith("Trees ") and "->" in msg:
             self._trees(line[:i], msg, lineno)
             return
-        elif (c == "N" and msg.startswith("NET/")) or (c == "U" and msg.startswith("Using network ")):
-            host, *_ = self.header(line[:i])
-            self.nic_lines.line(host, msg)
+        elif (
+            (c == "N" and msg.startswith("NET/"))
+            or (c == "U" and msg.startswith("Using network "))
+            or (c == "I" and msg.startswith("Initializing NIC"))
+        ):
+            self.nic_lines.line(self.header(line[:i])[0], msg)
             return
         if msg.endswith(("-> 1", "-> 2", "-> 3", "-> 4", "-> 5", "-> 6", "-> 7", "[Async thread]")):
             self._trail(line, msg, file, lineno)
             return
         self.trail_key = None
         if " set by environment to " in msg:
+            name = self._env_names.get(msg)
+            if name is not None and self._env_msgs[name] == msg:
+                return  # every rank echoes its settings at each init: a known variable's same value again
             m = g.ENV_SET.match(msg)
             if m:
                 name, value = m.group(1), m.group(2).rstrip(".").strip()
                 known = is_known(name)
                 self.env[name] = EnvSetting(name, value, known)
+                if known:
+                    self._env_names[msg], self._env_msgs[name] = name, msg
                 if not known:
                     text = f"{name}={value} is unknown to RCCL/NCCL and ignored; {FAKE_VARS.get(name, 'remove it')}"
                     host, pid, _t, dev, _ = self.header(line[:i])

@@ -8,20 +8,20 @@ decoded with replacement characters. :meth:`LogFollower.poll` never blocks and n
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from amdtop.rccl.lines import APP_INFO, ERROR, INFO, WARN, LogBatch, LogLine, classify, is_error_trail
+from amdtop.rccl.lines import ERROR, WARN, LineRun, LogBatch, LogLines, classify
 
 PathSpec = Path | str | tuple[str, Path | str]
 """A path (worker = file stem) or ``(worker, path)``."""
 
 _CHUNK = 1 << 20
 _MAX_PARTIAL = 1 << 20
-_CONTROL = {c: "?" for c in range(32) if c not in (9, 10)}
-_CONTROL_CHAR = re.compile("[\x00-\x08\x0b-\x1f]")
+# control bytes (not tab, not newline) shown as "?": mapped on the bytes, before decoding (an ASCII byte is never part
+# of a UTF-8 sequence, so this equals mapping the characters after it, and bytes.translate is ~20x a regex scan)
+_CONTROL = bytes(63 if c < 32 and c not in (9, 10) else c for c in range(256))
 # lines worth keeping even when a flood is dropped to counting: errors must never be lost in the noise
 _KEEP = (
     b" NCCL WARN ",
@@ -109,8 +109,8 @@ class LogFollower:
             specs = self._specs()
         except Exception:  # a broken provider must not stop the tail
             specs = [(t.worker, p) for p, t in self._tails.items()]
-        lines: list[LogLine] = []
-        dropped = 0
+        runs: list[LineRun] = []
+        total = dropped = 0
         wanted = {p for _w, p in specs}
         for path in [p for p in self._tails if p not in wanted]:
             self._tails.pop(path).close()
@@ -118,17 +118,17 @@ class LogFollower:
             tail = self._tails.get(path)
             if tail is None:
                 tail = self._tails[path] = _Tail(worker, path)
-            got, lost = self._read(tail)
-            lines.extend(got)
+            run, lost = self._read(tail)
+            if run is not None:
+                runs.append(run)
+                total += len(run.texts)
             dropped += lost
         self._first = False
-        if len(lines) > self.max_lines:
-            cut = len(lines) - self.max_lines
-            keep = [x for x in lines[:cut] if x.level in (ERROR, WARN)][-_MAX_KEEP:]
-            dropped += cut - len(keep)
-            lines = keep + lines[cut:]
+        if total > self.max_lines:
+            runs, lost = _cut(runs, total - self.max_lines)
+            dropped += lost
         self.dropped_total += dropped
-        return LogBatch(tuple(lines), dropped)
+        return LogBatch(LogLines(runs), dropped)
 
     def skipped_heads(self) -> list[tuple[str, Path, int]]:
         """``(worker, path, bytes)`` for files whose start was skipped (opened at the backlog window) and not yet
@@ -160,7 +160,7 @@ class LogFollower:
         tail.pos = fh.tell()
         tail.skipped = tail.pos  # bytes before the backlog window, never handed over
 
-    def _read(self, tail: _Tail) -> tuple[list[LogLine], int]:
+    def _read(self, tail: _Tail) -> tuple[LineRun | None, int]:
         try:
             st = os.stat(tail.path)
         except OSError:
@@ -211,20 +211,21 @@ class LogFollower:
         tail.pos += len(data)
         return data, dropped
 
-    def _split(self, tail: _Tail, data: bytes, dropped: int) -> tuple[list[LogLine], int]:
+    def _split(self, tail: _Tail, data: bytes, dropped: int) -> tuple[LineRun | None, int]:
         kept, tail.kept = tail.kept, []
         if not data and not kept:
-            return [], dropped
+            return None, dropped
         buf = tail.partial + data if tail.partial else data
         end = buf.rfind(b"\n")
         body, tail.partial = (buf[:end], buf[end + 1 :]) if end >= 0 else (b"", buf)
-        count = body.count(b"\n") + 1 if end >= 0 else 0
+        # a body shorter than max_lines bytes has fewer lines: count only where a flood is possible
+        flood = end >= 0 and len(body) >= self.max_lines and body.count(b"\n") + 1 > self.max_lines
         extra: list[bytes] = []
         if len(tail.partial) > _MAX_PARTIAL:
             # a newline-free flood: hand it over cut, rather than hold MBs
             extra.append(tail.partial[:_MAX_PARTIAL])
             tail.partial = b""
-        if count + len(extra) > self.max_lines or kept or extra:
+        if flood or kept or extra:
             # the rare path (a flood to cut, kept lines, a cut partial): work on the lines one by one
             parts = (body.split(b"\n") if end >= 0 else []) + extra
             if len(parts) > self.max_lines:
@@ -236,29 +237,38 @@ class LogFollower:
                 dropped -= len(kept)
                 parts = kept + parts
             if not parts:
-                return [], dropped
+                return None, dropped
             body = b"\n".join(parts)
         elif end < 0:
-            return [], dropped
-        name, worker = str(tail.path), tail.worker
-        # one decode, one control-character scan and one CR fix for the whole run (a newline byte is never inside a
-        # UTF-8 sequence, so the split agrees with the lines); per line only the level and the transport mark
-        whole = body.decode("utf-8", "replace")
-        if "\r" in whole:
-            whole = whole.replace("\r\n", "\n")
-            if whole.endswith("\r"):
-                whole = whole[:-1]
-        if _CONTROL_CHAR.search(whole):
-            whole = whole.translate(_CONTROL)
-        out: list[LogLine] = []
-        add, make, info, trail = out.append, tuple.__new__, " NCCL INFO ", is_error_trail
-        for text in whole.split("\n"):
-            # INFO lines (most of a log) inline: an error only as a trail hop, whose "-> N" ends the line; vLLM's
-            # own INFO/DEBUG lines (the rest of a serving log) by their prefix
-            if info in text:
-                level = ERROR if "-> " in text[-24:] and trail(text) else INFO
-            else:
-                level = INFO if text.startswith(APP_INFO) else classify(text)
-            mark = (" via " in text and "Channel" in text) or "Connected all" in text
-            add(make(LogLine, (worker, name, text, level, mark)))
-        return out, dropped
+            return None, dropped
+        # one CR fix, one control-character mapping and one decode for the whole run (a newline byte is never inside a
+        # UTF-8 sequence, so the split agrees with the lines); levels and transport marks are left to whoever reads
+        # a line (LogLines), so the parser's texts cost no per-line work here
+        if b"\r" in body:
+            body = body.replace(b"\r\n", b"\n")
+            if body.endswith(b"\r"):
+                body = body[:-1]
+        whole = body.translate(_CONTROL).decode("utf-8", "replace")
+        return LineRun(tail.worker, str(tail.path), tuple(whole.split("\n"))), dropped
+
+
+def _cut(runs: list[LineRun], cut: int) -> tuple[list[LineRun], int]:
+    """Drop the oldest ``cut`` lines of ``runs`` (more than a poll hands over), keeping their errors and warnings
+    (the last :data:`_MAX_KEEP`) in front. Returns the runs and how many lines were dropped."""
+    kept: list[tuple[str, str, str]] = []
+    rest: list[LineRun] = []
+    left = cut
+    for run in runs:
+        head, tail = run.texts[:left], run.texts[left:]
+        left -= len(head)
+        kept += [(run.worker, run.file, t) for t in head if classify(t) in (ERROR, WARN)]
+        if tail:
+            rest.append(LineRun(run.worker, run.file, tail))
+    kept = kept[-_MAX_KEEP:]
+    front: list[LineRun] = []
+    for worker, file, text in kept:
+        if front and front[-1].worker == worker and front[-1].file == file:
+            front[-1] = LineRun(worker, file, (*front[-1].texts, text))
+        else:
+            front.append(LineRun(worker, file, (text,)))
+    return front + rest, cut - len(kept)

@@ -151,3 +151,25 @@ def test_snapshot_demo_workers_live_pane(snap_compare: Any, tmp_path: Any) -> No
             self.query_one(LogTailPane).show_update(update)
 
     assert snap_compare(UpdateApp(), terminal_size=(150, 34))
+
+
+async def test_a_flood_batch_shows_its_newest_lines_built_or_not() -> None:
+    from amdtop.rccl.lines import LineRun, LogLines
+
+    texts = tuple(f"n1:1:1 [0] NCCL INFO x{i}" if i % 7 else f"n1:1:1 [0] a.cc:1 NCCL WARN w{i}" for i in range(9000))
+    runs = LogLines([LineRun("wa", "a.log", texts[:5000]), LineRun("wb", "b.log", texts[5000:])])
+    shown: dict[str, tuple[list[str], list[LogLine]]] = {}
+    for kind, batch in (("runs", runs), ("tuple", tuple(runs))):
+        app = PaneApp([])
+        async with app.run_test(size=(100, 20)) as pilot:
+            pane = app.query_one(LogTailPane)
+            pane.action_filter("problems")
+            pane.feed(batch, dropped=3)
+            await pilot.pause()
+            shown[kind] = (_shown(app), list(pane._buffer))
+    lines, buffer = shown["runs"]
+    assert (lines, buffer) == shown["tuple"]
+    # 500 lines on screen: the dropped note and the newest 499 WARNs; the buffer keeps the newest 2000 lines
+    assert len(lines) == 500 and lines[-1].startswith("… 3 lines dropped") and lines[-2].endswith("w8995")
+    assert all("NCCL WARN" in x for x in lines[:-1])
+    assert len(buffer) == 2000 and buffer[-1].text == texts[-1] and buffer[0].text == texts[-2000]

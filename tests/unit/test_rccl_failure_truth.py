@@ -25,9 +25,9 @@ REAL, BUILT = FIX / "real", FIX / "built"
 
 def test_built_fixtures_say_so() -> None:
     files = sorted(BUILT.glob("*.log"))
-    assert len(files) == 3
+    assert len(files) == 4
     for f in files:
-        assert f.read_text().splitlines()[0].startswith("# built ("), f
+        assert f.read_text().splitlines()[0].startswith(("# built (", "# built, no public capture found: ")), f
 
 
 # -- fatal WARNs and [FATAL ERROR] lines ----------------------------------------------------------------------------
@@ -255,3 +255,33 @@ def test_reports_between_feeds_reuse_unchanged_communicators_and_equal_one_parse
     whole = parse_lines(lines, "live")
     assert seen[-1].comms == whole.comms and len(whole.comms) == 3
     assert seen[-1].comms[0] is seen[-2].comms[0]  # the first communicator, long finished, was not frozen again
+
+
+def test_initializing_nic_lines_list_a_hosts_nics() -> None:
+    # the fixture is built (no public capture of the line was found): see its first line
+    path = BUILT / "initializing-nic-4-vs-3.log"
+    assert path.read_text().startswith("# built, no public capture found: format from ")
+    rep = parse_files([path])
+    assert rep.unknown_lines == 0
+    lists = report_json(rep)["nic_lists"]
+    assert lists["gpu-a"]["listed"] == {"NIC": ["ionic_0", "ionic_1"], "NET/IB": ["ionic_2", "ionic_3"]}
+    # "Using network IB" picks the NET/IB list where the plugin's lines name it
+    assert report_json(rep)["nics"] == {"gpu-a": ["ionic_2", "ionic_3"], "gpu-b": ["ionic_2"]}
+    (flag,) = diagnose(rep, None, "job")
+    assert flag.kind is FlagKind.NIC_MISMATCH and "gpu-b lacks ionic_3" in flag.message
+
+
+@pytest.mark.parametrize(
+    ("msg", "source", "device"),
+    [
+        ("Initializing NIC 0 mlx5_0", "NIC", "mlx5_0"),
+        ("Initializing NIC mlx5_1", "NIC", "mlx5_1"),
+        ("Initializing NIC #2: ionic_2", "NIC", "ionic_2"),
+        ("Initializing NIC 0000:56:00.0", "NIC", "0000:56:00.0"),
+        ("NET/IB : Initializing NIC 3 mlx5_3", "NET/IB", "mlx5_3"),
+        ("NET/AWS Libfabric : Initializing NIC 1 rdmap16s27", "NET/AWS Libfabric", "rdmap16s27"),
+    ],
+)
+def test_initializing_nic_forms(msg: str, source: str, device: str) -> None:
+    rep = parse_lines([f"h1:1:1 [0] NCCL INFO {msg}"])
+    assert rep.unknown_lines == 0 and [(h.host, h.listed) for h in rep.nics] == [("h1", ((source, (device,)),))]

@@ -198,3 +198,37 @@ def test_simserver_and_vllm_lines_are_known() -> None:
     assert dict(rep.versions)["vllm-nccl"] == "2.22.3"
     (comm,) = rep.comms
     assert comm.summary == "4 ranks, all pairs P2P/IPC"
+
+
+def test_channel_lines_sharing_a_rest_count_each_channel_once() -> None:
+    # every channel of a rank pair prints the same text after ``Channel NN/c :``; the parser skips the regex for a
+    # rest it met since the last Init line: the channel must still count, a malformed one must not
+    h = "n1:10:11 [0] NCCL INFO "
+    init = h + "ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 busId 1000 commId 0x{} - Init START"
+    rest = " : 0[1000] -> 1[2000] via P2P/IPC comm 0xa nRanks 02"
+    lines = [init.format(1)]
+    lines += [f"{h}Channel {c:02d}/0{rest}" for c in range(4)]
+    lines += [f"{h}Channel 01/0{rest}", f"{h}Channel 0x/0{rest}", f"{h}Channel 02/{rest}", f"{h}Channel 05{rest}"]
+    lines += [h + "comm 0xa rank 0 nranks 2 cudaDev 0 busId 1000 - Destroy COMPLETE", init.format(2)]
+    lines += [f"{h}Channel {c:02d}/1{rest}" for c in range(2)]
+    rep = parse_lines(lines)
+    assert [(c.id, [(e.src, e.dst, e.transport, e.channels) for e in c.edges]) for c in rep.comms] == [
+        ("0x1", [(0, 1, "P2P/IPC", 5)]),  # 00-03/0 and 05 (no connIndex); 01/0 again counts once
+        ("0x2", [(0, 1, "P2P/IPC", 2)]),  # the reused pointer's new communicator gets its own channels
+    ]
+    assert rep.unknown_lines == 2 and dict(rep.transports) == {"P2P/IPC": 7}
+
+
+def test_repeated_echo_lines_keep_the_latest_value() -> None:
+    # the parser skips an env echo or a "Using network" line it met before: the newest value must still win
+    h = "n1:10:11 [0] NCCL INFO "
+    env = [f"{h}NCCL_P2P_LEVEL set by environment to {v}" for v in ("SYS", "XGMI", "SYS", "SYS")]
+    nets = [f"{h}Using network {v}" for v in ("IB", "Socket", "IB", "Socket")]
+    unknown = [f"{h}RCCL_ENABLE_XGMI set by environment to 1"] * 2
+    rep = parse_lines(env + nets + unknown)
+    assert [(e.name, e.value, e.known) for e in rep.env] == [
+        ("NCCL_P2P_LEVEL", "SYS", True),
+        ("RCCL_ENABLE_XGMI", "1", False),
+    ]
+    assert [n.network for n in rep.nics] == ["Socket"]
+    assert [w.kind for w in rep.warnings] == ["unknown_env", "unknown_env"]  # one per echo, as before

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
+
+import pytest
 
 from amdtop.model import WorkerState, WorkerStatus
 from amdtop.rccl import ERROR, WARN
+from amdtop.rccl.lines import LogLines, log_line
 from amdtop.rccl.monitor import LogMonitor
 from amdtop.rccl.sources import expand_debug_file, worker_sources
 from amdtop.rccl.tail import LogFollower
@@ -158,3 +162,45 @@ def test_monitor_primes_the_head_of_a_long_log(tmp_path: Path) -> None:
     rep = mon.report("llama-a")
     assert rep is not None and rep.warnings[0].line == 26
     assert mon.poll().summary == update.summary
+
+
+def test_poll_lines_are_runs_built_when_read(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("a1\na2 NCCL WARN x\na3\n")
+    b.write_text("n1:1:1 [0] NCCL INFO Channel 00/0 : 0[1] -> 1[2] via P2P/IPC\nb2\n")
+    lines = LogFollower([("wa", a), ("wb", b)]).poll().lines
+    assert (
+        isinstance(lines, LogLines)
+        and len(lines) == 5
+        and [r.texts for r in lines.runs]
+        == [
+            ("a1", "a2 NCCL WARN x", "a3"),
+            ("n1:1:1 [0] NCCL INFO Channel 00/0 : 0[1] -> 1[2] via P2P/IPC", "b2"),
+        ]
+    )
+    built = [log_line("wa", str(a), t) for t in ("a1", "a2 NCCL WARN x", "a3")]
+    built += [log_line("wb", str(b), t) for t in lines.runs[1].texts]
+    assert list(lines) == built and list(reversed(lines)) == built[::-1]
+    assert [lines[k] for k in range(-5, 5)] == built + built
+    assert lines[1].level == WARN and lines[3].transport and not lines[4].transport
+    assert list(lines[2:4]) == built[2:4] and list(lines[-1:]) == built[-1:] and len(lines[9:]) == 0
+    assert lines == tuple(built) and lines.workers() == ["wa", "wb"]
+    assert pickle.loads(pickle.dumps(lines)) == lines
+    with pytest.raises(IndexError):
+        lines[5]
+
+
+def test_flood_cut_spans_files_and_keeps_their_errors(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    f = LogFollower([("wa", a), ("wb", b)], max_lines=3)
+    a.write_text("a1\nRuntimeError: NCCL Error 2: unhandled system error\na3\n")
+    b.write_text("b1\nn1:1:1 [0] x.cc:1 NCCL WARN w\nb3\nb4\n")
+    batch = f.poll()
+    # the oldest 4 of 7 lines are cut across both files; the error among them stays, in front of the newest 3
+    assert [(x.worker, x.text) for x in batch.lines] == [
+        ("wa", "RuntimeError: NCCL Error 2: unhandled system error"),
+        ("wb", "n1:1:1 [0] x.cc:1 NCCL WARN w"),
+        ("wb", "b3"),
+        ("wb", "b4"),
+    ]
+    assert batch.dropped == 3 and batch.lines[0].level == ERROR
