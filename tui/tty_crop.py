@@ -9,17 +9,25 @@ It replaces a private method and reads a private attribute of Rich's Console: :f
 the app is built) imports them inside its guard and patches only the Textual and Rich versions it was written
 against; anything missing (ImportError, AttributeError) leaves Textual's own path in place. tests/tui/
 test_textual_private.py fails, naming the version, when either changes.
+
+It also keeps, per console, the strip last written at each place of the screen (a shadow, as curses keeps one): a
+widget that refreshes marks its whole region dirty, but on a 1 Hz dashboard most of its lines come out the same (an
+idle GPU's history, the labels, the totals). Those are not sent again, and a changed line is sent from its first
+changed segment to its last. A full repaint (``LayoutUpdate``, ``InlineUpdate``: layout, resize, a new screen, resume)
+writes every cell, so it empties the shadow.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
+from rich.segment import Segment
 from textual.strip import Strip
 
 PATCHED_FOR = "8.2.8"
@@ -30,30 +38,136 @@ _installed: bool | None = None
 _lock = threading.Lock()
 
 
+Shadow = dict[int, dict[int, tuple[int, list[Segment]]]]
+"""Row -> start of a chop -> (its end, the segments on the screen there)."""
+_shadows: weakref.WeakKeyDictionary[Console, Shadow] = weakref.WeakKeyDictionary()
+
+
+def shadow_of(console: Console) -> Shadow:
+    """The strips last written to ``console``'s screen by partial updates."""
+    shadow = _shadows.get(console)
+    if shadow is None:
+        shadow = _shadows[console] = {}
+    return shadow
+
+
+MERGE_GAP = 6
+"""Changed runs this close are sent as one: a cursor move costs about as many bytes as the cells between."""
+
+
+def _text_diff(a: str, b: str) -> tuple[int, int]:
+    """[first, last + 1) of the characters where two equally long strings differ (they do differ)."""
+    lo = 0
+    while a[lo] == b[lo]:
+        lo += 1
+    hi = len(a)
+    while a[hi - 1] == b[hi - 1]:
+        hi -= 1
+    return lo, hi
+
+
+def changed_runs(old: list[Segment], new: list[Segment]) -> list[tuple[int, int]]:
+    """Cell ranges [start, end) of ``new`` that differ from ``old`` (a strip of the same width), in order; empty when
+    they are equal. Segments that start at the same cell are compared one by one (and a same-style, same-length
+    narrow text character by character); from the first place the two are cut differently, the rest up to the last
+    differing segment from the end is one run."""
+    if old == new:
+        return []
+    runs: list[tuple[int, int]] = []
+    pos = 0
+    n = min(len(old), len(new))
+    i = 0
+    while i < n:
+        a, b = old[i], new[i]
+        width = cell_len(b.text)
+        if a == b:
+            pos += width
+            i += 1
+            continue
+        if a.style != b.style or a.control != b.control or cell_len(a.text) != width:
+            if cell_len(a.text) != width:
+                break  # cut differently from here on
+            runs.append((pos, pos + width))
+        elif len(a.text) == len(b.text) == width:
+            lo, hi = _text_diff(a.text, b.text)  # narrow text: a character is a cell
+            runs.append((pos + lo, pos + hi))
+        else:
+            runs.append((pos, pos + width))
+        pos += width
+        i += 1
+    else:
+        if len(old) == len(new):
+            return _merged(runs)
+    # The tails are cut differently: one run from here to the last differing segment from the end.
+    j = 0
+    while j < min(len(old), len(new)) - i and old[-1 - j] == new[-1 - j]:
+        j += 1
+    end = pos + sum(cell_len(seg.text) for seg in new[i : len(new) - j])
+    if end > pos:
+        runs.append((pos, end))
+    return _merged(runs)
+
+
+def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in runs:
+        if out and start - out[-1][1] <= MERGE_GAP:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
 def render_segments(self: Any, console: Console) -> str:
-    """``ChopsUpdate.render_segments`` with each strip cropped to the dirty span on both sides."""
+    """``ChopsUpdate.render_segments`` sending, of each chop a dirty span touches, only what differs from what the
+    shadow says is on the screen (the whole chop where the shadow does not know it)."""
     sequences: list[str] = []
     append = sequences.append
     chops = self.chops
     chop_ends = self.chop_ends
-    last_y = self.spans[-1][0]
+    shadow = shadow_of(console)
+    done: set[tuple[int, int]] = set()
     for y, x1, x2 in self.spans:
         line = chops[y]
         ends = chop_ends[y]
+        row = shadow.setdefault(y, {})
         for end, (x, strip) in zip(ends, line.items(), strict=False):
-            if strip is None or x > x2 or end <= x1:
+            if strip is None or x > x2 or end <= x1 or (y, x) in done:
                 continue
-            start = max(x, x1)
-            stop = min(end, x2)
-            # Control.move_to(start, y) writes this; building the Control object cost a tenth of an idle dashboard.
-            append(f"\x1b[{y + 1};{start + 1}H")
-            if start != x or stop != end:
-                append(render_cells(strip, start - x, stop - x, console))
-            else:
-                append(strip.render(console))
-        if y != last_y:
-            append("\n")
+            done.add((y, x))  # several spans of one line may touch one chop: it is compared and written once
+            segments = list(strip)
+            old = row.get(x)
+            runs = [(0, end - x)]
+            if old is not None and old[0] == end:
+                # The chop is this widget's current rendering of the line: cells of it outside the dirty span are
+                # sent too when they changed (the widget refreshes them later anyway), so the shadow stays exact.
+                runs = changed_runs(old[1], segments)
+                if not runs:
+                    continue  # the screen shows this already
+            start, stop = x + runs[0][0], x + runs[-1][1]
+            # What this writes covers whatever another chop (a toast, a dialog since gone) left at these cells.
+            for other in [o for o, (o_end, _) in row.items() if o < stop and o_end > start and o != x]:
+                del row[other]
+            row[x] = (end, segments)
+            for run_start, run_stop in runs:
+                # Control.move_to(x, y) writes this; building the Control object cost a tenth of an idle dashboard.
+                append(f"\x1b[{y + 1};{x + run_start + 1}H")
+                if run_start or run_stop != end - x:
+                    append(render_cells(strip, run_start, run_stop, console))
+                else:
+                    append(strip.render(console))
     return "".join(sequences)
+
+
+def _full_repaint(original: Any) -> Any:
+    """A full-repaint ``render_segments`` that empties the console's shadow first."""
+
+    def render_segments(self: Any, console: Console) -> str:
+        shadow_of(console).clear()
+        return str(original(self, console))
+
+    render_segments.__wrapped__ = original  # type: ignore[attr-defined]
+    return render_segments
 
 
 def render_cells(strip: Strip, start: int, end: int, console: Console) -> str:
@@ -97,8 +211,11 @@ def install() -> bool:
                     from textual import _compositor
 
                     chops = _compositor.ChopsUpdate
+                    full = (_compositor.LayoutUpdate, _compositor.InlineUpdate)
                     _ORIGINAL = chops.render_segments
                     chops.render_segments = render_segments  # type: ignore[method-assign]
+                    for cls in full:
+                        cls.render_segments = _full_repaint(cls.render_segments)  # type: ignore[method-assign]
                     _installed = True
                 except (ImportError, AttributeError):
                     _installed = False  # Textual moved it: its own (uncropped) path stays

@@ -67,14 +67,82 @@ def test_partial_update_is_cropped_to_the_changed_cells() -> None:
     assert "TODO: crop to x extents" in inspect.getsource(_compositor.ChopsUpdate), (
         f"{WHY}: Textual's partial update changed; tui/tty_crop.py may be unneeded or wrong"
     )
-    strip = Strip([Segment("0123456789")])
+    strip = Strip([Segment("0123"), Segment("456"), Segment("789")])
     update = _compositor.ChopsUpdate([{0: strip}], [(0, 4, 7)], [[10]])
     console = Console(width=20, legacy_windows=False, force_terminal=True, color_system=None)
     textual_out = tty_crop.original()(update, console)
     assert textual_out.endswith("0123456")  # Textual's own: from the strip's start up to the span's end
-    assert tty_crop.render_segments(update, console) == "\x1b[1;5H456"  # the changed cells only
+    # First sight of the chop: all of it (then the shadow knows the line); after that, the changed cells only.
+    assert tty_crop.render_segments(update, console) == "\x1b[1;1H0123456789"
+    strip = Strip([Segment("0123"), Segment("ABC"), Segment("789")])
+    update = _compositor.ChopsUpdate([{0: strip}], [(0, 4, 7)], [[10]])
+    assert tty_crop.render_segments(update, console) == "\x1b[1;5HABC"
     assert tty_crop.install()
     assert _compositor.ChopsUpdate.render_segments is tty_crop.render_segments
+
+
+def test_unchanged_cells_are_not_sent_again() -> None:
+    # The shadow: a line that comes out the same is not written again; a changed one from its first changed segment
+    # to its last; a full repaint empties it, so the next partial update writes everything it covers.
+    tty_crop.install()
+    console = Console(width=20, legacy_windows=False, force_terminal=True, color_system=None)
+
+    def chops(*segments: str) -> Any:
+        strip = Strip([Segment(text) for text in segments])
+        return _compositor.ChopsUpdate([{0: strip}], [(0, 0, 12)], [[12]])
+
+    assert chops("GPU ", "0.0%", " idle").render_segments(console) == "\x1b[1;1HGPU 0.0% idle"
+    assert chops("GPU ", "0.0%", " idle").render_segments(console) == ""  # the same line: nothing
+    assert chops("GPU ", "7.5%", " idle").render_segments(console) == "\x1b[1;5H7.5"  # the changed cells only
+    assert tty_crop.changed_runs([Segment("ab"), Segment("cd")], [Segment("ab"), Segment("cd")]) == []
+    assert tty_crop.changed_runs([Segment("ab"), Segment("cd")], [Segment("xb"), Segment("cd")]) == [(0, 1)]
+    full = _compositor.LayoutUpdate([[Strip([Segment("GPU 7.5% idle")])]], _compositor.Region(0, 0, 12, 1))
+    full.render_segments(console)
+    assert not tty_crop.shadow_of(console)
+    assert chops("GPU ", "7.5%", " idle").render_segments(console) == "\x1b[1;1HGPU 7.5% idle"
+    other = Console(width=20, legacy_windows=False, force_terminal=True, color_system=None)
+    assert chops("GPU ", "7.5%", " idle").render_segments(other) != ""  # one shadow per console (per app)
+
+
+def test_changed_runs_turn_the_old_line_into_the_new() -> None:
+    # Property: writing the runs of the new line over the old one gives the new line, cell for cell and style for
+    # style, for random lines of narrow and wide characters in a few styles, cut into segments at random.
+    import itertools
+    import random
+
+    from rich.style import Style
+
+    rng = random.Random(7)
+    styles = [None, Style(color="red"), Style(bold=True)]
+
+    def cells(segments: list[Segment]) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        for seg in segments:
+            for ch in seg.text:
+                out += [(ch, seg.style)] + [("", seg.style)] * (2 - 1 if ch == "界" else 0)
+        return out
+
+    def line(chars: list[tuple[str, Any]]) -> list[Segment]:
+        segments, i = [], 0
+        while i < len(chars):
+            n, style = rng.randint(1, 6), chars[i][1]
+            group = list(itertools.takewhile(lambda c, st=style: c[1] == st, chars[i : i + n]))
+            segments.append(Segment("".join(c[0] for c in group), style))
+            i += len(group)
+        return segments
+
+    for _ in range(400):
+        base = [(rng.choice("ab ▁█"), rng.choice(styles)) for _ in range(30)]
+        new_chars = [(rng.choice("ab ▁█") if rng.random() < 0.15 else c, st if rng.random() < 0.9 else rng.choice(styles)) for c, st in base]  # fmt: skip
+        if rng.random() < 0.3:
+            k = rng.randrange(0, 28)
+            new_chars[k : k + 2] = [("界", new_chars[k][1])]  # a wide character takes two cells
+        old_segs, new_segs = line(base), line(new_chars)
+        screen, want = cells(old_segs), cells(new_segs)
+        assert len(screen) == 30 and len(want) == 30
+        for start, end in tty_crop.changed_runs(old_segs, new_segs):
+            screen[start:end] = want[start:end]
+        assert screen == want, (old_segs, new_segs, tty_crop.changed_runs(old_segs, new_segs))
 
 
 def test_render_cells_is_crop_then_render() -> None:

@@ -55,8 +55,9 @@ class Tmux:
         self.run("-f", str(conf), "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
                  *(f"-e{k}={v}" for k, v in env.items()), "sh", "-c", cmd)  # fmt: skip
 
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "t").stdout
+    def screen(self, styles: bool = False) -> str:
+        """The pane's text (with ``styles``, its SGR colours and attributes too)."""
+        return self.run("capture-pane", "-p", *(["-e"] if styles else []), "-t", "t").stdout
 
     def wait_for(self, *texts: str, timeout: float = 30.0) -> str:
         deadline = time.monotonic() + timeout
@@ -220,8 +221,9 @@ def test_demo_without_numactl_runs_every_worker_unpinned(tmux: Tmux) -> None:
 
 
 def test_cropped_partial_updates_leave_the_screen_right(tmux: Tmux) -> None:
-    # tui/tty_crop.py sends only the changed cells of each update: after a minute of them, the terminal must show what
-    # a full repaint of the same (paused) frame shows.
+    # tui/tty_crop.py sends only the changed cells of each update, and nothing of a line that came out the same
+    # (its shadow of the screen): after 16 ticks of them, the terminal must show what a full repaint of the same
+    # (paused) frame shows, text and colours.
     tmux.start(200, 50)
     tmux.wait_for("GPU history", "llama-70b")
     deadline = time.monotonic() + 20
@@ -232,12 +234,12 @@ def test_cropped_partial_updates_leave_the_screen_right(tmux: Tmux) -> None:
     tmux.wait_for("refresh paused")
     tmux.wait_without("refresh paused")  # the toast's own repaints are done
     time.sleep(0.5)
-    partial = tmux.screen().splitlines()
+    partial = tmux.screen(styles=True).splitlines()
     tmux.run("resize-window", "-t", "t", "-x", "201")
     time.sleep(1.0)
     tmux.run("resize-window", "-t", "t", "-x", "200")
     time.sleep(1.5)
-    full = tmux.screen().splitlines()
+    full = tmux.screen(styles=True).splitlines()
     diff = [(i, a, b) for i, (a, b) in enumerate(zip(partial, full, strict=False)) if a != b]
     assert not diff, "\n".join(f"row {i}:\n  partial {a!r}\n  full    {b!r}" for i, a, b in diff[:6])
 
