@@ -26,7 +26,6 @@ from amdtop.supervisor.stopper import StopReport
 from tui.gate_dialog import offer_force
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
-from tui.screens.ramp import RampScreen
 from tui.screens.retune import RetuneScreen
 
 if TYPE_CHECKING:
@@ -273,6 +272,10 @@ class ControlActions:
 
             # Attached: the serve runs the ramp (it outlives this viewer); a ramp it runs or ran is shown, not redone.
             remote = RemoteRamp(self.serve_client, worker.name, tuple(worker.gpus) or None)
+        # The ramp screen loads when first opened: its chart pulls in textual-plotext and plotext (~1.6 MiB RSS) that
+        # a dashboard (the attached viewer above all) never needs until a ramp is asked for.
+        from tui.screens.ramp import RampScreen
+
         key = getattr(control, "api_key", lambda _name: None)(worker.name)  # a keyed worker answers 401 without it
         screen = RampScreen(
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
