@@ -22,7 +22,6 @@ from amdtop.ramp import RampConfig
 from amdtop.ramp.observe import observer_from_frames
 from amdtop.ramp.target import check_base_url
 from amdtop.supervisor.retune import retune_words
-from amdtop.supervisor.stopper import StopReport
 from tui.gate_dialog import offer_force
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
@@ -91,6 +90,10 @@ class ControlActions:
         except Exception as exc:  # the supervisor reports bad input and runtime failures as one line
             self.post_message(ControlDone(f"{verb} {name}: {one_line(exc)}", error=True, worker=name))
             return
+        # At use: the stopper pulls in the supervisor's process and profile modules, which a dashboard attached to a
+        # serve never runs itself.
+        from amdtop.supervisor.stopper import StopReport
+
         if isinstance(result, StopReport):
             text = result.message
         elif isinstance(result, WorkerStatus):
