@@ -22,11 +22,9 @@ from amdtop.ramp import RampConfig
 from amdtop.ramp.observe import observer_from_frames
 from amdtop.ramp.target import check_base_url
 from amdtop.supervisor.retune import retune_words
-from amdtop.supervisor.stopper import StopReport
 from tui.gate_dialog import offer_force
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
-from tui.screens.ramp import RampScreen
 from tui.screens.retune import RetuneScreen
 
 if TYPE_CHECKING:
@@ -92,6 +90,10 @@ class ControlActions:
         except Exception as exc:  # the supervisor reports bad input and runtime failures as one line
             self.post_message(ControlDone(f"{verb} {name}: {one_line(exc)}", error=True, worker=name))
             return
+        # At use: the stopper pulls in the supervisor's process and profile modules, which a dashboard attached to a
+        # serve never runs itself.
+        from amdtop.supervisor.stopper import StopReport
+
         if isinstance(result, StopReport):
             text = result.message
         elif isinstance(result, WorkerStatus):
@@ -273,6 +275,10 @@ class ControlActions:
 
             # Attached: the serve runs the ramp (it outlives this viewer); a ramp it runs or ran is shown, not redone.
             remote = RemoteRamp(self.serve_client, worker.name, tuple(worker.gpus) or None)
+        # The ramp screen loads when first opened: its chart pulls in textual-plotext and plotext (~1.6 MiB RSS) that
+        # a dashboard (the attached viewer above all) never needs until a ramp is asked for.
+        from tui.screens.ramp import RampScreen
+
         key = getattr(control, "api_key", lambda _name: None)(worker.name)  # a keyed worker answers 401 without it
         screen = RampScreen(
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,

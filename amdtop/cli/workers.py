@@ -7,7 +7,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amdtop.audit.context import AuditContext, target_of
 from amdtop.audit.gate import LaunchGate
@@ -18,11 +18,14 @@ from amdtop.errors import AmdtopError, InputError, NoGpuFound
 from amdtop.health.stall import health_json
 from amdtop.model import NodeSnapshot, Topology, WorkerStatus
 from amdtop.runtime import node as runtime_node
-from amdtop.supervisor import StopReport, Supervisor
 from amdtop.supervisor.retune import parse_changes
 from amdtop.telemetry import open_backend
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
+
+if TYPE_CHECKING:
+    # Annotations only: the supervisor loads when a command opens one (amdtop.runtime.node), not with the parser.
+    from amdtop.supervisor import StopReport, Supervisor
 
 MAX_SECONDS = 7 * 24 * 3600.0
 """Longest --grace/--timeout taken: a week; more is a typo that would leave a stop hanging."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING
 
 from amdtop.gpuprocs.report import memory_series
 from amdtop.model import Flag, FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.pipeline.frame import NodeFrame, TpGroup
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 MB = 1024 * 1024  # the AMD exporter's "MB" is amdsmi's MiB
 GPU_LABELS = ("gpu_id", "hostname", "card_model", "serial_number")
@@ -157,6 +159,10 @@ class _Builder:
         self._samples.setdefault(name, []).append((labels, float(value)))
 
     def families(self) -> Iterator[Metric]:
+        # Imported at use: the dashboard (the attached viewer above all) imports the exporter for its ``x`` toggle
+        # but rarely serves; prometheus_client costs ~3 MiB RSS.
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         for name, samples in self._samples.items():
             spec = FAMILIES[name]
             text = f"{spec.help} ({spec.unit})"

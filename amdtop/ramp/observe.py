@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import httpx
 import psutil
 
 from amdtop.pipeline.frame import NodeFrame
@@ -111,6 +110,8 @@ def listener_pids(port: int) -> list[int]:
 
 def url_port(url: str) -> int | None:
     """The port of a local ``url`` (loopback or this host's name), ``None`` for a remote endpoint."""
+    import httpx  # at use: the attached viewer imports this module but never calls it (httpx costs 4.4 MiB RSS)
+
     parsed = httpx.URL(url)
     if parsed.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and parsed.host != _hostname():
         return None

@@ -8,22 +8,20 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from amdtop.errors import InputError, os_reason
 from amdtop.ramp.cause import explain
-from amdtop.ramp.client import LoadSpec, run_step
 from amdtop.ramp.goodput import goodput_keys
 from amdtop.ramp.knee import default_concurrencies, find_knee, refinement_points
 from amdtop.ramp.limits import check_concurrency, fallback_dir
 from amdtop.ramp.observe import NodeObserver, WorkerPids, default_worker_pids
-from amdtop.ramp.prompts import build_prompts, discover
-from amdtop.ramp.recorder import recorded_step
 from amdtop.ramp.results import RampResult, save
 from amdtop.secrets import mask_url
 from amdtop.supervisor.metrics import bearer
+
+if TYPE_CHECKING:
+    from amdtop.ramp.client import LoadSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +134,13 @@ class Ramp:
 
     async def run(self) -> RampResult:
         """Discover, build prompts, run every step; returns the result (also saved after each step)."""
+        # The load generator is imported when a ramp runs: the attached viewer and every other command import this
+        # module (for RampConfig) but never run a ramp in-process, and httpx alone costs 4.4 MiB RSS.
+        import httpx
+
+        from amdtop.ramp.client import LoadSpec
+        from amdtop.ramp.prompts import build_prompts, discover
+
         cfg = self.cfg
         url = cfg.url.rstrip("/")
         self.status = "discovering"
@@ -173,6 +178,9 @@ class Ramp:
         return self.result
 
     async def _step(self, spec: LoadSpec, conc: int, warm: float, done: list[int], *, refined: bool) -> bool:
+        from amdtop.ramp.client import run_step  # imported by run() already; lazy for the reason given there
+        from amdtop.ramp.recorder import recorded_step
+
         cfg = self.cfg
         if self._stopped():
             self.result.aborted = "stopped by user" if self._stop.is_set() else "worker died"

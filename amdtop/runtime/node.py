@@ -13,6 +13,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from amdtop.audit.auditor import Auditor, profile_lookup
 from amdtop.cli.common import config_path, open_from_args, state_dir
@@ -21,11 +22,13 @@ from amdtop.errors import NoGpuFound
 from amdtop.model import Topology
 from amdtop.pipeline.producer import NodePipeline
 from amdtop.runtime.loop import NodeRuntime
-from amdtop.supervisor.core import Supervisor
-from amdtop.supervisor.owner import SupervisorOwner
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import TP_WINDOW_S
+
+if TYPE_CHECKING:
+    from amdtop.supervisor.core import Supervisor
+    from amdtop.supervisor.owner import SupervisorOwner
 
 NO_GPU_BANNER = "No GPU found — showing a simulated 8x MI300X node (--demo)"
 
@@ -43,6 +46,10 @@ def open_supervisor(
     The vendor (which visibility variable a launch sets) is the GPUs', else the backend's; ``lenient`` keeps a bad
     profile file from stopping status/stop/restart of a running worker (``amdtop workers``).
     """
+    # The supervisor (tomlkit, its HTTP probe, the process scans) loads when one is opened: every command and the
+    # attached viewer import this module, and the viewer never supervises (~2.5 MiB RSS).
+    from amdtop.supervisor.core import Supervisor
+
     if topology.gpus:
         vendor = topology.gpus[0].vendor
     else:
@@ -128,6 +135,8 @@ def open_node(
             note = demo_pinning_note([sup.profile(n) for n in sup.names()], sup.topology, os.environ)
             if note:
                 notes.append(note)
+        from amdtop.supervisor.owner import SupervisorOwner  # lazy: see open_supervisor
+
         control = SupervisorOwner(sup) if sup is not None else None
         pipeline = NodePipeline(
             backend,

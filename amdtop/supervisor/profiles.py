@@ -11,10 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
-
-import tomlkit
-from tomlkit.exceptions import TOMLKitError
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from amdtop.cpulist import format_cpulist
 from amdtop.errors import InputError
@@ -24,6 +21,9 @@ from amdtop.model import Topology
 from amdtop.supervisor.parallel_args import check_parallel_args
 from amdtop.supervisor.retune import check_arg_value
 from amdtop.vllm_numa import uses_vllm_numa_binding
+
+if TYPE_CHECKING:
+    import tomlkit
 
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
 """A ``vllm serve`` flag value: scalar, ``true`` (bare flag) or a list (repeated values)."""
@@ -192,6 +192,11 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
 
 def parse_document(text: str, source: str = "config") -> tomlkit.TOMLDocument:
     """Parse TOML text into a tomlkit document (keeps comments and order)."""
+    # tomlkit loads when a profile file is read: the dashboard and the CLI import this module through the
+    # supervisor's light parts, and the attached viewer reads no profile file (~0.6 MiB RSS).
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
     try:
         return tomlkit.parse(text)
     except TOMLKitError as exc:
@@ -216,6 +221,8 @@ def profiles_from_document(doc: tomlkit.TOMLDocument, source: str = "config") ->
 def load_profiles(path: Path) -> tuple[tomlkit.TOMLDocument, list[Profile]]:
     """Read ``path``; a missing file is an empty profile list."""
     if not path.exists():
+        import tomlkit  # lazy: see parse_document
+
         return tomlkit.document(), []
     try:
         text = path.read_text()
@@ -239,6 +246,8 @@ def load_profiles_lenient(path: Path) -> tuple[tomlkit.TOMLDocument, list[Profil
     try:
         doc = parse_document(path.read_text(), str(path))
     except (OSError, InputError, UnicodeDecodeError):
+        import tomlkit  # lazy: see parse_document
+
         return tomlkit.document(), [], first
     workers = doc.unwrap().get("worker", [])
     good: list[Profile] = []
