@@ -15,6 +15,9 @@ widget that refreshes marks its whole region dirty, but on a 1 Hz dashboard most
 idle GPU's history, the labels, the totals). Those are not sent again, and a changed line is sent from its first
 changed segment to its last. A full repaint (``LayoutUpdate``, ``InlineUpdate``: layout, resize, a new screen, resume)
 writes every cell, so it empties the shadow.
+
+And it renders only the lines a partial update writes (``render_chops``): Textual renders every line of each widget
+inside the bounding box of all dirty regions, which for a header clock and a row at the bottom is the whole screen.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ PATCHED_FOR = "8.2.8"
 RICH_FOR = "15.0.0"
 """Rich version whose ``Console._color_system`` :func:`render_cells` reads (pinned in pyproject.toml)."""
 _ORIGINAL: Any = None
+_ORIGINALS: dict[str, Any] = {}
+"""Textual's own methods this module replaced besides ``render_segments`` (the tests compare both)."""
 _installed: bool | None = None
 _lock = threading.Lock()
 
@@ -159,6 +164,49 @@ def render_segments(self: Any, console: Console) -> str:
     return "".join(sequences)
 
 
+def render_chops(self: Any, crop: Any, is_rendered_line: Any) -> Any:
+    """``Compositor._render_chops`` rendering only the lines a partial update writes.
+
+    Textual renders every line of every widget that overlaps the bounding box of all dirty regions (a clock in the
+    header and a row at the bottom make that the whole screen), then keeps the lines of the dirty spans. Here each
+    widget renders only its runs of those lines (``render_lines`` takes any part of its region); the chops of the
+    written lines come out the same."""
+    from textual.geometry import Region
+
+    cuts = self.cuts
+    chops: list[dict[int, Any]] = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
+    crop_overlaps = crop.overlaps
+    for widget, (region, clip) in self.visible_widgets.items():
+        if not crop_overlaps(clip):
+            continue
+        render_region = region.intersection(clip)
+        rx, ry, rw, rh = render_region
+        if not (rw and rh):
+            continue
+        first_cut, last_cut = render_region.column_span
+        y = ry
+        bottom = ry + rh
+        while y < bottom:
+            if not is_rendered_line(y):
+                y += 1
+                continue
+            run_end = y + 1
+            while run_end < bottom and is_rendered_line(run_end):
+                run_end += 1
+            strips = widget.render_lines(Region(rx - region.x, y - region.y, rw, run_end - y))
+            for line_y, strip in zip(range(y, run_end), strips, strict=False):
+                chops_line = chops[line_y]
+                final_cuts = [cut for cut in cuts[line_y] if last_cut >= cut >= first_cut]
+                cut_strips = strip.divide([cut - rx for cut in final_cuts[1:]])
+                # Painting front to back: the first strip for a cut wins (as Textual's own loop).
+                get_chop = chops_line.get
+                for cut, cut_strip in zip(final_cuts, cut_strips, strict=False):
+                    if get_chop(cut) is None:
+                        chops_line[cut] = cut_strip
+            y = run_end
+    return chops
+
+
 def _full_repaint(original: Any) -> Any:
     """A full-repaint ``render_segments`` that empties the console's shadow first."""
 
@@ -212,10 +260,14 @@ def install() -> bool:
 
                     chops = _compositor.ChopsUpdate
                     full = (_compositor.LayoutUpdate, _compositor.InlineUpdate)
+                    compositor = _compositor.Compositor
+                    own_chops = compositor._render_chops
                     _ORIGINAL = chops.render_segments
                     chops.render_segments = render_segments  # type: ignore[method-assign]
                     for cls in full:
                         cls.render_segments = _full_repaint(cls.render_segments)  # type: ignore[method-assign]
+                    compositor._render_chops = render_chops  # type: ignore[method-assign]
+                    _ORIGINALS["_render_chops"] = own_chops
                     _installed = True
                 except (ImportError, AttributeError):
                     _installed = False  # Textual moved it: its own (uncropped) path stays

@@ -2,7 +2,9 @@
 
 (The tables no longer override ``DataTable`` internals: ``widgets/row_table.py`` draws through the public line API.)
 
-- ``tui/tty_crop.py``: ``ChopsUpdate.render_segments`` (partial updates cropped to the changed cells).
+- ``tui/tty_crop.py``: ``ChopsUpdate.render_segments`` (partial updates cropped to the changed cells, against a
+  shadow of the screen that ``LayoutUpdate``/``InlineUpdate.render_segments`` empty) and ``Compositor._render_chops``
+  (only the lines a partial update writes are rendered).
 - ``tui/input_driver.py``: ``LinuxDriver.run_input_thread`` (an input thread that sleeps until a key, not 10 Hz).
 """
 
@@ -143,6 +145,31 @@ def test_changed_runs_turn_the_old_line_into_the_new() -> None:
         for start, end in tty_crop.changed_runs(old_segs, new_segs):
             screen[start:end] = want[start:end]
         assert screen == want, (old_segs, new_segs, tty_crop.changed_runs(old_segs, new_segs))
+
+
+async def test_chops_of_the_written_lines_match_textuals_own() -> None:
+    # tty_crop.render_chops renders only the lines a partial update writes; those lines must come out exactly as
+    # Textual's own _render_chops makes them, on the real dashboard (every pane, borders, scrollbars, the footer).
+    from textual.geometry import Region
+
+    from tests.tui.conftest import make_app, settle
+
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        app.step(3)
+        await settle(pilot)
+        compositor = app.screen._compositor
+        own = tty_crop._ORIGINALS["_render_chops"]
+        for lines in ({0}, {0, 49}, {3, 4, 5, 30}, set(range(0, 50, 7)), set(range(50))):
+            for crop in (Region(0, 0, 200, 50), Region(10, 2, 120, 30)):
+                mine = tty_crop.render_chops(compositor, crop, lines.__contains__)
+                theirs = own(compositor, crop, lines.__contains__)
+                for y in lines:
+                    got = {x: None if s is None else list(s) for x, s in mine[y].items()}
+                    want = {x: None if s is None else list(s) for x, s in theirs[y].items()}
+                    assert got == want, (sorted(lines), crop, y)
+                    assert any(strip is not None for strip in mine[y].values())  # the line was drawn
 
 
 def test_render_cells_is_crop_then_render() -> None:
