@@ -43,25 +43,8 @@ if want viewer; then
   step viewer-idle
   viewer idle
   step load-start
-  python3 -c '
-import torch, time
-x = torch.empty(8 << 30, dtype=torch.uint8, device="cuda")
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-t = time.time()
-while time.time() - t < 400:
-    a @ a
-    torch.cuda.synchronize()
-' & LOADPID=$!
-  python3 -c '
-import torch, time
-y = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-b = torch.randn(2048, 2048, device="cuda")
-t = time.time()
-while time.time() - t < 400:
-    b @ b
-    torch.cuda.synchronize()
-    time.sleep(0.05)
-' & SECONDPID=$!
+  python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 400 & LOADPID=$!
+  python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 400 --pause 0.05 & SECONDPID=$!
   sleep 12
   step viewer-busy
   viewer busy

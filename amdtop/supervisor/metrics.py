@@ -139,26 +139,24 @@ class Prober:
             return None
         return self._meters.setdefault(name, EngineMeter()).update(got[1].decode("utf-8", "replace"))
 
-    def load(self, url: str) -> float | None:
-        """``GET /load``'s ``server_load``: requests the API server holds open (``None`` when not answered)."""
-        got = self._get(url, "/load")
+    def _json_field(self, url: str, path: str, key: str) -> object:
+        """``key`` of the JSON object ``GET path`` answers with 200; ``None`` otherwise."""
+        got = self._get(url, path)
         if got is None or got[0] != 200:
             return None
         try:
-            value = json.loads(got[1]).get("server_load")
+            return json.loads(got[1]).get(key)
         except (ValueError, AttributeError):
             return None
+
+    def load(self, url: str) -> float | None:
+        """``GET /load``'s ``server_load``: requests the API server holds open (``None`` when not answered)."""
+        value = self._json_field(url, "/load", "server_load")
         return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
     def is_sleeping(self, url: str) -> bool | None:
         """``GET /is_sleeping`` (vLLM dev mode); ``None`` when the server does not answer it (dev mode off: 404)."""
-        got = self._get(url, "/is_sleeping")
-        if got is None or got[0] != 200:
-            return None
-        try:
-            value = json.loads(got[1]).get("is_sleeping")
-        except (ValueError, AttributeError):
-            return None
+        value = self._json_field(url, "/is_sleeping", "is_sleeping")
         return value if isinstance(value, bool) else None
 
     def post(self, url: str, path: str) -> tuple[int, bytes] | None:
