@@ -6,8 +6,11 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from amdtop.errors import InputError
@@ -141,3 +144,22 @@ def print_json(doc: Any) -> None:
     """Write one JSON document to stdout (and nothing else)."""
     json.dump(doc, sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+def wait_until_stopped(*, ignore_hangup: bool = False) -> None:
+    """Block until SIGINT or SIGTERM (Ctrl-C, systemd's stop), then put the previous handlers back; with
+    ``ignore_hangup`` a closed terminal (SIGHUP) is ignored meanwhile."""
+    done = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if ignore_hangup:
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

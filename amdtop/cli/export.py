@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
-from types import FrameType
 from typing import Any
 
-from amdtop.cli.common import add_listen
+from amdtop.cli.common import add_listen, wait_until_stopped
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
 from amdtop.exporter.server import is_loopback
 from amdtop.runtime import open_node
@@ -40,18 +37,9 @@ def run_export(args: argparse.Namespace) -> int:
             sys.stderr.write(f"amdtop: warning: serving on {host}, not loopback: anyone who can reach it reads it\n")
         sys.stderr.write(f"amdtop: serving {node.backend.name} metrics at {exporter.url} (Ctrl-C stops)\n")
         sys.stderr.flush()
-        done = threading.Event()
-
-        def _stop(signum: int, frame: FrameType | None) -> None:
-            done.set()
-
-        old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            while not done.wait(0.5):
-                pass
+            wait_until_stopped()
         finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
             exporter.stop()
     finally:
         node.close()

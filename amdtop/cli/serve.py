@@ -4,13 +4,11 @@ in a browser: its server lives with the UI, in ``tui.web``)."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
-from types import FrameType
 from typing import Any
 
-from amdtop.cli.common import add_listen, state_dir
+from amdtop.cli.common import add_listen, state_dir, wait_until_stopped
 from amdtop.control import WorkerControl
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
 from amdtop.exporter.server import is_loopback
@@ -87,20 +85,8 @@ def run_serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"amdtop: {note}\n")
         sys.stderr.write(f"amdtop: serving {serve.path} (metrics at {exporter.url}; Ctrl-C stops)\n")
         sys.stderr.flush()
-        done = threading.Event()
-
-        def _stop(signum: int, frame: FrameType | None) -> None:
-            done.set()
-
-        old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
-        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        try:
-            while not done.wait(0.5):
-                pass
-        finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
+        wait_until_stopped(ignore_hangup=True)
     finally:
         if serve is not None:
             serve.close()
