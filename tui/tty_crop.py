@@ -31,6 +31,7 @@ from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.segment import Segment
+from textual.geometry import Region
 from textual.strip import Strip
 
 PATCHED_FOR = "8.2.8"
@@ -89,12 +90,10 @@ def changed_runs(old: list[Segment], new: list[Segment]) -> list[tuple[int, int]
             pos += width
             i += 1
             continue
-        if a.style != b.style or a.control != b.control or cell_len(a.text) != width:
-            if cell_len(a.text) != width:
-                break  # cut differently from here on
-            runs.append((pos, pos + width))
-        elif len(a.text) == len(b.text) == width:
-            lo, hi = _text_diff(a.text, b.text)  # narrow text: a character is a cell
+        if cell_len(a.text) != width:
+            break  # cut differently from here on
+        if a.style == b.style and a.control == b.control and len(a.text) == len(b.text) == width:
+            lo, hi = _text_diff(a.text, b.text)  # narrow text in one style: a character is a cell
             runs.append((pos + lo, pos + hi))
         else:
             runs.append((pos, pos + width))
@@ -171,8 +170,6 @@ def render_chops(self: Any, crop: Any, is_rendered_line: Any) -> Any:
     header and a row at the bottom make that the whole screen), then keeps the lines of the dirty spans. Here each
     widget renders only its runs of those lines (``render_lines`` takes any part of its region); the chops of the
     written lines come out the same."""
-    from textual.geometry import Region
-
     cuts = self.cuts
     chops: list[dict[int, Any]] = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
     crop_overlaps = crop.overlaps

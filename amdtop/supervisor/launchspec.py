@@ -62,6 +62,12 @@ LOAD_TRACKING = "enable-server-load-tracking"
 """vLLM's flag that makes ``GET /load`` count the requests in flight (off by default; amdtop turns it on)."""
 
 
+def tracks_load(profile: Profile) -> bool:
+    """Whether the worker runs with :data:`LOAD_TRACKING`: by default, or set true; a profile turns it off with
+    ``false`` (a vLLM before 0.8)."""
+    return profile.arg(LOAD_TRACKING) in (None, True)
+
+
 def serve_args(profile: Profile) -> list[str]:
     """``command`` + model + TP size + port + host + the profile's args (in file order)."""
     argv = [

@@ -15,7 +15,7 @@ from amdtop.procinfo import read_binding
 from amdtop.secrets import mask_log_line
 from amdtop.supervisor import procs
 from amdtop.supervisor.crashlog import RankDeath, crash_summary, rank_death
-from amdtop.supervisor.launchspec import LOAD_TRACKING
+from amdtop.supervisor.launchspec import tracks_load
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa
 from amdtop.supervisor.state import StateStore, WorkerRecord, rotate_log, tail_lines
@@ -96,7 +96,7 @@ def observe(
             if not rec.ready_seen:
                 changed["ready_seen"] = True
             engine = prober.scrape(name, rec.url)
-            if engine is not None and profile is not None and profile.arg(LOAD_TRACKING) in (None, True):
+            if engine is not None and profile is not None and tracks_load(profile):
                 # launched with --enable-server-load-tracking (launchspec): /load counts what the counters cannot
                 engine = replace(engine, requests_accepted=prober.load(rec.url))
             if _asleep(prober, rec.url, engine, profile):
