@@ -16,8 +16,9 @@ idle GPU's history, the labels, the totals). Those are not sent again, and a cha
 changed segment to its last. A full repaint (``LayoutUpdate``, ``InlineUpdate``: layout, resize, a new screen, resume)
 writes every cell, so it empties the shadow.
 
-And it renders only the lines a partial update writes (``render_chops``): Textual renders every line of each widget
-inside the bounding box of all dirty regions, which for a header clock and a row at the bottom is the whole screen.
+And it renders only the chops a partial update writes (``render_partial_update``): Textual renders every line of each
+widget inside the bounding box of all dirty regions, which for a header clock and a row at the bottom is the whole
+screen; here each widget renders only the cells of the dirty spans that no widget in front of it covers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import threading
 import weakref
 from importlib.metadata import PackageNotFoundError, version
+from itertools import pairwise
 from typing import Any
 
 from rich.cells import cell_len
@@ -163,45 +165,83 @@ def render_segments(self: Any, console: Console) -> str:
     return "".join(sequences)
 
 
-def render_chops(self: Any, crop: Any, is_rendered_line: Any) -> Any:
-    """``Compositor._render_chops`` rendering only the lines a partial update writes.
+def span_chops(self: Any, spans: list[tuple[int, int, int]]) -> list[dict[int, Any]]:
+    """The chops a partial update writes, and only those: of each line's dirty spans, each widget renders just the
+    chops it shows there that no widget in front of it filled (a screen or container behind its panes, a pane beside
+    the dirty cells, render nothing). Rendering every widget on a dirty line whole (the last session's way) made a
+    header clock's ten cells render the status bar, its container and the screen twice, and a history graph's row the
+    pane beside it: nine widget renders a tick where two are needed.
 
-    Textual renders every line of every widget that overlaps the bounding box of all dirty regions (a clock in the
-    header and a row at the bottom make that the whole screen), then keeps the lines of the dirty spans. Here each
-    widget renders only its runs of those lines (``render_lines`` takes any part of its region); the chops of the
-    written lines come out the same."""
+    A chop is written when a span touches it (``render_segments``: not ``x > x2 or end <= x1``), so those are the
+    chops rendered here, each whole, as Textual's own would have them (a test compares the two)."""
     cuts = self.cuts
     chops: list[dict[int, Any]] = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
-    crop_overlaps = crop.overlaps
+    by_line: dict[int, list[tuple[int, int]]] = {}
+    for y, x1, x2 in spans:
+        by_line.setdefault(y, []).append((x1, x2))
+    lines = sorted(by_line)
+    if not lines:
+        return chops
     for widget, (region, clip) in self.visible_widgets.items():
-        if not crop_overlaps(clip):
+        rx, ry, rw, rh = region.intersection(clip)
+        if not (rw and rh) or ry > lines[-1] or ry + rh <= lines[0]:
             continue
-        render_region = region.intersection(clip)
-        rx, ry, rw, rh = render_region
-        if not (rw and rh):
-            continue
-        first_cut, last_cut = render_region.column_span
-        y = ry
-        bottom = ry + rh
-        while y < bottom:
-            if not is_rendered_line(y):
-                y += 1
+        right = rx + rw
+        # Per dirty line of this widget: the chops [cut, end) it must fill.
+        need: dict[int, list[tuple[int, int]]] = {}
+        for y in lines:
+            if y < ry:
                 continue
-            run_end = y + 1
-            while run_end < bottom and is_rendered_line(run_end):
-                run_end += 1
-            strips = widget.render_lines(Region(rx - region.x, y - region.y, rw, run_end - y))
-            for line_y, strip in zip(range(y, run_end), strips, strict=False):
-                chops_line = chops[line_y]
-                final_cuts = [cut for cut in cuts[line_y] if last_cut >= cut >= first_cut]
-                cut_strips = strip.divide([cut - rx for cut in final_cuts[1:]])
-                # Painting front to back: the first strip for a cut wins (as Textual's own loop).
-                get_chop = chops_line.get
-                for cut, cut_strip in zip(final_cuts, cut_strips, strict=False):
-                    if get_chop(cut) is None:
-                        chops_line[cut] = cut_strip
-            y = run_end
+            if y >= ry + rh:
+                break
+            line_cuts = cuts[y]
+            chops_line = chops[y]
+            wanted = []
+            for cut, end in pairwise(line_cuts):
+                if cut < rx or end > right or chops_line[cut] is not None:
+                    continue
+                if any(not (cut > x2 or end <= x1) for x1, x2 in by_line[y]):
+                    wanted.append((cut, end))
+            if wanted:
+                need[y] = wanted
+        ys = sorted(need)
+        i = 0
+        while i < len(ys):
+            j = i + 1
+            while j < len(ys) and ys[j] == ys[j - 1] + 1:
+                j += 1
+            run = ys[i:j]
+            left = min(need[y][0][0] for y in run)
+            stop = max(need[y][-1][1] for y in run)
+            strips = widget.render_lines(Region(left - region.x, run[0] - region.y, stop - left, len(run)))
+            for y, strip in zip(run, strips, strict=False):
+                bounds = [left, *(c for c in cuts[y] if left < c < stop), stop]
+                pieces = dict(zip(bounds, strip.divide([b - left for b in bounds[1:]]), strict=False))
+                chops_line = chops[y]
+                for cut, _end in need[y]:
+                    chops_line[cut] = pieces[cut]
+            i = j
     return chops
+
+
+def render_partial_update(self: Any) -> Any:
+    """``Compositor.render_partial_update`` with the chops of :func:`span_chops`."""
+    from textual._compositor import ChopsUpdate
+
+    update_regions = self._dirty_regions.copy()
+    self._dirty_regions.clear()
+    if not update_regions:
+        return None
+    screen_region = self.size.region
+    spans = [
+        (y, x1, x2)
+        for y, x1, x2 in self._regions_to_spans(update_regions)
+        if 0 <= y < screen_region.height and x1 < screen_region.width and x2 > 0
+    ]
+    if not spans:
+        return None
+    chops = span_chops(self, spans)
+    return ChopsUpdate(chops, spans, [cut_set[1:] for cut_set in self.cuts])
 
 
 def _full_repaint(original: Any) -> Any:
@@ -258,13 +298,13 @@ def install() -> bool:
                     chops = _compositor.ChopsUpdate
                     full = (_compositor.LayoutUpdate, _compositor.InlineUpdate)
                     compositor = _compositor.Compositor
-                    own_chops = compositor._render_chops
+                    own_partial = compositor.render_partial_update
                     _ORIGINAL = chops.render_segments
                     chops.render_segments = render_segments  # type: ignore[method-assign]
                     for cls in full:
                         cls.render_segments = _full_repaint(cls.render_segments)  # type: ignore[method-assign]
-                    compositor._render_chops = render_chops  # type: ignore[method-assign]
-                    _ORIGINALS["_render_chops"] = own_chops
+                    compositor.render_partial_update = render_partial_update  # type: ignore[method-assign]
+                    _ORIGINALS["render_partial_update"] = own_partial
                     _installed = True
                 except (ImportError, AttributeError):
                     _installed = False  # Textual moved it: its own (uncropped) path stays

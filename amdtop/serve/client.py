@@ -7,6 +7,7 @@ dashboard draws and controls the same way attached or not, and polls nothing its
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import socket
@@ -19,7 +20,15 @@ from typing import Any
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.serve.wire import WIRE_VERSION, WireError, check_version, read_message, send_message, socket_path
+from amdtop.serve.wire import (
+    WIRE_VERSION,
+    WireError,
+    apply_history_delta,
+    check_version,
+    read_message,
+    send_message,
+    socket_path,
+)
 
 FrameSubscriber = Callable[[NodeFrame], None]
 ErrorSubscriber = Callable[[str], None]
@@ -58,6 +67,8 @@ class ServeClient:
         self.interval = float(hello["interval"])
         self.frame: NodeFrame | None = None
         self.frames = 0
+        self.moved_on = 0
+        """Frames rebuilt from the last one and a history delta (the rest came whole)."""
         self.gone: str | None = None
         """Why the connection ended (``None`` while attached)."""
         self._ids = itertools.count(1)
@@ -83,6 +94,8 @@ class ServeClient:
                 kind = msg.get("type")
                 if kind == "frame":
                     frame = msg["frame"]
+                    if "history_delta" in msg:
+                        frame = self._moved_on(frame, msg)
                     self.frame = frame
                     self.frames += 1
                     self._first.set()
@@ -115,6 +128,15 @@ class ServeClient:
             reason = f"serve connection lost ({exc})"
         finally:
             self._ended(reason)
+
+    def _moved_on(self, frame: NodeFrame, msg: dict[str, Any]) -> NodeFrame:
+        """A frame sent without its history: the last frame's history moved on by the points the message brings."""
+        last = self.frame
+        if last is None or last.tick != msg.get("base_tick"):
+            have = None if last is None else last.tick
+            raise WireError(f"frame {frame.tick} follows tick {msg.get('base_tick')}, this viewer holds {have}")
+        self.moved_on += 1
+        return dataclasses.replace(frame, history=apply_history_delta(last.history, msg["history_delta"]))
 
     def _ended(self, reason: str) -> None:
         self.gone = f"amdtop serve (pid {self.pid}): {reason}"

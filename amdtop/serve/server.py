@@ -23,12 +23,11 @@ from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
 from amdtop.serve.history import HourHistory
 from amdtop.serve.ramps import ServeRamps
-from amdtop.serve.viewers import ViewerLink
+from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import (
     WIRE_VERSION,
     WireError,
     check_version,
-    encode,
     peer_uid,
     read_message,
     send_message,
@@ -50,6 +49,8 @@ class Serve:
         self.readonly = readonly
         self.notes = list(notes or node.notes)
         self.history = HourHistory(node.runtime.interval)
+        self._previous: NodeFrame | None = None
+        """The last frame published (the runtime's thread only): what the next frame's history moved on from."""
         self.ramps = ServeRamps(self.state_dir, node.runtime.latest, self._publish_ramp)
         self._viewers: list[ViewerLink] = []
         self._lock = threading.Lock()
@@ -115,7 +116,7 @@ class Serve:
             # The newest frame (with its history) and every ramp first: the viewer draws at once.
             frame = self.node.runtime.frame
             if frame is not None:
-                link.offer_frame(encode({"type": "frame", "frame": frame}))
+                link.offer_frame(FramePacket(frame))
             for worker, doc, status, running in self.ramps.documents():
                 link.send({"type": "ramp", "worker": worker, "doc": doc, "status": status, "running": running})
             with self._lock:
@@ -217,13 +218,14 @@ class Serve:
     # -- publishing ------------------------------------------------------------------------------------------------
     def _on_frame(self, frame: NodeFrame) -> None:
         self.history.add(frame)
+        previous, self._previous = self._previous, frame
         with self._lock:
             viewers = list(self._viewers)
         if not viewers:
             return
-        data = encode({"type": "frame", "frame": frame})  # pickled once, the same bytes to every viewer
+        packet = FramePacket(frame, previous)  # pickled once per form, the same bytes to every viewer
         for v in viewers:
-            v.offer_frame(data)
+            v.offer_frame(packet)
 
     def _on_error(self, text: str) -> None:
         self._broadcast({"type": "poll_error", "text": text})

@@ -7,14 +7,53 @@ control requests and ramp updates are few and never dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 from collections import deque
 
-from amdtop.serve.wire import encode
+from amdtop.pipeline.frame import NodeFrame
+from amdtop.serve.wire import encode, history_delta
 
 QUEUE_FRAMES = 4
 """Frames held for one viewer; older ones are dropped for a slow viewer (a newer frame supersedes them)."""
+
+
+class FramePacket:
+    """One frame as it goes to the viewers: whole, or (for a viewer whose last frame was the one before it, and where
+    the history only moved on by a point) without its history plus that point (:func:`~amdtop.serve.wire.
+    history_delta`). Each form is pickled once, when the first viewer needs it, and the same bytes go to every
+    viewer that gets that form."""
+
+    def __init__(self, frame: NodeFrame, previous: NodeFrame | None = None) -> None:
+        self.frame = frame
+        self.base = previous
+        self._delta = None if previous is None else history_delta(previous.history, frame.history)
+        self._lock = threading.Lock()
+        self._whole: bytes | None = None
+        self._moved: bytes | None = None
+
+    def whole(self) -> bytes:
+        with self._lock:
+            if self._whole is None:
+                self._whole = encode({"type": "frame", "frame": self.frame})
+            return self._whole
+
+    def after(self, last: NodeFrame | None) -> bytes:
+        """The bytes for a viewer whose last frame was ``last``."""
+        if self._delta is None or last is None or last is not self.base:
+            return self.whole()
+        with self._lock:
+            if self._moved is None:
+                self._moved = encode(
+                    {
+                        "type": "frame",
+                        "frame": dataclasses.replace(self.frame, history=()),
+                        "history_delta": self._delta,
+                        "base_tick": last.tick,
+                    }
+                )
+            return self._moved
 
 
 class ViewerLink:
@@ -27,7 +66,9 @@ class ViewerLink:
         self.dropped = 0
         """Frames dropped because the viewer read too slowly."""
         self.sent = 0
-        self._frames: deque[bytes] = deque(maxlen=QUEUE_FRAMES)
+        self._frames: deque[FramePacket] = deque(maxlen=QUEUE_FRAMES)
+        self._last: NodeFrame | None = None
+        """The frame this viewer got last (the writer thread's own)."""
         self._other: deque[bytes] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -41,14 +82,14 @@ class ViewerLink:
     def closed(self) -> bool:
         return self._closed
 
-    def offer_frame(self, data: bytes) -> None:
-        """Queue an encoded frame (the oldest queued one is dropped when the queue is full)."""
+    def offer_frame(self, packet: FramePacket) -> None:
+        """Queue a frame (the oldest queued one is dropped when the queue is full)."""
         with self._cond:
             if self._closed:
                 return
             if len(self._frames) == self._frames.maxlen:
                 self.dropped += 1
-            self._frames.append(data)
+            self._frames.append(packet)
             self._cond.notify()
 
     def send(self, message: dict[str, object]) -> None:
@@ -67,8 +108,12 @@ class ViewerLink:
                     self._cond.wait()
                 if self._closed:
                     return
-                data = self._other.popleft() if self._other else self._frames.popleft()
+                packet = None if self._other else self._frames.popleft()
+                data = self._other.popleft() if packet is None else b""
             try:
+                if packet is not None:
+                    data = packet.after(self._last)
+                    self._last = packet.frame
                 self.sock.sendall(data)
                 self.sent += 1
             except OSError:

@@ -4,6 +4,12 @@ Each message is a 4-byte big-endian length and a pickled dict. Pickle runs code 
 only because the socket is the owner's alone: the file is mode 0600 in a 0700 state dir and the serve checks every
 peer's uid with SO_PEERCRED, so whoever can send us a pickle could run that code as us anyway. Frames are pickled
 once per tick and the same bytes go to every viewer.
+
+A frame's history (a few minutes of every GPU's samples) is most of its bytes and most of a viewer's unpickling, yet
+from one tick to the next it moves on by one point. So a viewer that holds the previous tick gets the frame without
+its history and the newest point of each series (:func:`history_delta`), and rebuilds the same history
+(:func:`apply_history_delta`); a viewer that missed a tick (a slow one whose queue dropped frames, or one that just
+connected) gets the whole frame.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError
+from amdtop.pipeline.frame import GpuHistory
 
-WIRE_VERSION = "0.1"
+WIRE_VERSION = "0.2"
 """Bumped whenever a message or the frame's shape changes: a viewer and a serve of different versions refuse."""
 SOCKET_NAME = "serve.sock"
 MAX_MESSAGE = 64 << 20
@@ -70,6 +77,54 @@ def read_message(sock: socket.socket) -> dict[str, Any]:
 def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
     """Send one message (blocks until written)."""
     sock.sendall(encode(message))
+
+
+HistoryDelta = tuple[tuple[int, int, float | None, float | None, float | None], ...]
+"""Per GPU in frame order: (index, points in each series now, newest util %, VRAM %, power W)."""
+
+
+def history_delta(old: tuple[GpuHistory, ...], new: tuple[GpuHistory, ...]) -> HistoryDelta | None:
+    """``new`` as ``old`` moved on by one point per series; ``None`` where it is not (GPUs changed, a series was
+    reset): then only the whole history says what ``new`` is."""
+    if len(old) != len(new):
+        return None
+    out = []
+    for was, now in zip(old, new, strict=True):
+        size = len(now.util_pct)
+        held = len(was.util_pct)
+        keep = size - 1
+        if was.index != now.index or not 0 <= keep <= held:
+            return None
+        if not (len(now.vram_pct) == len(now.power_w) == size and len(was.vram_pct) == len(was.power_w) == held):
+            return None
+        start = held - keep
+        # Equal tuples: the points are the same objects (the pipeline's deque), so a NaN compares equal too.
+        for a, b in ((was.util_pct, now.util_pct), (was.vram_pct, now.vram_pct), (was.power_w, now.power_w)):
+            if a[start:] != b[:keep]:
+                return None
+        out.append((now.index, size, now.util_pct[-1], now.vram_pct[-1], now.power_w[-1]))
+    return tuple(out)
+
+
+def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tuple[GpuHistory, ...]:
+    """The history :func:`history_delta` was taken from (WireError when ``old`` is not the history it moved on
+    from: a broken stream, never a slow viewer, which gets whole frames)."""
+    if len(old) != len(delta):
+        raise WireError(f"history delta for {len(delta)} GPUs against {len(old)}")
+    out = []
+    for was, (index, size, util, vram, power) in zip(old, delta, strict=True):
+        start = len(was.util_pct) - (size - 1)
+        if was.index != index or size < 1 or start < 0:
+            raise WireError(f"history delta of GPU {index} ({size} points) does not follow the last frame")
+        out.append(
+            GpuHistory(
+                index,
+                (*was.util_pct[start:], util),
+                (*was.vram_pct[start:], vram),
+                (*was.power_w[start:], power),
+            )
+        )
+    return tuple(out)
 
 
 def check_version(theirs: object, *, serve_side: bool) -> None:

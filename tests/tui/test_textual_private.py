@@ -3,8 +3,8 @@
 (The tables no longer override ``DataTable`` internals: ``widgets/row_table.py`` draws through the public line API.)
 
 - ``tui/tty_crop.py``: ``ChopsUpdate.render_segments`` (partial updates cropped to the changed cells, against a
-  shadow of the screen that ``LayoutUpdate``/``InlineUpdate.render_segments`` empty) and ``Compositor._render_chops``
-  (only the lines a partial update writes are rendered).
+  shadow of the screen that ``LayoutUpdate``/``InlineUpdate.render_segments`` empty) and ``Compositor.render_partial_update``
+  (only the chops a partial update writes are rendered).
 - ``tui/input_driver.py``: ``LinuxDriver.run_input_thread`` (an input thread that sleeps until a key, not 10 Hz).
 """
 
@@ -147,9 +147,10 @@ def test_changed_runs_turn_the_old_line_into_the_new() -> None:
         assert screen == want, (old_segs, new_segs, tty_crop.changed_runs(old_segs, new_segs))
 
 
-async def test_chops_of_the_written_lines_match_textuals_own() -> None:
-    # tty_crop.render_chops renders only the lines a partial update writes; those lines must come out exactly as
-    # Textual's own _render_chops makes them, on the real dashboard (every pane, borders, scrollbars, the footer).
+async def test_chops_of_the_written_spans_match_textuals_own() -> None:
+    # tty_crop.render_partial_update renders only the chops a partial update writes; each chop a dirty span touches
+    # must come out exactly as Textual's own partial update makes it, on the real dashboard (every pane, borders,
+    # scrollbars, the footer), and the spans must be Textual's.
     from textual.geometry import Region
 
     from tests.tui.conftest import make_app, settle
@@ -160,16 +161,30 @@ async def test_chops_of_the_written_lines_match_textuals_own() -> None:
         app.step(3)
         await settle(pilot)
         compositor = app.screen._compositor
-        own = tty_crop._ORIGINALS["_render_chops"]
-        for lines in ({0}, {0, 49}, {3, 4, 5, 30}, set(range(0, 50, 7)), set(range(50))):
-            for crop in (Region(0, 0, 200, 50), Region(10, 2, 120, 30)):
-                mine = tty_crop.render_chops(compositor, crop, lines.__contains__)
-                theirs = own(compositor, crop, lines.__contains__)
-                for y in lines:
-                    got = {x: None if s is None else list(s) for x, s in mine[y].items()}
-                    want = {x: None if s is None else list(s) for x, s in theirs[y].items()}
-                    assert got == want, (sorted(lines), crop, y)
-                    assert any(strip is not None for strip in mine[y].values())  # the line was drawn
+        own = tty_crop._ORIGINALS["render_partial_update"]
+        cases = [
+            [Region(190, 0, 10, 1)],  # the header clock
+            [Region(0, 0, 200, 1), Region(0, 49, 200, 1)],
+            [Region(3, 3, 40, 3), Region(120, 30, 5, 1)],
+            [Region(x, y, 7, 2) for x, y in ((0, 0), (50, 7), (100, 14), (150, 21), (193, 48))],
+            [Region(10, 2, 120, 30)],
+            [Region(0, 0, 200, 50)],
+        ]
+        for regions in cases:
+            compositor._dirty_regions.update(regions)
+            mine = tty_crop.render_partial_update(compositor)
+            compositor._dirty_regions.update(regions)
+            theirs = own(compositor)
+            assert mine.spans == theirs.spans, regions
+            written = 0
+            for y, x1, x2 in theirs.spans:
+                for end, (x, strip) in zip(theirs.chop_ends[y], theirs.chops[y].items(), strict=False):
+                    if strip is None or x > x2 or end <= x1:
+                        continue
+                    assert mine.chops[y][x] is not None, (regions, y, x)
+                    assert list(mine.chops[y][x]) == list(strip), (regions, y, x)
+                    written += 1
+            assert written >= len(theirs.spans)  # every dirty line was drawn
 
 
 def test_render_cells_is_crop_then_render() -> None:

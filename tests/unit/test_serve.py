@@ -21,12 +21,11 @@ from amdtop.runtime import open_node
 from amdtop.serve.client import ServeClient, ServeGone, attach
 from amdtop.serve.history import HourHistory
 from amdtop.serve.server import Serve, running_serve_pid
-from amdtop.serve.viewers import QUEUE_FRAMES, ViewerLink
+from amdtop.serve.viewers import QUEUE_FRAMES, FramePacket, ViewerLink
 from amdtop.serve.wire import (
     WIRE_VERSION,
     WireError,
     check_version,
-    encode,
     read_message,
     send_message,
     socket_path,
@@ -202,11 +201,18 @@ def test_serve_stopping_tells_the_viewer(serve: Serve) -> None:
     assert not serve.path.exists()
 
 
+def _big_frame() -> NodeFrame:
+    from amdtop.model import NodeSnapshot, Topology
+
+    snap = NodeSnapshot(timestamp=0.0, hostname="h" * (1 << 20), backend="sim", topology=Topology((), (), ()), gpus=())
+    return NodeFrame(snapshot=snap)
+
+
 def test_slow_viewer_drops_frames_instead_of_growing_the_queue() -> None:
     ours, theirs = socket.socketpair()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     link = ViewerLink(ours, 1, readonly=True).start()
-    big = encode({"type": "frame", "frame": b"x" * (1 << 20)})  # nobody reads `theirs`
+    big = FramePacket(_big_frame())  # nobody reads `theirs`
     for _ in range(50):
         link.offer_frame(big)
     assert len(link._frames) <= QUEUE_FRAMES

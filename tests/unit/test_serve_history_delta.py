@@ -1,0 +1,127 @@
+"""Frames on the wire without their history: a viewer rebuilds the serve's history exactly from the last frame and
+the newest points, and gets whole frames whenever it did not hold the frame before (connect, dropped frames)."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import random
+import socket
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from amdtop.model import NodeSnapshot, Topology
+from amdtop.pipeline.frame import GpuHistory, NodeFrame
+from amdtop.serve.client import ServeClient
+from amdtop.serve.server import Serve
+from amdtop.serve.viewers import FramePacket, ViewerLink
+from amdtop.serve.wire import WireError, apply_history_delta, history_delta, read_message
+from tests.unit.test_serve import _wait, serve  # noqa: F401  (the fixture)
+
+
+class Pipeline:
+    """Histories the way the pipeline keeps them: a deque per GPU and series, snapshotted as tuples each tick."""
+
+    def __init__(self, gpus: list[int], keep: int) -> None:
+        self.keep = keep
+        self.series: dict[int, tuple[deque[float | None], ...]] = {}
+        self.set_gpus(gpus)
+
+    def set_gpus(self, gpus: list[int]) -> None:
+        self.series = {g: self.series.get(g) or tuple(deque(maxlen=self.keep) for _ in range(3)) for g in gpus}
+
+    def tick(self, rng: random.Random) -> tuple[GpuHistory, ...]:
+        for parts in self.series.values():
+            for d in parts:
+                d.append(rng.choice([None, math.nan, round(rng.uniform(0, 700), 1), 0.0]))
+        return tuple(GpuHistory(g, *(tuple(d) for d in parts)) for g, parts in sorted(self.series.items()))
+
+
+def test_a_history_moved_on_by_a_point_is_rebuilt_exactly() -> None:
+    rng = random.Random(7)
+    pipe = Pipeline([0, 1, 2], keep=5)
+    old = pipe.tick(rng)
+    moved = whole = 0
+    for step in range(60):
+        if step == 20:
+            pipe.set_gpus([0, 2])  # a GPU lost: the history is no longer the last one moved on
+        if step == 40:
+            for d in pipe.series[2]:
+                d.clear()  # a GPU's series restarted (the pipeline appends to all three at once)
+        new = pipe.tick(rng)
+        delta = history_delta(old, new)
+        if delta is None:
+            whole += 1
+        else:
+            moved += 1
+            rebuilt = apply_history_delta(old, delta)
+            # Pickled like the wire does it: NaN points are new objects on the viewer, so compare as text.
+            assert repr(rebuilt) == repr(new)
+            assert pickle.dumps(rebuilt) == pickle.dumps(new)
+        old = new
+    # Only the GPU change goes whole; a restarted GPU (one point left) is a delta too, and rebuilt exactly above.
+    assert (moved, whole) == (59, 1)
+
+
+def test_a_delta_against_another_history_is_a_wire_error() -> None:
+    rng = random.Random(1)
+    pipe = Pipeline([0, 1], keep=4)
+    a = pipe.tick(rng)
+    b = pipe.tick(rng)
+    delta = history_delta(a, b)
+    assert delta is not None
+    with pytest.raises(WireError, match="history delta for 2 GPUs against 1"):
+        apply_history_delta(a[:1], delta)
+    with pytest.raises(WireError, match="does not follow the last frame"):
+        apply_history_delta((GpuHistory(5, a[0].util_pct, a[0].vram_pct, a[0].power_w), a[1]), delta)
+
+
+def _frame(tick: int, history: tuple[GpuHistory, ...]) -> NodeFrame:
+    snap = NodeSnapshot(timestamp=float(tick), hostname="h", backend="sim", topology=Topology((), (), ()), gpus=())
+    return NodeFrame(snapshot=snap, history=history, tick=tick)
+
+
+def test_a_link_sends_whole_frames_unless_its_viewer_holds_the_one_before() -> None:
+    rng = random.Random(3)
+    pipe = Pipeline([0, 1], keep=300)
+    for _ in range(100):
+        pipe.tick(rng)
+    frames = [_frame(i + 1, pipe.tick(rng)) for i in range(5)]
+    ours, theirs = socket.socketpair()
+    link = ViewerLink(ours, 1, readonly=True).start()
+    try:
+        link.offer_frame(FramePacket(frames[0]))
+        first = read_message(theirs)
+        assert repr(first["frame"]) == repr(frames[0]) and "history_delta" not in first  # NaN != NaN: as text
+        link.offer_frame(FramePacket(frames[1], frames[0]))
+        second = read_message(theirs)
+        assert second["frame"].history == () and second["base_tick"] == 1
+        assert len(pickle.dumps(second)) * 3 < len(pickle.dumps(first))  # 100 points a series against one
+        # frames[2] never reached this viewer (dropped): frames[3] moved on from it, so it goes whole.
+        link.offer_frame(FramePacket(frames[3], frames[2]))
+        third = read_message(theirs)
+        assert repr(third["frame"]) == repr(frames[3]) and "history_delta" not in third
+        link.offer_frame(FramePacket(frames[4], frames[3]))
+        assert read_message(theirs)["base_tick"] == 4
+    finally:
+        link.close()
+        theirs.close()
+
+
+def test_viewers_rebuild_the_serves_frames(serve: Serve) -> None:  # noqa: F811
+    published: dict[int, NodeFrame] = {}
+    unsubscribe = serve.node.runtime.subscribe(lambda f: published.__setitem__(f.tick, f))
+    client = ServeClient(Path(serve.state_dir))
+    got: list[NodeFrame] = []
+    try:
+        client.subscribe(got.append)
+        _wait(lambda: client.moved_on >= 5)
+        for frame in list(got):
+            if frame.tick in published:
+                assert frame == published[frame.tick]
+        assert client.moved_on >= 5 and client.frames >= client.moved_on + 1
+    finally:
+        unsubscribe()
+        client.close()
