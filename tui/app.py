@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -31,6 +32,11 @@ from tui.messages import PollFailed, SnapshotReady
 from tui.screens.audit import AuditScreen
 from tui.screens.dashboard import PANES, DashboardScreen
 from tui.screens.help import HelpScreen
+
+TTY_CHECK_S = 1.0
+"""How often a frame checks that the terminal is still there (an SSH drop: exit, not spin on a dead tty)."""
+TTY_FALLBACK_S = 10.0
+"""How often the terminal is checked when no frame comes (a poller stuck in a driver call)."""
 
 
 class AmdtopApp(ControlActions, App[int]):
@@ -111,6 +117,7 @@ class AmdtopApp(ControlActions, App[int]):
         self.state_dir = state_dir or Path(".")
         self.autopoll = autopoll
         self.watch_tty = watch_tty
+        self._tty_checked = -math.inf
         self.on_terminal_lost: Callable[[], None] | None = None
         self.exporter: Exporter | None = None
         self.exporter_listen = exporter_listen
@@ -172,8 +179,10 @@ class AmdtopApp(ControlActions, App[int]):
         if self.autopoll:
             self.runtime.start()
         if self.watch_tty:
-            # Two ioctls a second; a blocked or ignored SIGHUP must not leave us running on a dead tty.
-            self.set_interval(1.0, self._check_tty, name="tty-watch")
+            # A blocked or ignored SIGHUP must not leave us running on a dead tty. Frames check it (two ioctls, at most
+            # once a second: a timer of its own was a twentieth of an idle viewer's CPU); this slow timer covers a
+            # poller that stopped sending them.
+            self.set_interval(TTY_FALLBACK_S, self._check_tty, name="tty-watch")
 
     def on_unmount(self) -> None:
         if self._unsubscribe is not None:
@@ -201,7 +210,15 @@ class AmdtopApp(ControlActions, App[int]):
         self._show(frame)
         return frame
 
+    def _frame_checks_tty(self) -> None:
+        if self.watch_tty:
+            now = time.monotonic()
+            if now - self._tty_checked >= TTY_CHECK_S:
+                self._tty_checked = now
+                self._check_tty()
+
     def on_poll_failed(self, message: PollFailed) -> None:
+        self._frame_checks_tty()
         self.poll_error = message.error
         if self.dashboard.last_frame is not None and self.is_running:
             self._show(self.dashboard.last_frame)
@@ -209,6 +226,7 @@ class AmdtopApp(ControlActions, App[int]):
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         if not self.is_running:
             return  # shutting down: the screen stack may already be empty (self.screen would raise)
+        self._frame_checks_tty()
         if message.frame.tick and message.frame.tick <= self._drawn_tick:
             return  # drawn already (step() draws at once what it published)
         self.poll_error = None

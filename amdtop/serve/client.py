@@ -28,6 +28,7 @@ from amdtop.serve.wire import (
     read_message,
     send_message,
     socket_path,
+    with_parts_of,
 )
 
 FrameSubscriber = Callable[[NodeFrame], None]
@@ -136,6 +137,7 @@ class ServeClient:
             have = None if last is None else last.tick
             raise WireError(f"frame {frame.tick} follows tick {msg.get('base_tick')}, this viewer holds {have}")
         self.moved_on += 1
+        frame = with_parts_of(frame, last, tuple(msg.get("kept", ())))
         return dataclasses.replace(frame, history=apply_history_delta(last.history, msg["history_delta"]))
 
     def _ended(self, reason: str) -> None:

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.serve.wire import encode, history_delta
+from amdtop.serve.wire import encode, history_delta, kept_parts, without_parts
 
 QUEUE_FRAMES = 4
 """Frames held for one viewer; older ones are dropped for a slow viewer (a newer frame supersedes them)."""
@@ -22,7 +22,7 @@ QUEUE_FRAMES = 4
 class FramePacket:
     """One frame as it goes to the viewers: whole, or (for a viewer whose last frame was the one before it, and where
     the history only moved on by a point) without its history plus that point (:func:`~amdtop.serve.wire.
-    history_delta`). Each form is pickled once, when the first viewer needs it, and the same bytes go to every
+    history_delta`) and without the parts it shares with the one before (:func:`~amdtop.serve.wire.kept_parts`). Each form is pickled once, when the first viewer needs it, and the same bytes go to every
     viewer that gets that form."""
 
     def __init__(self, frame: NodeFrame, previous: NodeFrame | None = None) -> None:
@@ -45,11 +45,13 @@ class FramePacket:
             return self.whole()
         with self._lock:
             if self._moved is None:
+                kept = kept_parts(last, self.frame)
                 self._moved = encode(
                     {
                         "type": "frame",
-                        "frame": dataclasses.replace(self.frame, history=()),
+                        "frame": without_parts(dataclasses.replace(self.frame, history=()), kept),
                         "history_delta": self._delta,
+                        "kept": kept,
                         "base_tick": last.tick,
                     }
                 )

@@ -8,12 +8,14 @@ once per tick and the same bytes go to every viewer.
 A frame's history (a few minutes of every GPU's samples) is most of its bytes and most of a viewer's unpickling, yet
 from one tick to the next it moves on by one point. So a viewer that holds the previous tick gets the frame without
 its history and the newest point of each series (:func:`history_delta`), and rebuilds the same history
-(:func:`apply_history_delta`); a viewer that missed a tick (a slow one whose queue dropped frames, or one that just
-connected) gets the whole frame.
+(:func:`apply_history_delta`), and takes the parts that are the very same objects as in the last frame (the audit
+report, which rides unchanged until its next run, and the topology) from the frame it holds (:data:`KEPT_PARTS`); a
+viewer that missed a tick (a slow one whose queue dropped frames, or one that just connected) gets the whole frame.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import socket
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError
-from amdtop.pipeline.frame import GpuHistory
+from amdtop.pipeline.frame import GpuHistory, NodeFrame
 
 WIRE_VERSION = "0.2"
 """Bumped whenever a message or the frame's shape changes: a viewer and a serve of different versions refuse."""
@@ -125,6 +127,45 @@ def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tup
             )
         )
     return tuple(out)
+
+
+KEPT_PARTS = ("audit", "snapshot.topology")
+"""Frame parts a viewer takes from its last frame when the serve's are the same objects (identity, not equality:
+free to tell). The audit's report is most of what is left of an idle frame once its history goes as a delta."""
+
+
+def _part(frame: NodeFrame, path: str) -> object:
+    obj: object = frame
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _with_part(obj: Any, path: str, value: object) -> Any:
+    head, _, rest = path.partition(".")
+    inner = value if not rest else _with_part(getattr(obj, head), rest, value)
+    return dataclasses.replace(obj, **{head: inner})
+
+
+def kept_parts(previous: NodeFrame, frame: NodeFrame) -> tuple[str, ...]:
+    """The parts of :data:`KEPT_PARTS` that ``frame`` shares with ``previous``."""
+    return tuple(p for p in KEPT_PARTS if (v := _part(frame, p)) is not None and v is _part(previous, p))
+
+
+def without_parts(frame: NodeFrame, parts: tuple[str, ...]) -> NodeFrame:
+    """``frame`` with ``parts`` set to ``None`` (what goes on the wire)."""
+    for path in parts:
+        frame = _with_part(frame, path, None)
+    return frame
+
+
+def with_parts_of(frame: NodeFrame, last: NodeFrame, parts: tuple[str, ...]) -> NodeFrame:
+    """``frame`` with ``parts`` taken from ``last`` (the viewer's side of :func:`without_parts`)."""
+    for path in parts:
+        if path not in KEPT_PARTS:
+            raise WireError(f"frame part {path!r} is not one a viewer keeps")
+        frame = _with_part(frame, path, _part(last, path))
+    return frame
 
 
 def check_version(theirs: object, *, serve_side: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from typing import Any
 
 from rich.console import Console
@@ -47,6 +48,31 @@ async def test_lost_terminal_exits() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await _ready(pilot)
         app._check_tty()  # stdin under pytest is not a TTY: same as an SSH drop
+        await pilot.pause()
+    assert not app.is_running
+
+
+async def test_a_frame_checks_the_terminal_once_a_second() -> None:
+    # The tty watch rides on the frames (its own 1 s timer cost an idle viewer a twentieth of its CPU): a frame
+    # checks at most once a second, and the first frame after an SSH drop exits.
+    from tui.messages import SnapshotReady
+
+    app = make_app()
+    app.watch_tty = True
+    checks: list[float] = []
+    app._check_tty = lambda: checks.append(time.monotonic())  # type: ignore[method-assign]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _ready(pilot)
+        frame = app.step()
+        for _ in range(5):
+            app.on_snapshot_ready(SnapshotReady(frame))
+        assert len(checks) == 1
+        app._tty_checked -= 1.0  # a second later
+        app.on_snapshot_ready(SnapshotReady(frame))
+        assert len(checks) == 2
+        del app._check_tty  # the real check: stdin under pytest is not a TTY, as after an SSH drop
+        app._tty_checked -= 1.0
+        app.on_snapshot_ready(SnapshotReady(frame))
         await pilot.pause()
     assert not app.is_running
 

@@ -3,6 +3,7 @@ the newest points, and gets whole frames whenever it did not hold the frame befo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 import random
@@ -17,7 +18,15 @@ from amdtop.pipeline.frame import GpuHistory, NodeFrame
 from amdtop.serve.client import ServeClient
 from amdtop.serve.server import Serve
 from amdtop.serve.viewers import FramePacket, ViewerLink
-from amdtop.serve.wire import WireError, apply_history_delta, history_delta, read_message
+from amdtop.serve.wire import (
+    WireError,
+    apply_history_delta,
+    history_delta,
+    kept_parts,
+    read_message,
+    with_parts_of,
+    without_parts,
+)
 from tests.unit.test_serve import _wait, serve  # noqa: F401  (the fixture)
 
 
@@ -78,8 +87,26 @@ def test_a_delta_against_another_history_is_a_wire_error() -> None:
         apply_history_delta((GpuHistory(5, a[0].util_pct, a[0].vram_pct, a[0].power_w), a[1]), delta)
 
 
+TOPOLOGY = Topology((), (), ())
+
+
+def test_a_viewer_keeps_only_the_parts_the_wire_names() -> None:
+    a = _frame(1, ())
+    b = dataclasses.replace(_frame(2, ()), snapshot=dataclasses.replace(a.snapshot, timestamp=2.0))
+    assert kept_parts(a, b) == ("snapshot.topology",)
+    assert (
+        kept_parts(a, dataclasses.replace(b, snapshot=dataclasses.replace(b.snapshot, topology=Topology((), (), ()))))
+        == ()
+    )
+    sent = without_parts(b, ("snapshot.topology",))
+    assert sent.snapshot.topology is None and sent.snapshot.timestamp == 2.0
+    assert with_parts_of(sent, a, ("snapshot.topology",)) == b
+    with pytest.raises(WireError, match=r"frame part 'snapshot\.hostname' is not one a viewer keeps"):
+        with_parts_of(sent, a, ("snapshot.hostname",))
+
+
 def _frame(tick: int, history: tuple[GpuHistory, ...]) -> NodeFrame:
-    snap = NodeSnapshot(timestamp=float(tick), hostname="h", backend="sim", topology=Topology((), (), ()), gpus=())
+    snap = NodeSnapshot(timestamp=float(tick), hostname="h", backend="sim", topology=TOPOLOGY, gpus=())
     return NodeFrame(snapshot=snap, history=history, tick=tick)
 
 
@@ -98,6 +125,8 @@ def test_a_link_sends_whole_frames_unless_its_viewer_holds_the_one_before() -> N
         link.offer_frame(FramePacket(frames[1], frames[0]))
         second = read_message(theirs)
         assert second["frame"].history == () and second["base_tick"] == 1
+        # The topology is the same object in both frames: the viewer keeps its own (no audit ran: none to keep).
+        assert second["kept"] == ("snapshot.topology",) and second["frame"].snapshot.topology is None
         assert len(pickle.dumps(second)) * 3 < len(pickle.dumps(first))  # 100 points a series against one
         # frames[2] never reached this viewer (dropped): frames[3] moved on from it, so it goes whole.
         link.offer_frame(FramePacket(frames[3], frames[2]))
@@ -122,6 +151,7 @@ def test_viewers_rebuild_the_serves_frames(serve: Serve) -> None:  # noqa: F811
             if frame.tick in published:
                 assert frame == published[frame.tick]
         assert client.moved_on >= 5 and client.frames >= client.moved_on + 1
+        assert any(f.audit is not None for f in got)  # the demo's audit rides in every frame, kept or sent
     finally:
         unsubscribe()
         client.close()
