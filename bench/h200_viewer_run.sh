@@ -4,6 +4,7 @@
 # then busy with a torch job and a second CUDA process), the serve's own CPU over the same windows, frame latency with
 # 1 and 5 viewers, the process rows per tick and the live RCCL tail.
 # usage (device run, wheels in tmp/whl, baseline in tmp/base): STEPS="procs tail latency viewer" bash bench/h200_viewer_run.sh
+# (STEPS "idle" or "busy" run one half of "viewer": a 600 s device call holds one half at RUNS=3 SECS=30.)
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site tmp/whl/*.whl || exit 1
@@ -26,7 +27,7 @@ if want latency; then
   step latency
   python3 bench/serve_viewers.py --interval 0.5 --seconds ${LAT_SECS:-20} --no-tui > $OUT/serve_viewers.json 2>>$LOG; cat $OUT/serve_viewers.json >>$LOG
 fi
-if want viewer; then
+if want viewer || want idle || want busy; then
   S=/tmp/serve-state; C=/tmp/none.toml
   python3 -m amdtop serve --backend nvml --interval 1 --state-dir $S --config $C --listen 127.0.0.1:19400 >$OUT/serve.log 2>&1 &
   SERVE=$!
@@ -40,8 +41,11 @@ if want viewer; then
       --label viewer -- python3 -m tui --state-dir $S --config $C --interval 1 2>>$OUT/tui_$1.jsonl | tee $OUT/tui_$1.json | tee -a $LOG
     echo "serve CPU % over the $1 runs: $(python3 -c "import sys; print(round(100*($(ticks $SERVE)-$t0)/100/($(date +%s.%N)-$w0),3))")" | tee -a $LOG
   }
-  step viewer-idle
-  viewer idle
+  if want viewer || want idle; then
+    step viewer-idle
+    viewer idle
+  fi
+  if ! want viewer && ! want busy; then kill $SERVE; wait; step done; exit 0; fi
   step load-start
   python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 400 & LOADPID=$!
   python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 400 --pause 0.05 & SECONDPID=$!
