@@ -15,6 +15,10 @@ want() { [[ " ${STEPS:-procs latency viewer} " == *" $1 "* ]]; }
 ticks() { awk '{print $14+$15}' /proc/$1/stat; }
 step info
 { nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv; python3 -c 'import sys,textual,psutil; print(sys.version, textual.__version__, psutil.__version__)'; nproc; uptime; git log --oneline -1 2>/dev/null; } >>$LOG 2>&1
+if want pages; then
+  step pages
+  python3 bench/page_touch.py 2>&1 | tail -3 | tee -a $LOG
+fi
 if want procs; then
   step procs
   python3 bench/gpu_procs.py --procs 64 --ticks 200 --rounds 5 --json $OUT/gpu_procs.json 2>&1 | tail -6 | tee -a $LOG
@@ -31,13 +35,22 @@ if want viewer || want idle || want busy; then
   S=/tmp/serve-state; C=/tmp/none.toml
   python3 -m amdtop serve --backend nvml --interval 1 --state-dir $S --config $C --listen 127.0.0.1:19400 >$OUT/serve.log 2>&1 &
   SERVE=$!
+  PREV_PEER=()
+  if [ -d tmp/prev ]; then
+    # The previous tree (its serve and its viewer, wire versions differ) measured in the same run: new / previous.
+    (cd tmp/prev && PYTHONPATH=/tmp/site exec python3 -m amdtop serve --backend nvml --interval 1 --state-dir /tmp/prev-state \
+      --config $C --listen 127.0.0.1:19401 >$OUT/serve_prev.log 2>&1) &
+    PREVSERVE=$!
+    PREV_PEER=(--peer "env -C $PWD/tmp/prev PYTHONPATH=/tmp/site python3 -m tui --state-dir /tmp/prev-state --config $C --interval 1"
+      --peer-marker nvml --peer-label previous)
+  fi
   sleep 6
   viewer() {
     local t0; t0=$(ticks $SERVE); local w0; w0=$(date +%s.%N)
     python3 bench/tui_cpu.py --runs ${RUNS:-2} --seconds ${SECS:-20} --marker nvml --save $OUT/screens_$1 --markdown \
       --peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop \
       --peer "python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc --config $C" \
-      --peer-marker nvml --peer-label in-process \
+      --peer-marker nvml --peer-label in-process "${PREV_PEER[@]}" \
       --label viewer -- python3 -m tui --state-dir $S --config $C --interval 1 2>>$OUT/tui_$1.jsonl | tee $OUT/tui_$1.json | tee -a $LOG
     echo "serve CPU % over the $1 runs: $(python3 -c "import sys; print(round(100*($(ticks $SERVE)-$t0)/100/($(date +%s.%N)-$w0),3))")" | tee -a $LOG
   }
@@ -45,13 +58,13 @@ if want viewer || want idle || want busy; then
     step viewer-idle
     viewer idle
   fi
-  if ! want viewer && ! want busy; then kill $SERVE; wait; step done; exit 0; fi
+  if ! want viewer && ! want busy; then kill $SERVE ${PREVSERVE:-}; wait; step done; exit 0; fi
   step load-start
   python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 400 & LOADPID=$!
   python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 400 --pause 0.05 & SECONDPID=$!
   sleep 12
   step viewer-busy
   viewer busy
-  kill $LOADPID $SECONDPID $SERVE 2>/dev/null; wait
+  kill $LOADPID $SECONDPID $SERVE ${PREVSERVE:-} 2>/dev/null; wait
 fi
 step done
