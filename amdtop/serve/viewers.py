@@ -22,8 +22,8 @@ QUEUE_FRAMES = 4
 class FramePacket:
     """One frame as it goes to the viewers: whole, or (for a viewer whose last frame was the one before it, and where
     the history only moved on by a point) without its history plus that point (:func:`~amdtop.serve.wire.
-    history_delta`) and without the parts it shares with the one before (:func:`~amdtop.serve.wire.kept_parts`). Each form is pickled once, when the first viewer needs it, and the same bytes go to every
-    viewer that gets that form."""
+    history_delta`) and without the parts it shares with the one before (:func:`~amdtop.serve.wire.kept_parts`).
+    Each form is pickled once, when the first viewer needs it, and the same bytes go to every viewer that gets it."""
 
     def __init__(self, frame: NodeFrame, previous: NodeFrame | None = None) -> None:
         self.frame = frame
