@@ -35,8 +35,10 @@ if want viewer || want idle || want busy; then
   S=/tmp/serve-state; C=/tmp/none.toml
   python3 -m amdtop serve --backend nvml --interval 1 --state-dir $S --config $C --listen 127.0.0.1:19400 >$OUT/serve.log 2>&1 &
   SERVE=$!
-  PREV_PEER=()
-  if [ -d tmp/prev ]; then
+  PREV_PEER=() INPROC_PEER=(--peer "python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc --config $C"
+    --peer-marker nvml --peer-label in-process)
+  [ "${INPROC:-1}" = 0 ] && INPROC_PEER=()  # INPROC=0: viewer and nvitop only (a short device call)
+  if [ -d tmp/prev ] && [ "${PREV:-1}" != 0 ]; then
     # The previous tree (its serve and its viewer, wire versions differ) measured in the same run: new / previous.
     (cd tmp/prev && PYTHONPATH=/tmp/site exec python3 -m amdtop serve --backend nvml --interval 1 --state-dir /tmp/prev-state \
       --config $C --listen 127.0.0.1:19401 >$OUT/serve_prev.log 2>&1) &
@@ -49,8 +51,7 @@ if want viewer || want idle || want busy; then
     local t0; t0=$(ticks $SERVE); local w0; w0=$(date +%s.%N)
     python3 bench/tui_cpu.py --runs ${RUNS:-2} --seconds ${SECS:-20} --marker nvml --save $OUT/screens_$1 --markdown \
       --peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop \
-      --peer "python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc --config $C" \
-      --peer-marker nvml --peer-label in-process "${PREV_PEER[@]}" \
+      "${INPROC_PEER[@]}" "${PREV_PEER[@]}" \
       --label viewer -- python3 -m tui --state-dir $S --config $C --interval 1 2>>$OUT/tui_$1.jsonl | tee $OUT/tui_$1.json | tee -a $LOG
     echo "serve CPU % over the $1 runs: $(python3 -c "import sys; print(round(100*($(ticks $SERVE)-$t0)/100/($(date +%s.%N)-$w0),3))")" | tee -a $LOG
   }

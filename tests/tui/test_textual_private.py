@@ -257,3 +257,49 @@ async def test_input_thread_sleeps_until_a_key_and_still_times_out_a_lone_esc(mo
         driver.close()
         os.close(read_fd)
         os.close(write_fd)
+
+
+async def test_a_frame_repaints_its_panes_from_its_handler() -> None:
+    # tui/repaint.py draws the panes a frame changed right after the frame (not three message hops later): the clock
+    # and the panes go that way, and nothing is left waiting for Textual's timer. What reaches the terminal through
+    # it is checked in tmux against a full repaint (tests/tui/test_tmux.py, cropped partial updates).
+    import tui.screens.dashboard as dashboard
+    from tests.tui.conftest import make_app, settle
+    from tui import repaint
+
+    app = make_app()
+    counts: list[int] = []
+
+    def counting(screen: Any, widgets: Any) -> int:
+        counts.append(repaint.repaint_now(screen, widgets))
+        return counts[-1]
+
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.step(2)  # the first frames lay the tables out (rows arrive): Textual's own path
+        await settle(pilot)
+        dashboard.repaint_now = counting  # type: ignore[assignment]
+        try:
+            for _ in range(4):
+                app.step()
+                board = app.dashboard
+                # The clock and the history change every frame and were drawn by it (a pane refreshed later, or
+                # one that needs a layout, is left to Textual's own path).
+                drawn = [w for w in board._tick_widgets if w.id in ("clock", "pane-history")]
+                assert not any(w._repaint_required or w._repaint_regions for w in drawn)
+                await pilot.pause()
+        finally:
+            dashboard.repaint_now = repaint.repaint_now
+    assert len(counts) == 4 and min(counts) >= 2, counts  # the clock and the history at least, every frame
+
+
+def test_repaint_leaves_textuals_path_when_a_part_is_missing() -> None:
+    from tui import repaint
+
+    class Bare:
+        _repaint_required = True
+        is_attached = True
+        display = True
+
+    widget = Bare()
+    assert repaint.repaint_now(object(), [widget]) == 0
+    assert widget._repaint_required  # untouched: Textual's own idle handler still repaints it

@@ -17,6 +17,7 @@ from amdtop.pipeline import NodeFrame
 from tui import process_actions, process_view, views
 from tui.command_mode import CommandBar, run_command
 from tui.filter import FilterBar, filter_rows
+from tui.repaint import repaint_now
 from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
 from widgets.line_label import LineLabel
@@ -28,6 +29,20 @@ from widgets.workers_table import WorkersTable
 
 if TYPE_CHECKING:
     from tui.app import AmdtopApp
+
+TICK_WIDGETS = (
+    "status",
+    "clock",
+    "pane-gpus",
+    "pane-topo",
+    "pane-history",
+    "pane-groups",
+    "pane-numa",
+    "pane-workers",
+    "pane-logs",
+    "pane-procs",
+)
+"""What a frame repaints: drawn from the frame's handler when they need only a repaint (``tui.repaint``)."""
 
 PANES = (
     ("gpus", "GPUs"),
@@ -61,6 +76,7 @@ class DashboardScreen(Screen[None]):
         """Workers whose engine rows are shown (``enter`` on a worker row)."""
         self._now = 0.0
         self._composed = False
+        self._tick_widgets: tuple[Widget, ...] = ()
         self.filter_term = ""
         """``/`` filter: GPU and worker rows must mention every word of it."""
         self._gpu_rows: dict[str, tuple[object, ...]] = {}
@@ -120,6 +136,7 @@ class DashboardScreen(Screen[None]):
         # The log pane titles itself on mount; put the numbered title back.
         self.query_one("#pane-logs").border_title = "6 Logs"
         process_actions.setup_panes(self)
+        self._tick_widgets = tuple(self.query_one(f"#{name}") for name in TICK_WIDGETS)
         self._composed = True
         early, self._early = self._early, []
         for args in early:
@@ -190,6 +207,7 @@ class DashboardScreen(Screen[None]):
             if frame.logs is not None:
                 self.query_one("#pane-logs", LogTailPane).show_update(frame.logs)
             process_actions.show_frame(self, frame)
+        repaint_now(self, self._tick_widgets)
 
     def _show_gpus(self) -> None:
         self.query_one("#pane-gpus", GpuTable).show(filter_rows(self._gpu_rows, self.filter_term))
