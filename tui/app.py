@@ -180,7 +180,7 @@ class AmdtopApp(ControlActions, App[int]):
             self.runtime.start()
         if self.watch_tty:
             # A blocked or ignored SIGHUP must not leave us running on a dead tty. Frames check it (two ioctls, at most
-            # once a second: a timer of its own was a twentieth of an idle viewer's CPU); this slow timer covers a
+            # once a second: a timer of its own woke the app once more every second); this slow timer covers a
             # poller that stopped sending them.
             self.set_interval(TTY_FALLBACK_S, self._check_tty, name="tty-watch")
 

@@ -110,12 +110,12 @@ class ViewerLink:
                     self._cond.wait()
                 if self._closed:
                     return
-                packet = None if self._other else self._frames.popleft()
-                data = self._other.popleft() if packet is None else b""
+                item: bytes | FramePacket = self._other.popleft() if self._other else self._frames.popleft()
             try:
-                if packet is not None:
-                    data = packet.after(self._last)
-                    self._last = packet.frame
+                if isinstance(item, FramePacket):
+                    data, self._last = item.after(self._last), item.frame
+                else:
+                    data = item
                 self.sock.sendall(data)
                 self.sent += 1
             except OSError:

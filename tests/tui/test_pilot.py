@@ -53,7 +53,7 @@ async def test_lost_terminal_exits() -> None:
 
 
 async def test_a_frame_checks_the_terminal_once_a_second() -> None:
-    # The tty watch rides on the frames (its own 1 s timer cost an idle viewer a twentieth of its CPU): a frame
+    # The tty watch rides on the frames (its own 1 s timer woke the app once more every second): a frame
     # checks at most once a second, and the first frame after an SSH drop exits.
     from tui.messages import SnapshotReady
 
