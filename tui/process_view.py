@@ -102,10 +102,45 @@ def sort_rows(rows: list[ProcessRow], sort: str, reverse: bool) -> list[ProcessR
     return sorted(rows, key=lambda r: (text(r), r.pid), reverse=reverse)
 
 
-def process_rows(
+KIND_ORDER = {"worker": 0, "vllm": 1, "foreign": 2}
+
+
+def worker_tree(
     frame: NodeFrame, sort: str = "mem", reverse: bool = False, term: str = ""
 ) -> dict[str, tuple[object, ...]]:
-    """Per GPU in index order: its processes sorted by ``sort``, then its total row (``t-<gpu>``)."""
+    """The processes under their owner (amdtop's workers, then discovered vLLM servers, then the rest): a row per
+    owner (``o-<owner>``: its processes, GPUs, GPU memory and RSS summed) over its processes sorted by ``sort``."""
+    by_owner: dict[str, list[ProcessRow]] = {}
+    for r in frame.processes:
+        if not term.strip() or matches(r, term):
+            by_owner.setdefault(r.owner, []).append(r)
+    out: dict[str, tuple[object, ...]] = {}
+    for owner, rows in sorted(by_owner.items(), key=lambda kv: (KIND_ORDER.get(kv[1][0].owner_kind, 3), kv[0])):
+        kind = rows[0].owner_kind
+        gpus = sorted({r.gpu for r in rows})
+        held = sum(r.vram_bytes or 0 for r in rows)
+        rss = sum(r.rss_bytes or 0 for r in rows) if any(r.rss_bytes for r in rows) else None
+        out[f"o-{owner}"] = (
+            Text("▾", style="bold"), "", "", Text(owner, style=f"bold {OWNER_STYLE.get(kind, '')}"),
+            Text(size(held), style="bold"), "", "", size(rss), "",
+            Text(f"{len(rows)} proc on GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))}", style="dim"),
+        )  # fmt: skip
+        for r in sort_rows(rows, sort, reverse):
+            key = r.key
+            while key in out:
+                key += "+"
+            cells = row_cells(r)
+            out[key] = (f"└ {cells[0]}", *cells[1:])
+    return out
+
+
+def process_rows(
+    frame: NodeFrame, sort: str = "mem", reverse: bool = False, term: str = "", tree: bool = False
+) -> dict[str, tuple[object, ...]]:
+    """Per GPU in index order: its processes sorted by ``sort``, then its total row (``t-<gpu>``); with ``tree``,
+    under their owners instead (:func:`worker_tree`)."""
+    if tree:
+        return worker_tree(frame, sort, reverse, term)
     by_gpu: dict[int, list[ProcessRow]] = {}
     for r in frame.processes:
         if not term.strip() or matches(r, term):

@@ -46,6 +46,30 @@ def sweep(values: Sequence[float | None], width: int, pushes: int, top: float) -
     return "".join(cells)
 
 
+def sweep_level(values: Sequence[float | None], width: int, pushes: int, top: float, rows: int, row: int) -> str:
+    """Row ``row`` (0 the top) of a strip ``rows`` lines tall: :func:`sweep` with each column a bar of ``8 * rows``
+    eighths, so a GPU with room gets a readable chart instead of one line of blocks."""
+    if rows == 1:
+        return sweep(values, width, pushes, top)
+    cells = [" "] * width
+    kept = list(islice(values, max(0, len(values) - (width - 1)), None)) if width > 1 else []
+    first = pushes - len(kept)
+    floor = (rows - 1 - row) * 8  # eighths below this row
+    for offset, value in enumerate(kept):
+        if value is None:
+            continue
+        eighths = max(1, min(8 * rows, int(value / top * 8 * rows + 0.5))) if value > 0 else 0
+        here = eighths - floor
+        if here > 0:
+            cells[(first + offset) % width] = "█" if here >= 8 else SPARK[here - 1]
+    return "".join(cells)
+
+
+def rows_per_gpu(gpus: int) -> int:
+    """Most lines a GPU's strips may take: few GPUs get taller charts (one GPU: six lines), eight get one each."""
+    return max(1, min(6, 12 // max(1, gpus)))
+
+
 def _ago(seconds: float) -> str:
     return f"-{seconds / 60:.0f}m" if seconds >= 120 else f"-{seconds:.0f}s"
 
@@ -106,7 +130,7 @@ class GpuHistory(Widget):
             return
         width = self.strip_width()
         head = (self._pushes - 1) % width
-        rows = len(self._gpus)
+        rows = len(self._gpus) * self.rows
         left, top = 0, 1  # content coordinates (Textual adds the border); line 0 is the header
         regions: list[Region] = []
         for block in range(len(METRICS)):
@@ -119,7 +143,16 @@ class GpuHistory(Widget):
         self.refresh(*regions)
 
     def get_content_height(self, container: object, viewport: object, width: int) -> int:
-        return len(self._gpus) + 2 if self._gpus else 1
+        # What it would fill: the tallest charts it draws (the layout may give it less; it then draws shorter ones).
+        return len(self._gpus) * rows_per_gpu(len(self._gpus)) + 2 if self._gpus else 1
+
+    @property
+    def rows(self) -> int:
+        """Lines each GPU's strips take at the pane's height (a header and the time axis around them)."""
+        gpus = len(self._gpus)
+        if not gpus:
+            return 1
+        return max(1, min(rows_per_gpu(gpus), (self.size.height - 2) // gpus))
 
     def strip_width(self) -> int:
         return max(4, (self.size.width - LABEL) // len(METRICS) - VALUE - 1)
@@ -134,7 +167,7 @@ class GpuHistory(Widget):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        key = (y, self._pushes, width, self._power_top, self.interval, len(self._gpus))
+        key = (y, self._pushes, width, self._power_top, self.interval, len(self._gpus), self.rows)
         hit = self._strips.get(y)
         if hit is not None and hit[0] == key:
             return hit[1]
@@ -171,18 +204,21 @@ class GpuHistory(Widget):
                 top = "" if name != "power" else f" (top {self._power_top:.0f}W)"
                 head.append(Segment(f"{name}{top}".ljust(width + VALUE + 1), _BOLD[style]))
             return head
-        if y <= len(self._gpus):
-            index = self._gpus[y - 1]
-            line = [Segment(f"{index:>3} ", _LABEL)]
+        rows = self.rows
+        if y <= len(self._gpus) * rows:
+            index = self._gpus[(y - 1) // rows]
+            row = (y - 1) % rows
+            line = [Segment(f"{index:>3} " if row == rows - 1 else " " * LABEL, _LABEL)]  # beside its values
             for name, style in METRICS:
                 values = self._series.get((index, name), ())
                 scale = self._power_top if name == "power" else 100.0
-                line.append(Segment(sweep(values, width, self._pushes, scale), _PLAIN[style]))
+                line.append(Segment(sweep_level(values, width, self._pushes, scale, rows, row), _PLAIN[style]))
                 last = values[-1] if values else None
                 unit = "W" if name == "power" else "%"
-                line.append(Segment(("   N/A" if last is None else f"{last:5.0f}{unit}").ljust(VALUE) + " "))
+                value = ("   N/A" if last is None else f"{last:5.0f}{unit}") if row == rows - 1 else ""
+                line.append(Segment(value.ljust(VALUE) + " "))
             return line
-        if y == len(self._gpus) + 1:
+        if y == len(self._gpus) * rows + 1:
             span = f"{_ago((width - 1) * self.interval).lstrip('-')} per sweep"
             axis = " " * LABEL + "".join(f"|{span.center(width - 2, '-')}>".ljust(width + VALUE + 1) for _ in METRICS)
             return [Segment(axis, _DIM)]

@@ -40,6 +40,7 @@ class ProcessesTable(RowTable):
         *RowTable.BINDINGS,
         Binding("o", "sort_next", "Sort", id="procs-sort", tooltip="sort processes by the next column"),
         Binding("O", "sort_reverse", "Reverse", id="procs-reverse", tooltip="reverse the sort order"),
+        Binding("t", "tree", "By worker", id="procs-tree", tooltip="group the processes by worker, or by GPU"),
         Binding(
             "k", "signal", "TERM/KILL", id="procs-signal", tooltip="send TERM (then KILL) to the process (confirm)"
         ),
@@ -59,18 +60,25 @@ class ProcessesTable(RowTable):
         super().__init__(id=id, classes=classes)
         self.sort = "mem"
         self.reverse = False
+        self.by_worker = False
+        """Processes under their owners (workers first) instead of under their GPUs."""
         self.readonly = False
         """Set by the screen: hides the signal key."""
 
     @property
     def sort_label(self) -> str:
         label = dict(SORTS)[self.sort]
-        return f"sort {label} {'▲' if self.reverse else '▼'} (o, O)"
+        by = "by worker" if self.by_worker else "by GPU"
+        return f"{by} (t) · sort {label} {'▲' if self.reverse else '▼'} (o, O)"
 
     def action_sort_next(self) -> None:
         keys = [k for k, _ in SORTS]
         self.sort = keys[(keys.index(self.sort) + 1) % len(keys)]
         self.reverse = False
+        self.post_message(self.SortChanged())
+
+    def action_tree(self) -> None:
+        self.by_worker = not self.by_worker
         self.post_message(self.SortChanged())
 
     def action_sort_reverse(self) -> None:

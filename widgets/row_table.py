@@ -189,6 +189,10 @@ class RowTable(ScrollView, can_focus=True):
             self._header = None
         return grew
 
+    def column_widths(self) -> tuple[int, ...]:
+        """Each column's width on screen, its padding included."""
+        return tuple(w + 2 * PAD for w in self._widths)
+
     def _row_width(self) -> int:
         return sum(self._widths) + 2 * PAD * len(self._widths)
 

@@ -52,6 +52,18 @@ class TextPane(ScrollView):
             return [Strip(text_segments(text, console))]  # fits: Rich's wrap costs ~0.1 ms a Text
         return [Strip(text_segments(line, console)) for line in text.wrap(console, max(1, width))]
 
+    def lines_at(self, width: int) -> int:
+        """Lines the view takes wrapped at ``width`` (the layout asks before it places the pane)."""
+        view = self.view or ()
+        if width == self._width:
+            return len(self._strips)
+        key = (id(view), width)
+        if self._measured is None or self._measured[0] != key:
+            self._measured = (key, sum(len(self._wrap(text, width)) for text in view))
+        return self._measured[1]
+
+    _measured: tuple[tuple[int, int], int] | None = None
+
     def _build(self, width: int) -> list[int]:
         """Wrap the view at ``width``, reusing the strips of unchanged Texts; returns the changed line numbers."""
         view = self.view or ()

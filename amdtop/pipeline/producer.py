@@ -282,6 +282,10 @@ class NodePipeline:
     def tick(self) -> NodeFrame:
         """Poll the backend and everything around it once."""
         now = self.clock()
+        if self.demo_load is not None and self._tick == 0:
+            # The simulated GPUs carry the workers' load from the first sample: `workers launch` then `snapshot
+            # --json` showed every demo GPU idle (the load was set only after the sample it should have shaped).
+            self.demo_load(self._own_workers(now))
         snap = self.backend.sample()
         workers = self._worker_list(snap, now)
         self._last_workers = tuple(workers)

@@ -95,14 +95,20 @@ async def test_number_keys_switch_tabs_on_small_terminal() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await _ready(pilot)
         board = app.dashboard
-        assert board.narrow
-        for key, pane in zip("123456", ("gpus", "topo", "groups", "numa", "workers", "logs"), strict=True):
+        assert board.narrow  # panes folded under one tab strip; the GPU table stays
+        for key, pane in zip("234567", ("topo", "groups", "numa", "workers", "logs", "procs"), strict=True):
             await pilot.press(key)
             await pilot.pause()
             assert board.active_pane == pane
             assert board.query_one(f"#pane-{pane}").display
-            others = [p for p in ("gpus", "topo", "groups", "numa", "workers") if p != pane]
-            assert not any(board.query_one(f"#pane-{p}").region.height for p in others)
+            assert board.query_one("#pane-gpus").region.height  # always on screen
+            if pane in board.plan.folded:
+                assert board.plan.slot_pane == pane  # shown in the slot under the tabs
+            hidden = [p for p in board.plan.folded if p != board.plan.slot_pane]
+            assert not any(board.query_one(f"#pane-{p}").region.height for p in hidden), hidden
+        await pilot.press("1")
+        await pilot.pause()
+        assert board.active_pane == "gpus" and board.query_one("#pane-gpus").has_focus
 
 
 async def test_wide_terminal_shows_every_pane() -> None:

@@ -128,6 +128,28 @@ async def test_key_7_shows_every_process_with_owner_and_totals() -> None:
         assert "held by no live process" in total[9].plain
 
 
+async def test_t_groups_the_processes_under_their_workers() -> None:
+    app = procs_app(workers=True)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("7", "t")
+        await settle(pilot)
+        table = _table(app)
+        keys = list(table._keys)
+        owners = [k for k in keys if k.startswith("o-")]
+        # amdtop's workers first, the foreign processes last; each owner's row over its own processes.
+        assert owners[0] == "o-llama-70b" and owners[-1] == "o-foreign", owners
+        first = keys[keys.index("o-llama-70b") + 1 : keys.index(owners[1])]
+        assert first and all(table.get_row(k)[3].plain.startswith("llama-70b/r") for k in first)
+        head = table.get_row("o-llama-70b")
+        assert head[3].plain == "llama-70b" and f"{len(first)} proc on GPUs" in head[9].plain
+        assert str(ALICE) in [table.get_row(k)[1] for k in keys[keys.index("o-foreign") :]]
+        assert not any(k.startswith("t-") for k in keys) and "by worker (t)" in table.border_subtitle
+        await pilot.press("t")
+        await settle(pilot)
+        assert not any(k.startswith("o-") for k in table._keys)
+
+
 async def test_sort_keys_cycle_and_reverse() -> None:
     app = procs_app(workers=False)
     async with app.run_test(size=(200, 50)) as pilot:
@@ -137,7 +159,7 @@ async def test_sort_keys_cycle_and_reverse() -> None:
         await pilot.press("o")  # GPU%: bob's notebook is busier
         await settle(pilot)
         assert _pids(app) == [str(BOB), str(ALICE)]
-        assert _table(app).border_subtitle.startswith("sort GPU% ▼")
+        assert "sort GPU% ▼" in _table(app).border_subtitle and _table(app).border_subtitle.startswith("by GPU (t)")
         await pilot.press("O")
         await settle(pilot)
         assert _pids(app) == [str(ALICE), str(BOB)] and "▲" in _table(app).border_subtitle

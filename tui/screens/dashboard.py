@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Container, Horizontal, Vertical
-from textual.events import Resize
+from textual.binding import Binding, BindingType
+from textual.containers import Container, Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, Tab, Tabs
 
 from amdtop.pipeline import NodeFrame
-from tui import process_actions, process_view, views
+from tui import layout, layout_fit, process_actions, process_view, views
 from tui.command_mode import CommandBar, run_command
 from tui.filter import FilterBar, filter_rows
+from tui.layout import Plan
 from tui.repaint import repaint_now
 from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
@@ -52,18 +53,50 @@ PANES = (
     ("workers", "Workers"),
     ("logs", "Logs"),
     ("procs", "Processes"),
+    ("history", "GPU history"),
 )
-NARROW_WIDTH = 120
-NARROW_HEIGHT = 34
+"""Pane keys in the order of their number keys (``1``..``8``)."""
+TITLES = {
+    "gpus": "1 GPUs",
+    "topo": "2 Topology",
+    "groups": "3 TP groups",
+    "numa": "4 NUMA binding",
+    "workers": "5 Workers",
+    "logs": "6 Logs",
+    "procs": "7 Processes",
+    "history": "8 GPU history",
+}
+
+
+class PaneBody(Container):
+    """The panes' area: a new size re-plans where the panes go (``tui.layout``)."""
+
+    def on_resize(self) -> None:
+        screen = self.screen
+        if isinstance(screen, DashboardScreen):
+            screen.relayout()
+
+
+PANES_KEYS = {key: str(i) for i, (key, _) in enumerate(PANES, start=1)}
 
 
 class DashboardScreen(Screen[None]):
     """Holds the panes; :meth:`apply` draws one frame."""
 
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "unzoom", "Unzoom", show=False, id="unzoom", tooltip="back from a zoomed pane"),
+    ]
+
     def __init__(self, banner: str | None = None) -> None:
         super().__init__(id="dashboard")
         self.banner = banner
         self.active_pane = "gpus"
+        self.zoomed: str | None = None
+        """The pane shown over the whole body (its key pressed again), or none."""
+        self.picked: str | None = None
+        """The folded pane the tab slot shows (its key or tab picked it)."""
+        self.plan = Plan()
+        self._last_key: str | None = None
         self.show_gbps = False
         self.show_traffic = False
         """Topology pane: live XGMI/NVLink traffic and GPU health instead of link classes (key m cycles)."""
@@ -92,18 +125,17 @@ class DashboardScreen(Screen[None]):
             yield LineLabel(id="clock")
         if self.banner:
             yield Static(self.banner, id="banner")
-        yield Tabs(*(Tab(label, id=f"tab-{key}") for key, label in PANES), id="tabs")
-        with Container(id="body"):
-            # Wide grid (app.tcss), in order: gpus | topo; history | groups over numa; workers; logs.
-            yield self._titled(GpuTable(id="pane-gpus"), "1 GPUs")
-            yield self._titled(TopoMatrix(id="pane-topo"), "2 Topology")
-            yield self._titled(GpuHistory(id="pane-history"), "GPU history")
-            with Vertical(id="side"):
-                yield self._titled(TextPane(id="pane-groups"), "3 TP groups")
-                yield self._titled(TextPane(id="pane-numa"), "4 NUMA binding")
-            yield self._titled(WorkersTable(id="pane-workers"), "5 Workers")
-            yield self._titled(LogTailPane(id="pane-logs"), "6 Logs")
-            yield self._titled(ProcessesTable(id="pane-procs"), "7 Processes")
+        with PaneBody(id="body"):
+            # Every pane placed by tui.layout's plan (absolute boxes); folded ones share a slot under the tabs.
+            yield Tabs(*(Tab(label, id=f"tab-{key}") for key, label in PANES), id="tabs")
+            yield self._titled(GpuTable(id="pane-gpus"), TITLES["gpus"])
+            yield self._titled(TopoMatrix(id="pane-topo"), TITLES["topo"])
+            yield self._titled(GpuHistory(id="pane-history"), TITLES["history"])
+            yield self._titled(TextPane(id="pane-groups"), TITLES["groups"])
+            yield self._titled(TextPane(id="pane-numa"), TITLES["numa"])
+            yield self._titled(WorkersTable(id="pane-workers"), TITLES["workers"])
+            yield self._titled(LogTailPane(id="pane-logs"), TITLES["logs"])
+            yield self._titled(ProcessesTable(id="pane-procs"), TITLES["procs"])
         yield FilterBar(id="filter")
         yield CommandBar(id="command")
         yield Footer()
@@ -134,48 +166,113 @@ class DashboardScreen(Screen[None]):
 
     def _all_composed(self) -> None:
         # The log pane titles itself on mount; put the numbered title back.
-        self.query_one("#pane-logs").border_title = "6 Logs"
+        self.query_one("#pane-logs").border_title = TITLES["logs"]
         process_actions.setup_panes(self)
         self._tick_widgets = tuple(self.query_one(f"#{name}") for name in TICK_WIDGETS)
         self._composed = True
+        self.relayout()
         early, self._early = self._early, []
         for args in early:
             self.apply(*args)
 
     # -- layout ----------------------------------------------------------------------------------------------------
-    def on_resize(self, event: Resize) -> None:
-        narrow = event.size.width < NARROW_WIDTH or event.size.height < NARROW_HEIGHT
-        self.set_class(narrow, "narrow")
-
     @property
     def narrow(self) -> bool:
-        return self.has_class("narrow")
+        """Some panes are folded into the tab strip (the terminal is too small to show them all)."""
+        return bool(self.plan.folded)
+
+    def _panes(self) -> dict[str, Widget]:
+        return {key: self.query_one(f"#pane-{key}") for key, _ in PANES}
+
+    def relayout(self) -> None:
+        """Plan where the panes go for the body's size and what they hold now, and place them (a no-op when the plan
+        is the one in place)."""
+        if not self._composed:
+            return
+        body = self.query_one("#body", PaneBody)
+        width, height = body.size
+        if not width or not height:
+            return
+        panes = self._panes()
+        new = layout.plan(
+            width,
+            height,
+            lambda key, w: layout_fit.need_of(panes[key], w),
+            panes=tuple(panes),
+            widths=layout_fit.widths(self.query_one("#pane-gpus", GpuTable), self.query_one("#pane-topo", TopoMatrix)),
+            zoom=self.zoomed,
+            pick=self.picked,
+        )
+        if new == self.plan:
+            return
+        self.plan = new
+        layout_fit.apply(body, panes, self.query_one("#tabs", Tabs), new)
+        focused = self.focused
+        if focused is None or not focused.display or (focused.parent is not None and not focused.parent.display):
+            self._focus_shown()
+
+    def _focus_shown(self) -> None:
+        for key in (self.active_pane, *self.plan.shown):
+            pane = self.query_one(f"#pane-{key}")
+            if key in self.plan.rects and pane.focusable:
+                pane.focus()
+                return
 
     def _select(self, key: str) -> None:
         self.active_pane = key
         for pane_key, _ in PANES:
             self.query_one(f"#pane-{pane_key}").set_class(pane_key == key, "active")
-        # On a narrow terminal the side stack shows only while one of its panes is the active tab.
-        self.query_one("#side").set_class(key in ("groups", "numa"), "active")
-        tabs = self.query_one("#tabs", Tabs)
-        if tabs.active != f"tab-{key}":
-            try:
-                tabs.active = f"tab-{key}"
-            except ValueError:  # tabs not mounted yet; the first tab is active by default
-                pass
+        if key in self.plan.folded:
+            self.picked = key
+            self.relayout()
 
     def show_pane(self, key: str) -> None:
+        """A pane key: focus the pane (showing it in the tab slot when folded); the same key again zooms it to the
+        whole body, and again back (k9s-style)."""
+        again = key == self._last_key and key == self.active_pane
+        self._last_key = key
+        if self.zoomed is not None:
+            self.zoomed = None if self.zoomed == key else key
+        elif again and self._composed and key in self.plan.rects and self._pane_has_focus(key):
+            self.zoomed = key
         self._select(key)
+        self._title_zoom()
+        self.relayout()
         pane = self.query_one(f"#pane-{key}")
         if pane.focusable:
             pane.focus()
-        elif not self.narrow:
+        else:
             pane.scroll_visible()
+
+    def _pane_has_focus(self, key: str) -> bool:
+        pane = self.query_one(f"#pane-{key}")
+        focused = self.focused
+        return not pane.focusable or (focused is not None and (focused is pane or pane in focused.ancestors))
+
+    def _title_zoom(self) -> None:
+        for key, pane in self._panes().items():
+            title = TITLES[key] + (f" (zoomed: {PANES_KEYS[key]} again or esc)" if key == self.zoomed else "")
+            if pane.border_title != title:
+                pane.border_title = title
+
+    def action_unzoom(self) -> None:
+        if self.zoomed is not None:
+            self.zoomed = None
+            self._title_zoom()
+            self.relayout()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "unzoom":
+            return self.zoomed is not None
+        return True
 
     @on(Tabs.TabActivated, "#tabs")
     def _tab(self, event: Tabs.TabActivated) -> None:
-        if event.tab.id and event.tab.id.removeprefix("tab-") != self.active_pane:
-            self._select(event.tab.id.removeprefix("tab-"))
+        if event.tab.id != self.query_one("#tabs", Tabs).active:
+            return  # an activation the layout made, overtaken since: not the user's pick
+        key = (event.tab.id or "").removeprefix("tab-")
+        if key in self.plan.folded and key != self.plan.slot_pane:
+            self._select(key)
 
     # -- data --------------------------------------------------------------------------------------------------------
     def apply(self, frame: NodeFrame, status: str, now: float) -> None:
@@ -207,6 +304,7 @@ class DashboardScreen(Screen[None]):
             if frame.logs is not None:
                 self.query_one("#pane-logs", LogTailPane).show_update(frame.logs)
             process_actions.show_frame(self, frame)
+            self.relayout()  # rows came or went: the panes' shares may move
         repaint_now(self, self._tick_widgets)
 
     def _show_gpus(self) -> None:
@@ -288,7 +386,7 @@ class DashboardScreen(Screen[None]):
         if table.border_subtitle != subtitle:  # each assignment redraws the border
             table.border_subtitle = subtitle
         if self.last_frame is not None:
-            table.show(process_view.process_rows(self.last_frame, table.sort, table.reverse, self.filter_term))
+            table.show(process_view.process_rows(self.last_frame, table.sort, table.reverse, self.filter_term, table.by_worker))
 
     @on(ProcessesTable.SortChanged)
     def _procs_sorted(self) -> None:

@@ -1,0 +1,86 @@
+"""The dashboard's panes measured for :mod:`tui.layout`, and its plan applied to them (offsets and sizes)."""
+
+from __future__ import annotations
+
+from textual.containers import Container
+from textual.widget import Widget
+from textual.widgets import Log, Static, Tabs
+
+from tui.layout import CHROME, Need, Plan, Rect, Widths
+from widgets.gpu_history import GpuHistory
+from widgets.log_tail import LogTailPane
+from widgets.row_table import RowTable
+from widgets.text_pane import TextPane
+from widgets.topo_matrix import LEVELS, TopoMatrix, TopoView
+
+ROWS = 3
+"""Rows every shown pane keeps under its header."""
+
+
+def need_of(pane: Widget, width: int) -> Need:
+    """What ``pane`` has to show at ``width`` cells of content, and its floor (header and three rows)."""
+    if isinstance(pane, RowTable):
+        # A table wider than the pane scrolls sideways without a scrollbar line (app.tcss): its last columns are the
+        # ones meant to go first.
+        want = max(1, pane.virtual_size.height)
+        return Need(want, min(want, 1 + ROWS))
+    if isinstance(pane, TopoMatrix):
+        want = pane.lines_at(width)
+        return Need(want, want)  # the whole matrix or none of it: a cut matrix reads wrong
+    if isinstance(pane, GpuHistory):
+        want = pane.get_content_height(pane.size, pane.size, width)
+        return Need(want, min(want, 1 + ROWS))
+    if isinstance(pane, TextPane):
+        want = max(1, pane.lines_at(width))
+        return Need(want, min(want, ROWS))
+    if isinstance(pane, LogTailPane):
+        summary = pane.query_one("#logs-summary", Static)
+        head = summary.get_content_height(summary.size, summary.size, max(1, width - 2))
+        want = head + 1 + pane.query_one(Log).line_count
+        return Need(want, min(want, ROWS))  # no header: the summary's lines are its rows
+    return Need(1, 1)
+
+
+def widths(table: RowTable, matrix: TopoMatrix) -> Widths:
+    """What the GPU table and the matrix need across (outer widths)."""
+    full = table.virtual_size.width + CHROME
+    core = full - table.column_widths()[-1]
+    if not isinstance(matrix.view, TopoView) or not matrix.is_attached:
+        return Widths(full, core, 40, 24)
+    return Widths(full, core, matrix.across(1) + CHROME, matrix.across(LEVELS - 1) + CHROME)
+
+
+def place(widget: Widget, rect: Rect | None) -> None:
+    """Show ``widget`` at ``rect`` in the body, or hide it (``None``); unchanged styles are not touched."""
+    if rect is None:
+        if widget.display:
+            widget.display = False
+        return
+    styles = widget.styles
+    if (styles.offset.x.value, styles.offset.y.value) != (rect.x, rect.y):
+        styles.offset = (rect.x, rect.y)
+    if styles.width is None or styles.width.value != rect.w:
+        styles.width = rect.w
+    if styles.height is None or styles.height.value != rect.h:
+        styles.height = rect.h
+    if not widget.display:
+        widget.display = True
+
+
+def apply(body: Container, panes: dict[str, Widget], tabs: Tabs, plan: Plan) -> None:
+    """Place every pane and the tab strip of the folded ones as ``plan`` says."""
+    for key, pane in panes.items():
+        place(pane, plan.rects.get(key))
+    place(tabs, plan.tabs)
+    if plan.tabs is None or plan.slot_pane is None:
+        return
+    # Show the folded panes' tabs, make the slot's pane the active one, then hide the rest: hiding the active tab
+    # would make Tabs activate another (a pick nobody made).
+    for key in plan.folded:
+        if tabs.query_one(f"#tab-{key}").has_class("-hidden"):
+            tabs.show(f"tab-{key}")
+    if tabs.active != f"tab-{plan.slot_pane}":
+        tabs.active = f"tab-{plan.slot_pane}"
+    for key in panes:
+        if key not in plan.folded and not tabs.query_one(f"#tab-{key}").has_class("-hidden"):
+            tabs.hide(f"tab-{key}")
