@@ -13,6 +13,8 @@ from widgets.row_table import RowTable
 from widgets.text_pane import TextPane
 from widgets.topo_matrix import LEVELS, TopoMatrix, TopoView
 
+GUTTER = 2
+"""The vertical scrollbar's width: text panes are measured as if it were there."""
 ROWS = 3
 """Rows every shown pane keeps under its header."""
 
@@ -31,12 +33,16 @@ def need_of(pane: Widget, width: int) -> Need:
         want = pane.get_content_height(pane.size, pane.size, width)
         return Need(want, min(want, 1 + ROWS))
     if isinstance(pane, TextPane):
-        want = max(1, pane.lines_at(width))
+        # Measured as if beside its scrollbar: a pane planned at its full width, then cut, wraps onto more lines
+        # beside the scrollbar that appears, and the plan flipped between two (snapshots differed run to run).
+        want = max(1, pane.lines_at(max(1, width - GUTTER)))
         return Need(want, min(want, ROWS))
     if isinstance(pane, LogTailPane):
         summary = pane.query_one("#logs-summary", Static)
         head = summary.get_content_height(summary.size, summary.size, max(1, width - 2))
-        want = head + 1 + pane.query_one(Log).line_count
+        # The summary, the status line and room for a few tail lines; the pane takes what is left over beyond that
+        # (tui.layout's sink). Not the tail's own count: lines arrive between frames, and the plan would follow them.
+        want = head + 1 + (ROWS if pane.query_one(Log).line_count else 0)
         return Need(want, min(want, ROWS))  # no header: the summary's lines are its rows
     return Need(1, 1)
 
