@@ -10,7 +10,7 @@ import secrets
 import time
 from typing import Any
 
-from amdtop.simserver import http
+from amdtop.simserver import http, sglang_flavour
 from amdtop.simserver.background import run_background
 from amdtop.simserver.engine import SimConfig, SimEngine, SimRequest
 from amdtop.simserver.logs import SimLog, rccl_init_lines
@@ -72,6 +72,9 @@ class SimServer:
         # vLLM's rule (entrypoints/serve/middleware): --api-key, else VLLM_API_KEY, guards the /v1 routes with
         # ``Authorization: Bearer``; /health and /metrics stay open.
         self.api_keys = tuple(k for k in (cfg.api_keys or (os.environ.get("VLLM_API_KEY", ""),)) if k)
+        if cfg.flavour == "sglang":
+            self.api_keys = cfg.api_keys  # SGLang reads its key from --api-key only
+        self._ranks: list[Any] = []
 
     async def start(self) -> None:
         """Bind, start the engine and log the vLLM start-up milestones."""
@@ -88,6 +91,8 @@ class SimServer:
         self.log.info("kv_cache_utils.py:1", f"GPU KV cache size: {cfg.kv_cache_tokens:,} tokens", proc="EngineCore")
         for engine in self.engines:
             engine.start()
+        if cfg.flavour == "sglang":
+            self._ranks = sglang_flavour.spawn_ranks(cfg)
         if cfg.background_load:
             loop = asyncio.get_running_loop()
             # Replicas are load-balanced, not identical: the first gets a little more of the synthetic load.
@@ -114,6 +119,11 @@ class SimServer:
                 task.cancel()
             for engine in self.engines:
                 await engine.stop()
+            for rank in self._ranks:
+                rank.terminate()
+            for rank in self._ranks:
+                with contextlib.suppress(Exception):
+                    rank.wait(timeout=5)
             self.log.info("launcher.py:1", "[shutdown] API server: shutdown triggered")
             self.log.close()
 
@@ -161,6 +171,8 @@ class SimServer:
             return await self._send(w, http.response_bytes(200, b""), 200)
         if get and path == "/version":
             return await self._send(w, http.json_response(200, {"version": "0.32.0"}), 200)
+        if cfg.flavour == "sglang" and get and path in ("/metrics", "/get_model_info", "/load", "/version"):
+            return await self._sglang_route(path, w)
         if get and path == "/load":
             load = sum(len(e.running) for e in self.engines)
             return await self._send(w, http.json_response(200, {"server_load": load}), 200)
@@ -200,6 +212,18 @@ class SimServer:
         if path in ("/v1/completions", "/v1/chat/completions"):
             return await self._generate(req, doc, w, chat=path.endswith("chat/completions"))
         return await self._send(w, self._error(404, "Not Found"), 404)
+
+    async def _sglang_route(self, path: str, w: asyncio.StreamWriter) -> int:
+        if path == "/metrics":
+            if self.cfg.metrics_page is not None:
+                with open(self.cfg.metrics_page, "rb") as f:
+                    body = f.read()
+            else:
+                body = sglang_flavour.render(self.engines).encode()
+            return await self._send(w, http.response_bytes(200, body, "text/plain; version=0.0.4; charset=utf-8"), 200)
+        if path == "/get_model_info":
+            return await self._send(w, http.json_response(200, sglang_flavour.model_info(self.cfg)), 200)
+        return await self._send(w, self._error(404, "Not Found"), 404)  # vLLM's /load and /version
 
     async def _sleep_route(self, req: http.HttpRequest, w: asyncio.StreamWriter) -> int:
         # vLLM's dev-mode endpoints (vllm/entrypoints/serve/dev): POST /sleep?level=N, POST /wake_up, GET /is_sleeping.

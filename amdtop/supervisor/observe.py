@@ -78,6 +78,7 @@ def observe(
             log=str(store.log_path(name)),
             note=note,
             layout=profile_layout(profile, len(profile.gpus) if profile else 0),
+            engine_kind=profile.engine if profile else "vllm",
         )
     marker = f"{name}:{rec.launch_id}"
     pids = procs.members(
@@ -182,6 +183,8 @@ def observe(
         ranks=ranks,
         health=health,
         error_line=error,
+        # The profile says which engine it launches; a worker that left the file is known by its page.
+        engine_kind=profile.engine if profile is not None else (engine.kind if engine is not None else "vllm"),
     )
 
 
