@@ -171,7 +171,7 @@ class SimServer:
             return await self._send(w, http.response_bytes(200, b""), 200)
         if get and path == "/version":
             return await self._send(w, http.json_response(200, {"version": "0.32.0"}), 200)
-        if cfg.flavour == "sglang" and get and path in ("/metrics", "/get_model_info", "/load", "/version"):
+        if cfg.flavour == "sglang" and get and path in ("/metrics", "/get_model_info", "/model_info", "/load", "/version"):
             return await self._sglang_route(path, w)
         if get and path == "/load":
             load = sum(len(e.running) for e in self.engines)
@@ -221,7 +221,7 @@ class SimServer:
             else:
                 body = sglang_flavour.render(self.engines).encode()
             return await self._send(w, http.response_bytes(200, body, "text/plain; version=0.0.4; charset=utf-8"), 200)
-        if path == "/get_model_info":
+        if path in ("/model_info", "/get_model_info"):
             return await self._send(w, http.json_response(200, sglang_flavour.model_info(self.cfg)), 200)
         return await self._send(w, self._error(404, "Not Found"), 404)  # vLLM's /load and /version
 

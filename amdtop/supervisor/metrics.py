@@ -191,6 +191,11 @@ class Prober:
         got = self._get(url, "/health")
         return None if got is None else got[0]
 
+    def status(self, url: str, path: str) -> int | None:
+        """HTTP status of ``GET path``; ``None`` when refused or timed out."""
+        got = self._get(url, path)
+        return None if got is None else got[0]
+
     def scrape(self, name: str, url: str) -> EngineStats | None:
         """Scrape ``/metrics`` of worker ``name``; ``None`` when it does not answer 200."""
         got = self._get(url, "/metrics")

@@ -36,6 +36,16 @@ def profile_layout(profile: Profile | None, n_gpus: int) -> WorkerLayout | None:
     return profile.layout if profile.engine == "sglang" else layout_from_args(dict(profile.args), n_gpus)
 
 
+def sglang_ready(prober: Prober, url: str) -> int | None:
+    """An SGLang server's readiness: ``GET /model_info`` (``/get_model_info`` before 0.5.2x, deprecated since).
+
+    Not ``/health``: SGLang's generates one token when idle and answers no sooner than a second (sglang 0.5.23
+    ``http_server.py`` ``health_generate``: ``await asyncio.sleep(1)`` before its first check), past the prober's
+    timeout, and 503 while the server warms up, which the vLLM path reads as a crash."""
+    code = prober.status(url, "/model_info")
+    return prober.status(url, "/get_model_info") if code == 404 else code
+
+
 def _asleep(prober: Prober, url: str, engine: EngineStats | None, profile: Profile | None) -> bool:
     """Sleeping per ``vllm:engine_sleep_state``; a vLLM too old for that metric is asked ``GET /is_sleeping`` (only
     when its profile turns dev mode on: without it the endpoint does not exist)."""
@@ -93,7 +103,10 @@ def observe(
     elif not leader:
         state = WorkerState.STOPPED if rec.stopped or (rec.stopping and not pids) else WorkerState.CRASHED
     else:
-        code = prober.health(rec.url)
+        if profile is not None and profile.engine == "sglang":
+            code = sglang_ready(prober, rec.url)
+        else:
+            code = prober.health(rec.url)
         if code == 200:
             state = WorkerState.READY
             if not rec.ready_seen:

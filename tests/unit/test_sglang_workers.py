@@ -170,3 +170,22 @@ def test_hand_started_dp_attention_server_is_one_tp_group_of_eight(tmp_path: Pat
     assert w.gpus == tuple(range(8)) and [r for r, _ in w.rank_pids] == list(range(8))
     assert w.layout == WorkerLayout(dp=1, tp=8, expert_parallel=False) or w.layout is None
     assert w.port == 8000 and 501 in w.pids and 520 in w.pids
+
+
+def test_readiness_asks_model_info_then_the_older_route() -> None:
+    from amdtop.supervisor.observe import sglang_ready
+
+    class Prober:
+        def __init__(self, answers: dict[str, int | None]) -> None:
+            self.answers, self.asked = answers, []  # type: list[str]
+
+        def status(self, url: str, path: str) -> int | None:
+            self.asked.append(path)
+            return self.answers.get(path)
+
+    new = Prober({"/model_info": 200})
+    assert sglang_ready(new, "u") == 200 and new.asked == ["/model_info"]  # type: ignore[arg-type]
+    old = Prober({"/model_info": 404, "/get_model_info": 200})
+    assert sglang_ready(old, "u") == 200 and old.asked == ["/model_info", "/get_model_info"]  # type: ignore[arg-type]
+    down = Prober({})
+    assert sglang_ready(down, "u") is None  # type: ignore[arg-type]
