@@ -217,6 +217,8 @@ class StepRecorder:
         lv = self._levels
         out: dict[str, Any] = {"server_metrics": self.metrics_ok}
         a, b = self._first, self._last
+        # vllm or sglang (the page tells): the knee's advice names that engine's flags
+        out["engine_kind"] = b.engine_kind if b is not None else None
 
         def delta(key: str, suffix: str = "") -> float | None:
             if a is None or b is None:

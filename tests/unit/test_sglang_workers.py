@@ -189,3 +189,39 @@ def test_readiness_asks_model_info_then_the_older_route() -> None:
     assert sglang_ready(old, "u") == 200 and old.asked == ["/model_info", "/get_model_info"]  # type: ignore[arg-type]
     down = Prober({})
     assert sglang_ready(down, "u") is None  # type: ignore[arg-type]
+
+
+def test_retune_takes_sglang_keys_for_sglang_workers_only() -> None:
+    from amdtop.supervisor.retune import apply_changes, retune_words
+
+    doc = parse_document(
+        sglang_worker(args="mem-fraction-static = 0.85\n")
+        + '\n[[worker]]\nname = "v"\nmodel = "m"\ngpus = [2]\nport = 18002\n'
+    )
+    changed = apply_changes(doc, "sg", {"mem-fraction-static": "0.8", "max_running_requests": "128",
+                                        "chunked-prefill-size": "-1", "cuda-graph-max-bs": "64"})  # fmt: skip
+    assert changed == [("mem-fraction-static", 0.85, 0.8), ("max-running-requests", None, 128),
+                       ("chunked-prefill-size", None, -1), ("cuda-graph-max-bs", None, 64)]  # fmt: skip
+    [p, _] = profiles_from_document(doc)
+    assert "mem-fraction-static=0.8" in retune_words(p) and "max-running-requests=128" in retune_words(p)
+    with pytest.raises(InputError) as exc:
+        apply_changes(doc, "sg", {"max-num-seqs": "64"})
+    assert str(exc.value) == (
+        "worker[sg].max-num-seqs: not a flag of sglang, which this worker runs; use one of mem-fraction-static, "
+        "max-running-requests, chunked-prefill-size, cuda-graph-max-bs"
+    )
+    with pytest.raises(InputError, match=r"worker\[v\]\.mem-fraction-static: not a flag of vllm"):
+        apply_changes(doc, "v", {"mem-fraction-static": "0.8"})
+    for change, message in (
+        ({"mem-fraction-static": "1.5"}, "worker[sg].args.mem-fraction-static: 1.5 is outside (0, 1]; e.g. "
+                                         "mem-fraction-static=0.9"),
+        ({"chunked-prefill-size": "0"}, "worker[sg].args.chunked-prefill-size: 0 is not a chunk size; give a token "
+                                        "count (e.g. 8192) or -1 to disable it"),
+        ({"max-running-requests": "0"}, "worker[sg].args.max-running-requests: 0 is outside 1..65536; e.g. "
+                                        "max-running-requests=64"),
+    ):  # fmt: skip
+        with pytest.raises(InputError) as exc:
+            apply_changes(doc, "sg", change)
+        assert str(exc.value) == message
+    with pytest.raises(InputError, match=r"mem-fraction-static: 2\.0 is outside"):
+        parse(sglang_worker(args="mem-fraction-static = 2.0\n"))  # the same rule when the file loads
