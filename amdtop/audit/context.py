@@ -44,6 +44,13 @@ class AuditTarget:
     numa_node: int | None = None
 
     @property
+    def engine(self) -> str:
+        """``vllm`` or ``sglang``: the profile's engine, else what discovery or the page said."""
+        if self.profile is not None:
+            return self.profile.engine
+        return self.status.engine_kind if self.status is not None else "vllm"
+
+    @property
     def running(self) -> bool:
         """True when it has live processes to read."""
         return bool(self.pids) or self.pid is not None
