@@ -137,8 +137,8 @@ class DemoControl:
                 engine=EngineStats(running=running, waiting=0.0,
                                    kv_cache_usage=running * (PROMPT_TOKENS + OUTPUT_TOKENS / 2) / KV_TOKENS,
                                    gen_tokens_per_s=round(running * _num(p, "tokens-per-s", 30.0)),
-                                   engines=engines, sleep_level=0 if engines else None),
-                simulated=True, layout=p.layout if not p.layout.is_plain else None,
+                                   engines=engines, sleep_level=0 if engines else None, kind=p.engine),
+                simulated=True, layout=p.layout if not p.layout.is_plain else None, engine_kind=p.engine,
             )  # fmt: skip
         if self.pid_base is not None:
             status = replace(status, pid=self.pid_base + self.names().index(name))
