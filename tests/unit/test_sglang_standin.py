@@ -111,3 +111,39 @@ def test_sglang_worker_launches_reads_judges_and_stops_clean(
         for name in sup.names():
             sup.stop(name, grace=0.2)
         sup.close()
+
+
+def test_hand_started_server_is_discovered_from_its_real_processes(port: int) -> None:
+    # SGLang's own command line (sgl-project/sglang#9799's, with this test's port), run by the stand-in package in
+    # tests/fakes/sglang: real processes, the API server's argv as ps shows it, schedulers titled as SGLang titles them.
+    import subprocess
+
+    from amdtop.analysis import discover_vllm
+
+    fakes = Path(__file__).resolve().parents[1] / "fakes"
+    env = {**os.environ, "PYTHONPATH": f"{fakes}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HIP_VISIBLE_DEVICES": "4,5"}  # fmt: skip
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "./q14", "--port", str(port), "--host",
+            "0.0.0.0", "--tool-call-parser", "qwen25", "--tp", "2"]  # fmt: skip
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        found: list = []  # type: ignore[type-arg]
+        while time.monotonic() < deadline:
+            found = [w for w in discover_vllm() if w.pid == server.pid]
+            if found and len(found[0].rank_pids) == 2:
+                break
+            time.sleep(0.1)
+        [w] = found
+        assert w.name == f"sglang-{server.pid}" and w.engine_kind == "sglang" and w.source == "discovered"
+        assert w.port == port and w.url == f"http://127.0.0.1:{port}"
+        assert w.gpus == (4, 5) and [r for r, _ in w.rank_pids] == [0, 1]
+        assert [title(p) for _, p in w.rank_pids] == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"]
+        assert any(title(p) == "sglang::detokenizer" for p in w.pids)
+    finally:
+        server.terminate()
+        server.wait(10)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(w.pid == server.pid for w in discover_vllm()):
+        time.sleep(0.1)
+    assert not [w for w in discover_vllm() if w.pid == server.pid]
