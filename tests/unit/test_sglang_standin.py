@@ -101,6 +101,15 @@ def test_sglang_worker_launches_reads_judges_and_stops_clean(
             assert health is not None and health.verdict == "rank_stopped" and health.rank == 1 and health.pid == rank1
         finally:
             os.kill(rank1, signal.SIGCONT)
+        # ... and one killed is rank_dead, named after its process is gone
+        os.kill(rank1, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            health = sup.status_one("sg").health
+            if health is not None and health.verdict == "rank_dead":
+                break
+            time.sleep(0.1)
+        assert health is not None and health.verdict == "rank_dead" and health.rank == 1, health
 
         pids = set(sup.status_one("sg").pids)
         report = sup.stop("sg")
