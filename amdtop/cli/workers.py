@@ -222,6 +222,8 @@ def render_status(rows: list[WorkerStatus]) -> str:
                     f"    engine {eng.engine}: run {_num(eng.running)} wait {_num(eng.waiting)} kv% {ekv} "
                     f"tok/s {_num(eng.gen_tokens_per_s, '{:.1f}')}" + (f" asleep L{eng.sleep_level}" if eng.sleep_level else "")
                 )
+        if st.engine_kind != "vllm":
+            out.append(f"    engine: {st.engine_kind}")  # vLLM is the default: only the other engine is named
         if st.note:
             out.append(f"    ! {st.note}")
         if st.health is not None and st.health.verdict != "ok":

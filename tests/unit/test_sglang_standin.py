@@ -87,6 +87,9 @@ def test_sglang_worker_launches_reads_judges_and_stops_clean(
         assert engine["ttft_mean_s"] == pytest.approx(2.3518979474117756e06 / 11008.0)
         assert engine["itl_mean_s"] == pytest.approx(866964.5791549598 / 7.400757e06)
         assert [e["engine"] for e in doc["engines"]] == ["0"]
+        assert main([*common, "workers", "status"]) == 0
+        table = capsys.readouterr().out.splitlines()
+        assert table[1].split()[:2] == ["sg", "ready"] and "    engine: sglang" in table
 
         # a scheduler rank stopped (SIGSTOP) is the worker's stall verdict, named by its rank and pid
         rank1 = st.rank_pids[1][1]
