@@ -23,7 +23,8 @@ class SGLangName:
     """One SGLang metric under all the names it had, and the vLLM key amdtop files it under."""
 
     key: str
-    """The :mod:`amdtop.vllm_metric_names` key it fills (``gen_throughput``/``cache_hit_rate``: SGLang's own)."""
+    """The :mod:`amdtop.vllm_metric_names` key it fills (``gen_throughput``, ``cache_hit_rate``, ``kv_cache_tokens``:
+    SGLang's own, kept under their SGLang names)."""
     names: tuple[str, ...]
     """Sample names, newest first."""
     kind: str
@@ -83,6 +84,15 @@ TABLE: tuple[SGLangName, ...] = (
         "fraction 0..1 (a percentage in PR #1461's page)",
         "-",
         "docs/references/production_metrics.md, https://github.com/sgl-project/sglang/pull/1461",
+    ),
+    SGLangName(
+        "kv_cache_tokens",
+        ("sglang:max_total_num_tokens",),
+        "gauge",
+        "scheduler",
+        "tokens the KV pool holds (vLLM: kv_cache_size_tokens of vllm:cache_config_info)",
+        "-",
+        f"https://github.com/sgl-project/sglang/pull/1853, {COLLECTOR}",
     ),
     SGLangName(
         "generation_tokens",

@@ -5,7 +5,7 @@ Each SGLang sample is filed under the newest vLLM name of its key (:mod:`amdtop.
 (which count the whole server). Where several TP or PP ranks of one DP group export the same family
 (``--enable-metrics-for-all-schedulers``), the lowest rank's sample is kept: they report one batch, and a gauge added
 over ranks would count it twice. Series order on the page does not matter, nor does a family's HELP/TYPE header.
-SGLang's own gauges (``gen_throughput``, ``cache_hit_rate``) keep their SGLang names.
+SGLang's own gauges (``gen_throughput``, ``cache_hit_rate``, ``max_total_num_tokens``) keep their SGLang names.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from amdtop.vllm_metric_names import BY_KEY as VLLM_BY_KEY
 Labels = tuple[tuple[str, str], ...]
 Series = dict[str, list[tuple[Labels, float]]]
 
-_OWN = frozenset({"gen_throughput", "cache_hit_rate"})
+_OWN = frozenset({"gen_throughput", "cache_hit_rate", "kv_cache_tokens"})
 """Keys with no vLLM counterpart: kept under their SGLang name."""
 
 

@@ -72,6 +72,8 @@ def render(engines: Sequence[SimEngine]) -> str:
           [len(e.running) * cfg.tokens_per_s for e in engines])  # fmt: skip
     gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", [len(e.waiting) for e in engines])
     gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", [0.0 for _ in engines])
+    gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
+          [cfg.kv_cache_tokens for _ in engines])  # fmt: skip
     out.extend(["# HELP sglang:queue_time_seconds Histogram of queueing time in seconds.",
                 "# TYPE sglang:queue_time_seconds histogram"])  # fmt: skip
     for lab, e in zip(sched, engines, strict=True):

@@ -35,6 +35,7 @@ def test_sglang_capped_server_knee_is_admission_with_sglang_flags(tmp_path: Path
     by_c = {s["concurrency"]: s for s in doc["steps"]}
     assert all(s["engine_kind"] == "sglang" and s["server_metrics"] for s in doc["steps"])
     assert by_c[16]["running_max"] <= 4 and by_c[16]["waiting_max"] > 0 and by_c[16]["kv_cache_usage_max"] < 0.5
+    assert by_c[16]["kv_cache_tokens"] == 524288  # from sglang:max_total_num_tokens
     assert knee["cause"] == "admission", knee
     assert any("admission (max-running-requests)" in e for e in knee["evidence"])
     rec = doc["recommendation"]

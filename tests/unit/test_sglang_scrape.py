@@ -133,3 +133,10 @@ def test_table_doc_is_generated_from_the_table() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "sglang-metrics.md").read_text()
     assert markdown_table() in doc
     assert {m.key for m in TABLE} >= {"running", "waiting", "kv_cache_usage", "ttft", "inter_token_latency"}
+
+
+def test_token_pool_size_is_kept_for_the_ramp() -> None:
+    # PR #1853: sglang:max_total_num_tokens, the KV token pool the ramp's capacity rule needs (vLLM: cache_config_info)
+    page = Scrape.parse(_read("sglang-pr1853-name-excerpt.txt"))
+    assert page.by_name("sglang:max_total_num_tokens") == {"0": 570979.0}
+    assert page.total("prompt_tokens") == 230794.0
