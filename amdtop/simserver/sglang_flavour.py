@@ -17,8 +17,27 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from amdtop.simserver.engine import SimConfig, SimEngine
 
-_CHILD = "import os, time\nparent = os.getppid()\nwhile os.getppid() == parent:\n    time.sleep(0.5)\n"
-"""A rank's body: it lives while the server does (SGLang's ``kill_itself_when_parent_died``)."""
+_CHILD = """
+import contextlib, os, signal, sys, time, uuid
+parent = os.getppid()
+path = None
+if sys.argv[1:] == ["shm"]:
+    path = f"/dev/shm/sgl_shm_sim_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 4096)
+def bye(*_):
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    os._exit(0)
+signal.signal(signal.SIGTERM, bye)
+while os.getppid() == parent:
+    time.sleep(0.5)
+bye()
+"""
+"""A rank's body: it lives while the server does (SGLang's ``kill_itself_when_parent_died``). A scheduler holds a
+shared-memory segment named as SGLang names its own (``sgl_shm_<kind>_<pid>_<hex>``), removed on SIGTERM and left
+behind by SIGKILL, as a crashed SGLang leaves its segments."""
 
 
 def titles(tp: int, dp: int) -> list[str]:
@@ -35,7 +54,7 @@ def spawn_ranks(cfg: SimConfig) -> list[subprocess.Popen[bytes]]:
     """Start one titled process per rank and the detokenizer (argv[0] is the title, as setproctitle leaves it)."""
     return [
         subprocess.Popen(
-            [title, "-c", _CHILD],
+            [title, "-c", _CHILD, *(["shm"] if title.startswith("sglang::scheduler") else [])],
             executable=sys.executable,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -21,11 +21,16 @@ VLLM_TITLE = "VLLM::"
 ENGINE_TITLES = (VLLM_TITLE, sglang_procs.TITLE)
 """Titles the engines' processes take with setproctitle (which also overwrites their readable environment)."""
 _ENGINE_DP = re.compile(r"VLLM::EngineCore_DP(\d+)")
-SHM_PREFIXES = ("vllm", "psm_")
+SHM_PREFIXES = ("vllm", "psm_", "sgl_shm_", "sglang_loads_")
 SHM_ROOT = Path("/dev/shm")
-SHM_NAME = re.compile(r"^(vllm[A-Za-z0-9_.:\-\[\]]*|psm_[0-9a-f]{8,})$")
+SHM_NAME = re.compile(
+    r"^(vllm[A-Za-z0-9_.:\-\[\]]*|psm_[0-9a-f]{8,}|sgl_shm_[A-Za-z0-9]+_\d+_[0-9a-f]{8}"
+    r"|sglang_loads_[A-Za-z0-9._\-]+_[0-9a-f]{8}\.shm)$"
+)
 """Names vLLM gives its segments: ``vllm_dist_<hex>-tp:0-[0-1]-cpushm_0``, ``vllm*`` queues, and Python
-``SharedMemory``'s ``psm_<hex>`` (vLLM's message queues)."""
+``SharedMemory``'s ``psm_<hex>`` (vLLM's message queues); SGLang's (sglang 0.5.23): ``sgl_shm_<kind>_<pid>_<8 hex>``
+(``srt/utils/stale_shm_cleanup.py`` ``make_shm_name``, e.g. multimodal inputs) and
+``sglang_loads_<name>_<8 hex>.shm`` (``srt/managers/load_snapshot.py`` ``shm_path_for``)."""
 DIST_ID = re.compile(r"vllm_dist_([0-9a-f]{32})")
 
 
@@ -327,8 +332,9 @@ def rank_pids(
 
 
 def mapped_shm(pids: set[int] | list[int], proc: Path = PROC) -> set[str]:
-    """``/dev/shm`` files of vLLM (``vllm*``) and of Python's ``SharedMemory`` (``psm_*``, vLLM's message queues,
-    ~160-250 MB each on the CPU build) mapped or held open by ``pids``."""
+    """``/dev/shm`` files of vLLM (``vllm*``), of Python's ``SharedMemory`` (``psm_*``, vLLM's message queues,
+    ~160-250 MB each on the CPU build) and of SGLang (``sgl_shm_*``, ``sglang_loads_*``) mapped or held open by
+    ``pids``."""
     out: set[str] = set()
     for pid in pids:
         try:
@@ -365,6 +371,23 @@ def shm_for_ids(ids: set[str], shm_root: Path = Path("/dev/shm")) -> set[str]:
     except OSError:
         return set()
     return {str(shm_root / n) for n in names if any(f"vllm_dist_{i}" in n for i in ids)}
+
+
+SGLANG_SHM_PID = re.compile(r"^sgl_shm_[A-Za-z0-9]+_(\d+)_[0-9a-f]{8}$")
+"""SGLang stamps its segments with the creating process's pid (``srt/utils/stale_shm_cleanup.py``: "Pid-stamped name
+(sgl_shm_<kind>_<pid>_<rand>) the sweep can reclaim")."""
+
+
+def shm_for_pids(pids: set[int], shm_root: Path = SHM_ROOT) -> set[str]:
+    """SGLang segments in ``shm_root`` whose name carries one of ``pids`` (a crashed run's processes are gone, so
+    their mappings no longer say which segments were theirs; the name still does)."""
+    if not pids:
+        return set()
+    try:
+        names = os.listdir(shm_root)
+    except OSError:
+        return set()
+    return {str(shm_root / n) for n in names if (m := SGLANG_SHM_PID.match(n)) and int(m.group(1)) in pids}
 
 
 def shm_in_use(proc: Path = PROC) -> set[str]:

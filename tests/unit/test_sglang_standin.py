@@ -21,7 +21,8 @@ import pytest
 from amdtop.model import WorkerState
 from amdtop.procinfo import read_cmdline
 from amdtop.supervisor import Supervisor
-from amdtop.supervisor.procs import scan, title
+from amdtop.supervisor.procs import mapped_shm as procs_shm
+from amdtop.supervisor.procs import scan, shm_for_pids, title
 from amdtop.telemetry.sim import SimBackend
 
 TOPO = SimBackend().topology()
@@ -118,6 +119,8 @@ def test_sglang_worker_launches_reads_judges_and_stops_clean(
         report = sup.stop("sg")
         assert sup.status_one("sg").state is WorkerState.STOPPED
         assert not pids & set(scan()), report.message  # no orphans: the schedulers and detokenizer are gone
+        # the SIGKILLed rank left its segment behind; the stop removed it by the pid in its name
+        assert not shm_for_pids(pids | {rank1}) and any(f"sgl_shm_sim_{rank1}_" in p for p in report.swept_shm)
         assert sglang_titled() <= before
     finally:
         for name in sup.names():
@@ -159,3 +162,32 @@ def test_hand_started_server_is_discovered_from_its_real_processes(port: int) ->
     while time.monotonic() < deadline and any(w.pid == server.pid for w in discover_vllm()):
         time.sleep(0.1)
     assert not [w for w in discover_vllm() if w.pid == server.pid]
+
+
+def test_crashed_sglang_worker_is_swept_with_its_shared_memory(tmp_path: Path, port: int) -> None:
+    # Every process of the worker SIGKILLed (a crash: nothing unlinks its segments), then stop: the segments the
+    # schedulers held, named as SGLang names its own (sgl_shm_<kind>_<pid>_<hex>), are removed.
+    cfg = profile(tmp_path, port)
+    sup = Supervisor(cfg, tmp_path / "state", topology=TOPO, grace_s=2.0)
+    try:
+        sup.launch("sg")
+        sup.wait_ready("sg", timeout=30, poll=0.1)
+        deadline = time.monotonic() + 10
+        segments: set[str] = set()
+        while len(segments) < 2 and time.monotonic() < deadline:
+            st = sup.status_one("sg")
+            segments = {p for p in procs_shm(st.pids) if "/sgl_shm_sim_" in p}
+            time.sleep(0.1)
+        assert len(segments) == 2 and all(Path(p).exists() for p in segments)
+        for pid in sup.status_one("sg").pids:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while sup.status_one("sg").state is not WorkerState.CRASHED and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(Path(p).exists() for p in segments)  # the crash left them
+        report = sup.stop("sg")
+        assert segments <= set(report.swept_shm) and not any(Path(p).exists() for p in segments)
+    finally:
+        for name in sup.names():
+            sup.stop(name, grace=0.2)
+        sup.close()
