@@ -100,7 +100,9 @@ def _remove_files(rec: WorkerRecord, mapped: set[str], *, shm_root: Path = procs
     every path must pass :func:`procs.removable` (vLLM's names, directly in /dev/shm, ours, not older than the launch).
     """
     ids = procs.dist_ids_in(log_since_launch(rec))
-    candidates = set(mapped) | procs.shm_for_ids(ids, shm_root) | procs.shm_for_pids({p for p, _ in rec.known}, shm_root)
+    candidates = (
+        set(mapped) | procs.shm_for_ids(ids, shm_root) | procs.shm_for_pids({p for p, _ in rec.known}, shm_root)
+    )
     recorded = {p for p in rec.shm if p not in candidates}
     busy = procs.shm_in_use() if recorded or candidates else set()
     candidates |= recorded
