@@ -152,7 +152,9 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
         raise InputError(f"{_field(name, 'port')}: missing or not a port number; set port = 1..65535")
     engine = raw.get("engine", "vllm")
     if engine not in ENGINES:
-        raise InputError(f'{_field(name, "engine")}: {engine!r} is not an engine amdtop launches; use "vllm" or "sglang"')
+        raise InputError(
+            f'{_field(name, "engine")}: {engine!r} is not an engine amdtop launches; use "vllm" or "sglang"'
+        )
     command = raw.get("command", list(DEFAULT_COMMAND[engine]))
     if not isinstance(command, list) or not command or not all(isinstance(c, str) and c for c in command):
         raise InputError(f'{_field(name, "command")}: must be a non-empty list of strings; e.g. ["vllm", "serve"]')
@@ -358,9 +360,15 @@ def validate_profiles(profiles: Sequence[Profile], topology: Topology) -> None:
                 f"drop it or list {p.layout.gpus_needed} GPUs"
             )
         heads = attention_heads(p.model)
-        if heads is not None and heads % p.tp_size:
+        # SGLang's DP attention splits the heads over tp / dp ranks only (each DP rank's attention is its own TP group)
+        attn_tp = (
+            p.tp_size // sglang_procs.attention_dp(canonical_sglang_args(dict(p.args)))
+            if p.engine == "sglang"
+            else p.tp_size
+        )
+        if heads is not None and heads % max(1, attn_tp):
             raise InputError(
-                f"{_field(p.name, 'gpus')}: tensor-parallel size {p.tp_size} does not divide the model's {heads} "
+                f"{_field(p.name, 'gpus')}: tensor-parallel size {attn_tp} does not divide the model's {heads} "
                 f"attention heads; use a TP size that divides {heads}"
             )
         resolve_numa(p, topology)

@@ -225,3 +225,15 @@ def test_retune_takes_sglang_keys_for_sglang_workers_only() -> None:
         assert str(exc.value) == message
     with pytest.raises(InputError, match=r"mem-fraction-static: 2\.0 is outside"):
         parse(sglang_worker(args="mem-fraction-static = 2.0\n"))  # the same rule when the file loads
+
+
+def test_attention_heads_split_over_the_attention_tp_of_dp_attention(tmp_path: Path) -> None:
+    # Built config.json: 12 heads do not divide over TP 8, but do over DP attention's 8 / 2 = 4 ranks per DP group.
+    (tmp_path / "config.json").write_text('{"num_attention_heads": 12}')
+
+    def text(args: str) -> str:
+        return sglang_worker("[0, 1, 2, 3, 4, 5, 6, 7]", args, 'numa_node = "none"\n').replace('"/m"', f'"{tmp_path}"')
+
+    validate_profiles(parse(text("tp-size = 8\ndp-size = 2\nenable-dp-attention = true\n")), TOPO)
+    with pytest.raises(InputError, match="tensor-parallel size 8 does not divide the model's 12 attention heads"):
+        validate_profiles(parse(text("tp-size = 8\n")), TOPO)
