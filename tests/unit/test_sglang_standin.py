@@ -105,7 +105,12 @@ def test_sglang_worker_launches_reads_judges_and_stops_clean(
             assert health is not None and health.verdict == "rank_stopped" and health.rank == 1 and health.pid == rank1
         finally:
             os.kill(rank1, signal.SIGCONT)
-        # ... and one killed is rank_dead, named after its process is gone
+        # ... and one killed is rank_dead, named after its process is gone (once it holds its segment: a crash then
+        # leaves that behind, for the stop to sweep)
+        deadline = time.monotonic() + 20
+        while not shm_for_pids({rank1}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert shm_for_pids({rank1})
         os.kill(rank1, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
