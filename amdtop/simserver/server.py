@@ -79,6 +79,8 @@ class SimServer:
     async def start(self) -> None:
         """Bind, start the engine and log the vLLM start-up milestones."""
         cfg = self.cfg
+        if cfg.flavour == "sglang":
+            return await self._start_sglang()
         self.log.info("api_server.py:1", f"vLLM API server version 0.32.0 (simulated by amdtop), model {cfg.model}")
         self.log.info(
             "utils.py:286",
@@ -91,8 +93,6 @@ class SimServer:
         self.log.info("kv_cache_utils.py:1", f"GPU KV cache size: {cfg.kv_cache_tokens:,} tokens", proc="EngineCore")
         for engine in self.engines:
             engine.start()
-        if cfg.flavour == "sglang":
-            self._ranks = sglang_flavour.spawn_ranks(cfg)
         if cfg.background_load:
             loop = asyncio.get_running_loop()
             # Replicas are load-balanced, not identical: the first gets a little more of the synthetic load.
@@ -105,6 +105,27 @@ class SimServer:
         self._server = await asyncio.start_server(self._conn, cfg.host, cfg.port, limit=1 << 20)
         self.log.info("entry.py:140", f"Starting vLLM server on http://{cfg.host}:{cfg.port}")
         self.log.raw("INFO:     Application startup complete.")
+
+    async def _start_sglang(self) -> None:
+        """:meth:`start` as an SGLang server: its ranks, its log's start and ready lines (sglang's own wording, "The
+        server is fired up and ready to roll!", docs/platforms/amd_gpu.md), no vLLM lines."""
+        cfg = self.cfg
+        self.log.raw(f"[sglang simulated by amdtop] server_args=model_path={cfg.model!r}, tp_size={cfg.tp}, "
+                     f"dp_size={cfg.dp}, port={cfg.port}")  # fmt: skip
+        if cfg.nccl_debug:
+            for line in rccl_init_lines(cfg.tp, os.getpid(), bdfs=cfg.gpu_bdfs, p2p=not cfg.p2p_disabled):
+                self.log.raw(line)
+        for engine in self.engines:
+            engine.start()
+        self._ranks = sglang_flavour.spawn_ranks(cfg)
+        if cfg.background_load:
+            loop = asyncio.get_running_loop()
+            share = max(1, cfg.background_load // len(self.engines))
+            self._backgrounds = [loop.create_task(run_background(e, share)) for e in self.engines]
+            self._background = self._backgrounds[0]
+        self._server = await asyncio.start_server(self._conn, cfg.host, cfg.port, limit=1 << 20)
+        self.log.raw(f"INFO:     Uvicorn running on http://{cfg.host}:{cfg.port} (Press CTRL+C to quit)")
+        self.log.raw("The server is fired up and ready to roll!")
 
     async def serve_forever(self) -> None:
         """Run until cancelled, logging engine stats every 10 s while busy."""
@@ -132,7 +153,17 @@ class SimServer:
         now, e = time.monotonic(), self.engine
         dp, dg = e.prompt_tokens_total - p0, e.generation_tokens_total - g0
         self._last_stats = (now, e.prompt_tokens_total, e.generation_tokens_total)
-        if dp or dg or e.running or e.waiting:
+        if (dp or dg or e.running or e.waiting) and self.cfg.flavour == "sglang":
+            # SGLang's scheduler line (its wording, e.g. sgl-project/sglang#11854's log: "Decode batch. #running-req:
+            # 32, #token: 157952, token usage: 0.21, ..., gen throughput (token/s): 693.45, #queue-req: 0")
+            dt = max(1e-9, now - t0)
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            self.log.raw(
+                f"[{stamp}] Decode batch. #running-req: {len(e.running)}, "
+                f"#token: {round(e.kv_usage() * self.cfg.kv_cache_tokens)}, token usage: {e.kv_usage():.2f}, "
+                f"gen throughput (token/s): {dg / dt:.2f}, #queue-req: {len(e.waiting)}"
+            )
+        elif dp or dg or e.running or e.waiting:
             dt = max(1e-9, now - t0)
             self.log.info(
                 "loggers.py:335",
@@ -169,10 +200,14 @@ class SimServer:
                 return await self._send(w, http.json_response(401, {"error": "Unauthorized"}), 401)
         if get and path == "/health":
             return await self._send(w, http.response_bytes(200, b""), 200)
+        if (
+            cfg.flavour == "sglang"
+            and get
+            and path in ("/metrics", "/get_model_info", "/model_info", "/load", "/version")
+        ):
+            return await self._sglang_route(path, w)
         if get and path == "/version":
             return await self._send(w, http.json_response(200, {"version": "0.32.0"}), 200)
-        if cfg.flavour == "sglang" and get and path in ("/metrics", "/get_model_info", "/model_info", "/load", "/version"):
-            return await self._sglang_route(path, w)
         if get and path == "/load":
             load = sum(len(e.running) for e in self.engines)
             return await self._send(w, http.json_response(200, {"server_load": load}), 200)
