@@ -237,3 +237,20 @@ def test_attention_heads_split_over_the_attention_tp_of_dp_attention(tmp_path: P
     validate_profiles(parse(text("tp-size = 8\ndp-size = 2\nenable-dp-attention = true\n")), TOPO)
     with pytest.raises(InputError, match="tensor-parallel size 8 does not divide the model's 12 attention heads"):
         validate_profiles(parse(text("tp-size = 8\n")), TOPO)
+
+
+@pytest.mark.parametrize(
+    ("log", "line"),
+    [
+        ("sglang-0.5.23-cpu-no-vllm.log", "ModuleNotFoundError: No module named 'vllm'"),
+        ("sglang-0.5.23-cpu-engine-no-sgl-kernel.log", "- ModuleNotFoundError: No module named 'common_ops'"),
+    ],
+)
+def test_real_sglang_crash_logs_give_their_error_line(log: str, line: str) -> None:
+    # Real SGLang 0.5.23 failing to start on this repo's CPU VM (the fixtures' first lines say how): the crashed worker's
+    # error line is SGLang's own.
+    from amdtop.supervisor.crashlog import crash_summary
+
+    lines = (Path(__file__).resolve().parents[1] / "fixtures" / "sglang_logs" / log).read_text().splitlines()
+    assert lines[0].startswith("# source: this repo's CPU VM")
+    assert crash_summary(lines[1:]) == line
