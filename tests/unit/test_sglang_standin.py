@@ -70,7 +70,9 @@ def test_sglang_worker_launches_reads_judges_and_stops_clean(
         assert "--enable-metrics" in argv and argv[argv.index("--tp-size") + 1] == "2"
         # the two schedulers are the worker's ranks, in TP order, and the detokenizer is one of its processes
         deadline = time.monotonic() + 10
-        while len(st.rank_pids) < 2 and time.monotonic() < deadline:
+        while (len(st.rank_pids) < 2 or not any(title(p) == "sglang::detokenizer" for p in st.pids)) and (
+            time.monotonic() < deadline
+        ):
             time.sleep(0.1)
             st = sup.status_one("sg")
         assert [r for r, _ in st.rank_pids] == [0, 1]
@@ -151,8 +153,8 @@ def test_hand_started_server_is_discovered_from_its_real_processes(port: int) ->
         found: list = []  # type: ignore[type-arg]
         while time.monotonic() < deadline:
             found = [w for w in discover_vllm() if w.pid == server.pid]
-            if found and len(found[0].rank_pids) == 2:
-                break
+            if found and len(found[0].rank_pids) == 2 and any(title(p) == "sglang::detokenizer" for p in found[0].pids):
+                break  # every process up (the detokenizer starts last: a loaded box shows the schedulers first)
             time.sleep(0.1)
         [w] = found
         assert w.name == f"sglang-{server.pid}" and w.engine_kind == "sglang" and w.source == "discovered"
