@@ -5,6 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+KINDS = (
+    "collective_timeout",
+    "net_completion_error",
+    "worker_crashed",
+    "hive_reset",
+    "gpu_reset",
+    "correctable_errors",
+    "hardware_error",
+    "xid_chain",
+    "ecc",
+    "gpu_init_failed",
+    "kernel_fault",
+)
+"""Every incident kind (the exporter publishes a count for each, zero included, as it does for flags)."""
+
 MAX_EVIDENCE = 6
 """Evidence lines kept per incident: enough to see why, few enough for a pane line and a JSON document."""
 
@@ -14,8 +29,7 @@ class Incident:
     """One verdict over the lines of one thing that went wrong."""
 
     kind: str
-    """``collective_timeout``, ``net_completion_error``, ``worker_crashed``, ``hive_reset``, ``gpu_reset``,
-    ``correctable_errors``, ``hardware_error``, ``xid_chain``, ``ecc``, ``gpu_init_failed``."""
+    """One of :data:`KINDS`."""
     summary: str
     """One line a person would say (``rank 3 is the laggard: ...``)."""
     cause: str

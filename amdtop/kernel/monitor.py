@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amdtop.incidents.model import Incident
 from amdtop.kernel.events import ADVICE, FaultCause, KernelEvent
 from amdtop.kernel.mapper import FaultMapper, Owner
 from amdtop.kernel.parser import KernelLogParser
@@ -45,6 +46,8 @@ class KernelLogStatus:
     """Why it is unavailable, one line."""
     lines: int = 0
     """Lines read so far."""
+    incidents: tuple[Incident, ...] = ()
+    """Kernel verdicts: faults read from before amdtop started (history, with their age), hive resets, error chains."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,3 +138,33 @@ def test_logs_parse_json_keeps_its_keys_and_adds_incidents() -> None:
     (inc,) = doc["incidents"]
     assert {"kind", "ranks", "laggard", "op", "seq", "cause", "evidence", "fix"} <= set(inc)
     assert inc["laggard"] == 7
+
+
+def test_incidents_travel_in_the_frame_to_json_exporter_and_pane(tmp_path: Path) -> None:
+    from amdtop.exporter.families import build_families
+    from amdtop.pipeline import NodeFrame
+    from amdtop.rccl.monitor import LogMonitor
+    from amdtop.report import frame_json
+    from amdtop.telemetry.sim import SimBackend
+    from widgets.log_summary import render_logs
+
+    log = tmp_path / "llama.log"
+    log.write_text((FIXTURES / "ray_sigsegv_vllm_6783.log").read_text())
+    monitor = LogMonitor([("llama", log)])
+    try:
+        update = monitor.poll()
+    finally:
+        monitor.close()
+    (view,) = update.workers
+    (inc,) = view.incidents
+    assert inc.worker == "llama" and inc.signal == "SIGSEGV"
+    backend = SimBackend()
+    frame = NodeFrame(backend.sample(), logs=update)
+    assert frame.incidents == (inc,)
+    doc = frame_json(frame)
+    assert doc["incidents"][0]["kind"] == "worker_crashed" and doc["incidents"][0]["worker"] == "llama"
+    assert doc["logs"][0]["incidents"][0]["signal"] == "SIGSEGV"
+    (family,) = [f for f in build_families(frame) if f.name == "amdtop_incidents"]
+    counts = {s.labels["kind"]: s.value for s in family.samples}
+    assert counts["worker_crashed"] == 1.0 and counts["collective_timeout"] == 0.0
+    assert "!! worker_crashed [llama]" in render_logs(update.workers, update.flags).plain
