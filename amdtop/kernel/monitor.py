@@ -18,6 +18,7 @@ from amdtop.kernel.sources import KernelSource, SourceUnavailable, open_kernel_s
 from amdtop.kernel.worker_logs import WorkerLogFaults
 from amdtop.kernel.xid import xid_advice
 from amdtop.model import Flag, FlagKind, Topology, WorkerStatus
+from amdtop.pcibus import PciAccelerator, failed, scan, verdict
 from amdtop.thresholds import GPU_FAULT_HOLD_S
 
 _TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
@@ -206,6 +207,7 @@ class KernelFaultMonitor:
         self._faults: dict[tuple[object, ...], _Fault] = {}
         self._history: dict[tuple[object, ...], _Fault] = {}
         self._verdicts = KernelVerdicts()
+        self._bus: tuple[PciAccelerator, ...] | None = None
         self._boot_wall: float | None = None
         self._worker_logs = WorkerLogFaults() if worker_logs else None
 
@@ -322,6 +324,12 @@ class KernelFaultMonitor:
             return gpu, names
 
         out += self._verdicts.incidents(place)
+        if self._bus is None:
+            self._bus = scan(self.sysfs_root)  # once: GPUs do not join the bus while amdtop runs
+        missing = failed(self._bus, [g.bdf for g in topology.gpus]) if topology.gpus else ()
+        bus = verdict(missing, self._verdicts.init_failures)
+        if bus is not None:
+            out.append(bus)
         return tuple(out)
 
     @property
