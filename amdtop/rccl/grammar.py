@@ -138,10 +138,18 @@ SIGNAL_LINES = (
         r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
     ),
     re.compile(r"(?:terminated|killed|died) (?:by|with|from) signal (?P<sig>SIG[A-Z]+)"),
+    re.compile(r"!{3,} (?P<what>Segfault) encountered !{3,}"),
 )
-"""A process that died of a signal: absl's (Ray's) failure handler, torchelastic, faulthandler, a supervisor."""
+"""A process that died of a signal: absl's (Ray's) failure handler, torchelastic, faulthandler, a supervisor, and
+tvm_ffi's backtrace handler (``!!!!!!! Segfault encountered !!!!!!!``: vLLM's stack loads it, and it replaces
+faulthandler's)."""
+VLLM_WORKER_DIED = re.compile(
+    r"Worker proc VllmWorker-(?P<rank>\d+) died unexpectedly(?: \(exit code: (?P<code>-?\d+|None)\))?"
+)
+"""vLLM's executor on a rank that vanished: ``VllmWorker-N`` is TP rank N; a negative exit code is the signal."""
 SIGNAL_OF = {
     "Segmentation fault": "SIGSEGV",
+    "Segfault": "SIGSEGV",
     "Aborted": "SIGABRT",
     "Bus error": "SIGBUS",
     "Floating point exception": "SIGFPE",

@@ -17,7 +17,7 @@ RECENT = 4
 """Lines kept per process prefix as a crash's evidence (what it printed last)."""
 AFTER = 8
 """Lines kept after a process's signal line (the faulting PC, the Python stack)."""
-_CHEAP = ("SIG", "Fatal Python", "signal")
+_CHEAP = ("SIG", "Fatal Python", "signal", "Segfault")
 
 
 def torch_context(s: str) -> tuple[tuple[str, object], ...]:
@@ -69,6 +69,11 @@ def ib_completion(
 def crash_line(p: LogParser, s: str, prefix: re.Match[str] | None, file: str, lineno: int) -> bool:
     """Record a signal death (True: the line is read) or keep the line as its process's recent output."""
     key = prefix.group(0) if prefix else ""
+    if "died unexpectedly" in s and (d := g.VLLM_WORKER_DIED.search(s)) is not None:
+        code = d.group("code")
+        died: tuple[tuple[str, object], ...] = (("exit_code", None if code in (None, "None") else int(code)),)
+        p.facts.append(Message(file, lineno, s, "worker_died", int(d.group("rank")), (*died, ("key", key))))
+        return True
     if not any(c in s for c in _CHEAP):
         _remember(p, key, s)
         return False
@@ -105,4 +110,4 @@ def _remember(p: LogParser, key: str, s: str) -> None:
     recent = p.recent.get(key)
     if recent is None:
         recent = p.recent[key] = deque(maxlen=RECENT)
-    recent.append(s[:300])
+    recent.append((key + s)[:300])  # with its process prefix: evidence says who printed it

@@ -13,11 +13,13 @@
 from __future__ import annotations
 
 import re
+import signal
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
 from amdtop.rccl.failures import ranges
+from amdtop.rccl.grammar import APP_PREFIX, TP_RANK
 from amdtop.rccl.report import Comm, Message
 from amdtop.rccl.verdicts import is_advisory
 
@@ -78,13 +80,14 @@ def build_incidents(
     warnings: Sequence[Message],
     comms: Sequence[Comm],
     after: Mapping[str, Sequence[str]] | None = None,
+    recent: Mapping[str, Iterable[str]] | None = None,
 ) -> tuple[Incident, ...]:
     """Every incident the lines tell, in the order their first lines came; ``after``: what each crashed process
-    printed after its signal line, by its prefix."""
+    printed after its signal line, ``recent``: the last lines of each process, by its prefix."""
     out: list[tuple[tuple[str, int], Incident]] = []
     out += timeout_incidents(facts, errors, warnings, comms)
     out += ib_incidents(facts)
-    out += crash_incidents(facts, after or {})
+    out += crash_incidents(facts, after or {}, recent or {})
     out.sort(key=lambda pair: pair[0])
     return tuple(i for _where, i in out)
 
@@ -325,7 +328,7 @@ def ib_incidents(facts: Sequence[Message]) -> list[tuple[tuple[str, int], Incide
 
 
 # -- crashed workers -----------------------------------------------------------------------------------------------
-_FRAME = re.compile(r"^\s*(?:\[[^]]*\] \S+:\d+:)?\s*@\s+0x")
+_FRAME = re.compile(r"^(?:\([^()]*pid=\d+[^()]*\)\s*)?\s*(?:\[[^]]*\] \S+:\d+:)?\s*@\s+0x")
 """A bare stack frame of absl's failure handler (``@ 0x7f... (unknown)``): no evidence by itself."""
 _PC = re.compile(r"PC: @\s+0x[0-9a-f]+\s+\S+\s+(?P<fn>\S+\(\))")
 _PY_FRAME = re.compile(r'File "[^"]*?([^/"]+)", line (\d+) in (\S+)')
@@ -344,22 +347,68 @@ def _where(lines: Sequence[str]) -> str | None:
     return None
 
 
+def _rank_lines(recent: Mapping[str, Iterable[str]], rank: int) -> tuple[int | None, tuple[str, ...]]:
+    """The pid and last lines of the process whose prefix names TP rank ``rank`` (``(Worker_TP1 pid=7) ``)."""
+    for key, lines in recent.items():
+        tp = TP_RANK.search(key)
+        if tp and int(tp.group(1)) == rank:
+            m = APP_PREFIX.match(key)
+            return (int(m.group("pid")) if m else None), tuple(lines)
+    return None, ()
+
+
+def _signal_of(code: object) -> str | None:
+    """``SIGSEGV`` for exit code -11: a process killed by a signal exits with minus its number."""
+    if not isinstance(code, int) or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return None
+
+
 def crash_incidents(
-    facts: Sequence[Message], after: Mapping[str, Sequence[str]]
+    facts: Sequence[Message], after: Mapping[str, Sequence[str]], recent: Mapping[str, Iterable[str]]
 ) -> list[tuple[tuple[str, int], Incident]]:
-    """One ``worker_crashed`` per process that died of a signal (its several signal lines are one death)."""
+    """One ``worker_crashed`` per process that died of a signal (its several signal lines are one death). A signal
+    line without a process prefix (faulthandler writes past vLLM's prefixing) takes its rank from vLLM's next
+    ``Worker proc VllmWorker-N died`` line, and the lines before it from that rank's own output; a died line whose
+    exit code is a signal (-11) is a crash even where nothing else was printed."""
     by: dict[tuple[str | None, int | None, str], list[Message]] = {}
+    died = [f for f in facts if f.kind == "worker_died"]
     for f in facts:
         if f.kind == "signal":
             by.setdefault((f.host, f.pid, f.file if f.pid is None else ""), []).append(f)
+    used: set[int] = set()
+    for d in died:
+        sig = _signal_of(_get(d, "exit_code"))
+        if sig is not None and not any(
+            f.rank == d.rank or (f.rank is None and f.file == d.file) for fs in by.values() for f in fs
+        ):
+            extra = (("signal", sig), ("process", f"VllmWorker-{d.rank}"), ("before", ()), ("key", ""))
+            by[(None, None, f"died-{d.line}")] = [Message(d.file, d.line, d.text, "signal", d.rank, extra)]
     out = []
     for (host, pid, _where_file), lines in by.items():
         first = lines[0]
         sig = str(_get(first, "signal"))
         process = _get(first, "process")
         rank = next((f.rank for f in lines if f.rank is not None), None)
+        named_by = None
+        if rank is None:
+            # the next died line of vLLM's executor after the signal names the rank that vanished
+            named_by = next(
+                (d for d in died if d.file == first.file and d.line >= first.line and id(d) not in used), None
+            )
+            if named_by is not None:
+                used.add(id(named_by))
+                rank = named_by.rank
+                process = process or f"VllmWorker-{rank}"
         before = _get(first, "before")
         before_lines = tuple(b for b in before if not _FRAME.match(b)) if isinstance(before, tuple) else ()
+        if rank is not None and (not before_lines or _get(first, "key") == ""):
+            rank_pid, own = _rank_lines(recent, rank)
+            before_lines = tuple(b for b in own if not _FRAME.match(b)) or before_lines
+            pid = pid if pid is not None else rank_pid
         prefix = _get(first, "key")
         later: list[str] = []
         for f in lines[1:]:  # printed between its signal lines
@@ -391,6 +440,7 @@ def crash_incidents(
             "signal name the last thing it ran (a kernel, a library) to report or avoid; check the kernel log for a "
             "GPU fault at the same time"
         )
+        died_line = () if named_by is None else (named_by.text,)
         incident = Incident(
             kind="worker_crashed",
             summary=summary,
@@ -398,7 +448,12 @@ def crash_incidents(
             fix=fix,
             evidence=tuple(
                 dict.fromkeys(
-                    (*before_lines[-2:], *(f.text for f in lines), *(b for b in later if not _FRAME.match(b)))
+                    (
+                        *before_lines[-2:],
+                        *(f.text for f in lines),
+                        *died_line,
+                        *(b for b in later if not _FRAME.match(b)),
+                    )
                 )
             )[:MAX_EVIDENCE],
             ranks=() if rank is None else (rank,),

@@ -150,7 +150,7 @@ class LogParser(CommLines):
             notes=tuple(notes),
             warning_groups=group_warnings(warnings),
             nics=self.nic_lines.report(),
-            incidents=build_incidents(self.facts, final, warnings, comms, self.crash_after),
+            incidents=build_incidents(self.facts, final, warnings, comms, self.crash_after, self.recent),
         )
 
     # -- INFO ----------------------------------------------------------------------------------------------------

@@ -168,3 +168,31 @@ def test_incidents_travel_in_the_frame_to_json_exporter_and_pane(tmp_path: Path)
     counts = {s.labels["kind"]: s.value for s in family.samples}
     assert counts["worker_crashed"] == 1.0 and counts["collective_timeout"] == 0.0
     assert "!! worker_crashed [llama]" in render_logs(update.workers, update.flags).plain
+
+
+def test_real_vllm_tp2_rank1_sigsegv_capture() -> None:
+    # captured here from real vLLM (CPU) TP=2: tvm_ffi's handler printed the segfault without a process prefix;
+    # vLLM's "VllmWorker-1 died" names the rank, and rank 1's own last lines are the lines before it
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_crash" / "tp2-rank1-sigsegv-cpu.log"
+    (i,) = [i for i in parse_files([path]).incidents if i.kind == "worker_crashed"]
+    assert i.signal == "SIGSEGV" and i.ranks == (1,)
+    assert dict(i.detail)["pid"] == 25264
+    assert "!!!!!!! Segfault encountered !!!!!!!" in i.evidence
+    before = [e for e in i.evidence if e.startswith("(Worker_TP1 pid=25264) ")]
+    assert before and "last line before: (Worker_TP1 pid=25264)" in i.summary
+    assert any("VllmWorker-1 died unexpectedly" in e for e in i.evidence)
+
+
+def test_sigkill_capture_without_a_signal_line_is_no_crash_incident() -> None:
+    # SIGKILL prints nothing and vLLM logged "exit code: None": the log alone cannot say a signal (health does)
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_crash" / "tp2-rank1-sigkill-cpu.log"
+    assert not [i for i in parse_files([path]).incidents if i.kind == "worker_crashed"]
+
+
+def test_died_with_a_negative_exit_code_is_a_signal() -> None:
+    line = (
+        "(EngineCore pid=6722) ERROR 12-02 06:43:26 [multiproc_executor.py:315] Worker proc VllmWorker-1 died "
+        "unexpectedly (exit code: -11), shutting down executor."
+    )
+    (i,) = parse_lines(["(Worker_TP1 pid=7) INFO 12-02 06:43:20 [x.py:1] step", line]).incidents
+    assert (i.signal, i.ranks) == ("SIGSEGV", (1,))
