@@ -110,7 +110,8 @@ def verdict(missing: Sequence[PciAccelerator], kernel: Mapping[str, Sequence[str
     heads = []
     for vendor, accs in by.items():
         n = len(accs)
-        what = "failed driver init" if all(a.driver is None for a in accs) else "are not shown by the backend"
+        shown = f"{'is' if n == 1 else 'are'} not shown by the backend"
+        what = "failed driver init" if all(a.driver is None for a in accs) else shown
         heads.append(f"{n} {vendor} GPU{'s' if n != 1 else ''} on the PCI bus {what}")
     quoted = "; ".join(dict.fromkeys(_short(ln) for ln in lines))
     summary = ", ".join(heads) + (

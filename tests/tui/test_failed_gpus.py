@@ -37,3 +37,19 @@ async def test_failed_gpus_screen_says_so_and_quits(tmp_path: Path) -> None:
         assert "simulated" not in body
         await pilot.press("q")
     assert app.return_value == 1
+
+
+def test_header_says_gpus_on_the_bus_failed_to_come_up() -> None:
+    from amdtop.kernel.monitor import KernelLogStatus
+    from amdtop.pcibus import PciAccelerator, verdict
+    from amdtop.pipeline import NodeFrame
+    from amdtop.telemetry.sim import SimBackend
+    from tests.tui.conftest import make_app
+
+    missing = [PciAccelerator(MI300X_BDFS[7], "AMD", "0x74a1", 0x120000, "amdgpu")]
+    inc = verdict(missing, {})
+    assert inc is not None
+    frame = NodeFrame(SimBackend().sample(), kernel_log=KernelLogStatus("/dev/kmsg", True, incidents=(inc,)))
+    line = make_app().status_line(frame)
+    assert "1 incident" in line
+    assert "1 AMD GPU on the PCI bus is not shown by the backend" in line

@@ -92,5 +92,5 @@ def test_a_gpu_the_backend_does_not_show_is_an_incident_in_the_frame(tmp_path: P
         (inc,) = [i for i in mon.poll(seven).status.incidents if i.kind == "gpu_init_failed"]
     finally:
         mon.close()
-    assert inc.summary.startswith("1 AMD GPU on the PCI bus are not shown by the backend")
+    assert inc.summary.startswith("1 AMD GPU on the PCI bus is not shown by the backend")
     assert dict(inc.detail)["bdfs"] == (MI300X_BDFS[7],)
