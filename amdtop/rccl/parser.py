@@ -167,8 +167,6 @@ class LogParser(CommLines):
             self.unknown += 1
             return
         msg = msg.rstrip()
-        if msg.endswith("cluster]"):
-            msg = g.REPEATED.sub("", msg)  # Ray's ``[repeated 2x across cluster]``: not part of any value
         if c == "C":
             if msg.startswith("Connected all "):
                 self._connected(line[:i], msg, lineno)
@@ -211,6 +209,8 @@ class LogParser(CommLines):
             name = self._env_names.get(msg)
             if name is not None and self._env_msgs[name] == msg:
                 return  # every rank echoes its settings at each init: a known variable's same value again
+            if msg.endswith("cluster]"):
+                msg = g.REPEATED.sub("", msg)  # Ray's ``[repeated 2x across cluster]``: never part of the value
             m = g.ENV_SET.match(msg)
             if m:
                 name, value = m.group(1), m.group(2).rstrip(".").strip()

@@ -10,6 +10,7 @@ numbers still match the file.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 MIN_WIDTH = 80
 """Narrower widest lines are not a terminal's width: nothing is rejoined."""
@@ -19,33 +20,72 @@ _RECORD_START = re.compile(
 )
 
 
+_TEAR = re.compile(r"\((?:[^()]*?)pid=\d+(?:, ip=[^)\s]+)?\) ")
+"""A process prefix inside a line: where another process's whole line was written into this one."""
+
+
+def untear(lines: Sequence[str], text: str | None = None) -> Sequence[str]:
+    """Lines where another process's line (behind its ``(Worker pid=N) `` prefix) was written into the middle of an
+    RCCL/NCCL record, the record's rest landing on the next line: the record rejoined, the intruding line after it
+    (the same number of lines; ``lines`` itself when nothing was torn). A torn record whose rest cannot be found is
+    dropped rather than read cut short (a value cut mid-word is worse than none). ``text``: the raw text the lines
+    were split from, where the caller has it (searched instead of joining the lines again)."""
+    if "pid=" not in (text if text is not None else "\n".join(lines)):
+        return lines  # one C search over the batch: most RCCL logs have no process prefix at all
+    found = [i for i, line in enumerate(lines) if "pid=" in line and " NCCL " in line]
+    out: list[str] | None = None
+    for i in found:
+        line = lines[i] if out is None else out[i]
+        mark = line.find(" NCCL ")
+        m = _TEAR.search(line, mark + 6)
+        if m is None:
+            continue
+        if out is None:
+            out = list(lines)
+        head, intruder = line[: m.start()], line[m.start() :]
+        nxt = out[i + 1] if i + 1 < len(out) else ""
+        if nxt and not _RECORD_START.match(nxt):
+            out[i], out[i + 1] = head + nxt, intruder
+        else:
+            out[i] = intruder
+    return lines if out is None else out
+
+
 def unwrap(lines: list[str]) -> list[str]:
     """``lines`` with wrapped continuations appended to their record (the same number of lines; ``lines`` itself
     when nothing was wrapped)."""
     if len(lines) < 2:
         return lines
-    width = max((len(x) for x in lines if x[:1] != "#"), default=0)  # ``#`` lines: a fixture's source notes
+    lengths = list(map(len, lines))
+    width = max(lengths)
+    if width >= MIN_WIDTH and lines[lengths.index(width)][:1] == "#":
+        # a fixture's ``#`` source note is no terminal line: the widest of the others is the width
+        width = max((n for n, x in zip(lengths, lines, strict=True) if x[:1] != "#"), default=0)
     if width < MIN_WIDTH:
         return lines
     near = width - 48  # a continuation's first word is rarely longer than this
     out: list[str] | None = None
     head = -1  # index (in out) of the record the last continuation went to
-    for i in range(1, len(lines)):
-        prev = lines[i - 1] if out is None else out[head if head >= 0 else i - 1]
+    last = -2
+    for i in [k + 1 for k, n in enumerate(lengths[:-1]) if n >= near]:
+        if i != last + 1:
+            head = -1  # a run of continuations ends where a short line came between
+        last = i
         line = lines[i]
-        if len(lines[i - 1]) < near or not line or _RECORD_START.match(line):
+        if not line or _RECORD_START.match(line):
             head = -1
             continue
         word = line.split(" ", 1)[0]
-        hard = len(lines[i - 1]) == width
+        plen = lengths[i - 1]
+        hard = plen == width
         if not hard and len(lines[i - 1].rstrip()) + 1 + len(word) <= width:
             head = -1
             continue
         if out is None:
             out = list(lines)
         target = head if head >= 0 else i - 1
-        joined = prev + line if hard or prev.endswith(" ") else f"{prev} {line}"
-        out[target] = joined
+        prev = out[target]
+        out[target] = prev + line if hard or prev.endswith(" ") else f"{prev} {line}"
         out[i] = ""
         head = target
     return lines if out is None else out

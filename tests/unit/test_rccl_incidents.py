@@ -196,3 +196,18 @@ def test_died_with_a_negative_exit_code_is_a_signal() -> None:
     )
     (i,) = parse_lines(["(Worker_TP1 pid=7) INFO 12-02 06:43:20 [x.py:1] step", line]).incidents
     assert (i.signal, i.ranks) == ("SIGSEGV", (1,))
+
+
+def test_torn_line_rejoined_and_dedup_suffix_dropped_built() -> None:
+    report = parse_files([FIXTURES / "BUILT_torn_vllm_into_rccl.log"])
+    assert {e.name: e.value for e in report.env} == {"NCCL_SOCKET_IFNAME": "ens50f0", "NCCL_IB_DISABLE": "1"}
+    assert report.unknown_lines == 0
+
+
+def test_untear_without_the_rest_drops_the_cut_record() -> None:
+    from amdtop.rccl.unwrap import untear
+
+    torn = ["n1:1:1 [0] NCCL INFO NCCL_IB_HCA set by environment to ml(Worker_TP1 pid=2) INFO 12-02 x", "n1:1:1 [0] ok"]
+    assert list(untear(torn)) == ["(Worker_TP1 pid=2) INFO 12-02 x", "n1:1:1 [0] ok"]
+    clean = ["(Worker_TP1 pid=2) n1:2:2 [1] NCCL INFO Init COMPLETE"]  # a prefix before the record is no tear
+    assert untear(clean) is clean
