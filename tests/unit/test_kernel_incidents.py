@@ -173,3 +173,23 @@ def test_xid_94_restart_the_application_95_drain_the_gpu_gpud_1174() -> None:
     by = {dict(i.detail)["xid"]: i for i in incidents if i.kind == "ecc"}
     assert "restart the application" in by[94].fix
     assert "drain the GPU" in by[95].fix
+
+
+def test_kernel_incidents_travel_in_the_frame_through_the_serve_wire(tmp_path: Path, topology: Topology) -> None:
+    import socket
+
+    from amdtop.pipeline import NodeFrame
+    from amdtop.report import frame_json
+    from amdtop.serve.wire import read_message, send_message
+    from amdtop.telemetry.sim import SimBackend
+
+    src = RingBuffer([XID43.format(ts=100.0)])
+    status = _monitor(tmp_path, src, uptime=100.0 + 7200, wall=1_700_000_000.0).poll(topology).status
+    frame = NodeFrame(SimBackend().sample(), kernel_log=status)
+    a, b = socket.socketpair()
+    with a, b:
+        send_message(a, {"frame": frame})
+        got = read_message(b)["frame"]
+    assert got.incidents == frame.incidents and got.incidents[0].historic
+    (doc,) = frame_json(got)["incidents"]
+    assert doc["kind"] == "kernel_fault" and doc["historic"] is True and doc["age_s"] == 7200.0
