@@ -276,7 +276,7 @@ class KernelVerdicts:
                 Incident(
                     kind="xid_chain",
                     summary=f"Xid 45 on {where} caused by previous Xid {code} ({name}): the Xid {code} is the cause, "
-                    f"the Xid 45 only cleaned up {len(pids)} process{'es' if len(pids) != 1 else ''}'s channels",
+                    f"the Xid 45 only cleaned up the channels of {len(pids)} process{'es' if len(pids) != 1 else ''}",
                     cause=f"Xid {code} ({name})"
                     + (": an NVLink error, a hardware/fabric fault" if 144 <= code <= 150 or code == 74 else ""),
                     fix=f"follow NVIDIA's resolution for Xid {code} (NVLink: check the links with nvidia-smi nvlink "
