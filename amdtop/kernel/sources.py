@@ -180,15 +180,18 @@ class KmsgSource:
 
 
 class JournalSource:
-    """``journalctl -k -f -n 0``: the kernel messages journald logs from now on, read without blocking."""
+    """``journalctl -k -b -f -n all``: this boot's kernel messages from its start (a fault before amdtop started
+    included), then followed, read without blocking; ``short-monotonic`` stamps each line with its time since boot."""
 
     name = "journalctl -k"
+    boot_clock = True
+    """Line stamps are seconds since this host booted (the monitor dates them)."""
 
     def __init__(self, exe: str) -> None:
         """Start journalctl (``SourceUnavailable`` when it cannot start)."""
         try:
             self._proc = subprocess.Popen(
-                [exe, "-k", "-f", "-n", "0", "-o", "short-monotonic", "--no-pager", "-q"],
+                [exe, "-k", "-b", "-f", "-n", "all", "-o", "short-monotonic", "--no-pager", "-q"],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 stdin=subprocess.DEVNULL,
