@@ -193,3 +193,23 @@ def test_kernel_incidents_travel_in_the_frame_through_the_serve_wire(tmp_path: P
     assert got.incidents == frame.incidents and got.incidents[0].historic
     (doc,) = frame_json(got)["incidents"]
     assert doc["kind"] == "kernel_fault" and doc["historic"] is True and doc["age_s"] == 7200.0
+
+
+def test_real_h200_xid43_read_40s_later_from_the_ring_buffer(tmp_path: Path) -> None:
+    # The lead's capture: a device-side assert gave this Xid 43 on the lent H200 (bus 00:06); `snapshot` 40 s later
+    # read 0 lines. The ring buffer read from its start hands it over with its stamp (built: the capture is dmesg -T,
+    # so the seconds-since-boot stamp /dev/kmsg gives is made up here), on the recorded H200 topology.
+    from amdtop.telemetry.nvml import NvmlBackend
+    from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture, materialize
+
+    fixture = load_fixture(Path(__file__).resolve().parents[1] / "fixtures" / "nvml" / "h200_replay.json")
+    sysfs, proc = materialize(fixture, tmp_path / "h200")
+    topology = NvmlBackend(ReplayNvml(fixture), BackendOptions(sysfs_root=sysfs, proc_root=proc)).topology()
+    (real,) = [ln for ln in lines("nvidia_xid43_h200_session12.log") if "Xid" in ln]
+    message = real.split("] ", 1)[1]  # without dmesg -T's wall-clock prefix
+    assert message == "NVRM: Xid (PCI:0000:00:06): 43, pid=495, name=python3, channel 0x0000000a"
+    src = RingBuffer([f"[{60.0:12.6f}] {message}"])
+    mon = _monitor(tmp_path, src, uptime=100.0, wall=1_764_754_613.0)
+    (flag,) = mon.poll(topology).flags
+    assert flag.gpus == (0,) and dict(flag.extra)["xid"] == 43 and dict(flag.extra)["pid"] == 495
+    assert dict(flag.extra)["since"] == pytest.approx(1_764_754_613.0 - 40, abs=0.01)
