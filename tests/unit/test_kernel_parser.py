@@ -19,7 +19,7 @@ def events(name: str):  # type: ignore[no-untyped-def]
 def test_every_fixture_names_its_source() -> None:
     for path in FIXTURES.glob("*.log"):
         first = path.read_text().splitlines()[0]
-        assert first.startswith(("# source: https://", "# BUILT, not a capture")), path.name
+        assert first.startswith(("# source: https://", "# source: captured on ", "# BUILT, not a capture")), path.name
         assert path.name.startswith("BUILT") == first.startswith("# BUILT"), path.name
 
 
