@@ -211,3 +211,15 @@ def test_untear_without_the_rest_drops_the_cut_record() -> None:
     assert list(untear(torn)) == ["(Worker_TP1 pid=2) INFO 12-02 x", "n1:1:1 [0] ok"]
     clean = ["(Worker_TP1 pid=2) n1:2:2 [1] NCCL INFO Init COMPLETE"]  # a prefix before the record is no tear
     assert untear(clean) is clean
+
+
+def test_ray_worker_rank_comes_from_its_nccl_lines() -> None:
+    lines = [
+        "(RayWorkerWrapper pid=24036, ip=10.0.0.2) n2:24036:24036 [0] NCCL INFO comm 0x55a1 rank 1 nranks 2 cudaDev 0 "
+        "busId 1000 commId 0x5ae7 - Init COMPLETE",
+        "(RayWorkerWrapper pid=24036, ip=10.0.0.2) INFO 07-25 10:45:59 [aiter.py:63] [aiter] fused_moe start",
+        "(RayWorkerWrapper pid=24036, ip=10.0.0.2) *** SIGSEGV received at time=1721904360 on cpu 140 ***",
+    ]
+    (i,) = parse_lines(lines).incidents
+    assert (i.ranks, i.hosts, i.signal) == ((1,), ("10.0.0.2",), "SIGSEGV")
+    assert "aiter" in i.summary
