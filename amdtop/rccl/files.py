@@ -193,7 +193,7 @@ def feed_file(p: LogParser, fh: TextIO, name: str) -> None:
             # a newline-free monster: count it as one unknown line and move on
             lines.append(carry[: g.MAX_LINE + 1])
             carry = ""
-        p.feed_lines(untear(unwrap(lines), chunk), name, n)  # records a terminal wrapped or another process tore
+        p.feed_lines(unwrap(untear(lines, chunk)), name, n)  # records a terminal wrapped or another process tore
         n += len(lines)
     if carry:
         p.feed_lines([carry], name, n)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 MIN_WIDTH = 80
 """Narrower widest lines are not a terminal's width: nothing is rejoined."""
 _RECORD_START = re.compile(
-    r"(?:\s|$|[\[({<#*!|=+-]|[\w.-]+:\d+:\d+ |[\w.-]+ \[|\d{4}-\d\d-\d\d|\d\d:\d\d"
+    r"(?:\s|$|[\[({<#*!|=+-]|[\w.-]+:\d+:\d+ |[\w.-]+ \[|[\w.-]+\s+\| |[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d|\d\d:\d\d"
     r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|NCCL|RCCL|Traceback|File|frame|Exception|terminate|Fatal|Stack)\b)"
 )
 
@@ -51,7 +51,7 @@ def untear(lines: Sequence[str], text: str | None = None) -> Sequence[str]:
     return lines if out is None else out
 
 
-def unwrap(lines: list[str]) -> list[str]:
+def unwrap(lines: Sequence[str]) -> Sequence[str]:
     """``lines`` with wrapped continuations appended to their record (the same number of lines; ``lines`` itself
     when nothing was wrapped)."""
     if len(lines) < 2:
@@ -76,6 +76,11 @@ def unwrap(lines: list[str]) -> list[str]:
             head = -1
             continue
         word = line.split(" ", 1)[0]
+        if lines[i - 1][:1] == "#" or (len(word) >= 3 and lines[i - 1].startswith(word)):
+            # a ``#`` comment (a fixture's source note) takes no continuation; the same leading token as the line
+            # before (a container or host prefix) starts a record of its own
+            head = -1
+            continue
         plen = lengths[i - 1]
         hard = plen == width
         if not hard and len(lines[i - 1].rstrip()) + 1 + len(word) <= width:
