@@ -67,12 +67,7 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("slash", "filter", "Filter", id="filter", tooltip="filter GPU and worker rows by GPU, worker or flag"),
         *(Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}") for i, (key, label) in enumerate(PANES, start=1)),
         Binding(
-            "z",
-            "sleep",
-            "Sleep/Wake",
-            show=False,
-            id="sleep",
-            tooltip="vLLM sleep mode: sleep or wake the selected worker",
+            "z", "sleep", "Sleep/Wake", show=False, id="sleep", tooltip="vLLM sleep mode: sleep or wake the selected worker"
         ),
         Binding(
             "d",

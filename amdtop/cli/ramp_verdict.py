@@ -18,9 +18,7 @@ def gpu_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of GPU indices, e.g. 0,1,2,3"
-        ) from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU indices, e.g. 0,1,2,3") from None
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError("needs GPU indices (0 or more), e.g. 0,1,2,3")
     return tuple(sorted(set(values)))

@@ -217,8 +217,7 @@ def render_status(rows: list[WorkerStatus]) -> str:
                 ekv = "-" if eng.kv_cache_usage is None else f"{eng.kv_cache_usage * 100:.1f}"
                 out.append(
                     f"    engine {eng.engine}: run {_num(eng.running)} wait {_num(eng.waiting)} kv% {ekv} "
-                    f"tok/s {_num(eng.gen_tokens_per_s, '{:.1f}')}"
-                    + (f" asleep L{eng.sleep_level}" if eng.sleep_level else "")
+                    f"tok/s {_num(eng.gen_tokens_per_s, '{:.1f}')}" + (f" asleep L{eng.sleep_level}" if eng.sleep_level else "")
                 )
         if st.note:
             out.append(f"    ! {st.note}")

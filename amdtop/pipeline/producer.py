@@ -56,6 +56,8 @@ class WorkerSource(Protocol):
     def status(self) -> list[WorkerStatus]: ...
 
 
+
+
 def _dedupe(flags: Sequence[Flag]) -> tuple[Flag, ...]:
     # Keyed on identity fields, not the whole value: two sources may report one problem.
     seen: dict[tuple[object, ...], Flag] = {}
@@ -106,7 +108,9 @@ class NodePipeline:
         self.workers = workers
         self.proc_root = proc_root
         self.tracker = ImbalanceTracker(window_s, threshold_pct)
-        self.discovery = VllmDiscovery(proc_root, full_every_s=rediscover_every_s, clock=clock) if discover else None
+        self.discovery = (
+            VllmDiscovery(proc_root, full_every_s=rediscover_every_s, clock=clock) if discover else None
+        )
         self.state_dir = state_dir
         self.demo_load = demo_load
         self.workers_every_s = workers_every_s
@@ -298,9 +302,7 @@ class NodePipeline:
             snap.topology, physical, self.proc_root, bindings=bindings, balancing=self._numa_balancing(now)
         )
         running = [w for w in workers if w.state is not WorkerState.STOPPED]
-        flags += per_group(
-            tp_placement_flags, snap.topology, [p for p in physical if p.state is not WorkerState.STOPPED]
-        )
+        flags += per_group(tp_placement_flags, snap.topology, [p for p in physical if p.state is not WorkerState.STOPPED])
         flags += partition_split_flags(snap.topology, running)
         snaps = self._remember(snap)
         throttle, health = self._health.judge(snaps)
@@ -354,3 +356,4 @@ class NodePipeline:
         if self.kernel is not None:
             self.kernel.close()
         self.processes.close()
+

@@ -128,9 +128,7 @@ def open_node(
             if ui and demo and not args.demo:
                 args = argparse.Namespace(**{**vars(args), "demo": True})
             try:
-                sup = open_supervisor(
-                    args, backend.topology(), backend=backend, readonly=bool(args.readonly) if ui else True
-                )
+                sup = open_supervisor(args, backend.topology(), backend=backend, readonly=bool(args.readonly) if ui else True)
             except Exception as exc:  # a broken profile must not keep the GPUs from being shown
                 if ui:
                     notes.append(f"supervisor: {exc}")

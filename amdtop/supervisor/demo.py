@@ -30,7 +30,7 @@ _DEMO_WORKERS = (
 # A data/expert-parallel MoE deployment on all 8 GPUs: DP=2 x TP=4 (two TP groups, 0-3 and 4-7, one per NUMA node),
 # off the default demo (it takes every GPU): AMDTOP_DEMO_LAYOUT=dp amdtop --demo.
 _DP_DEMO_WORKERS = (("deepseek-moe", "deepseek-ai/DeepSeek-V2-Lite-Chat", (0, 1, 2, 3, 4, 5, 6, 7), 64, 40.0, 150),)
-DP_DEMO_ARGS = {"deepseek-moe": "data-parallel-size = 2\nenable-expert-parallel = true\nnuma-bind = true\n"}
+DP_DEMO_ARGS = {"deepseek-moe": 'data-parallel-size = 2\nenable-expert-parallel = true\nnuma-bind = true\n'}
 """Extra ``[worker.args]`` lines of the DP demo (``numa-bind``: vLLM pins each rank to its own GPU's node)."""
 DEMO_LAYOUT_ENV = "AMDTOP_DEMO_LAYOUT"
 """``dp`` picks the data-parallel demo (its own profile file), anything else the default one."""
@@ -61,7 +61,7 @@ def demo_profiles_text(topology: Topology, port_base: int, layout: str = "defaul
             f"[worker.args]\nmax-num-seqs = {cap * 2}\ngpu-memory-utilization = 0.9\n"
             f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\nbackground-load = {int(cap * 0.8)}\n"
             + DP_DEMO_ARGS.get(name, "")
-            +
+            + 
             # RCCL init output in the log, as NCCL_DEBUG=INFO gives; one group with P2P off shows a transport fallback
             # (SHM/direct between GPUs the topology links by XGMI) in the Logs and TP groups panes.
             '[worker.env]\nNCCL_DEBUG = "INFO"\n'
