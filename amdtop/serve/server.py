@@ -170,7 +170,7 @@ class Serve:
             link.send(_error(call_id, f"{op}: refused: this viewer is read-only"))
             return
         if op in CONTROL_OPS and (self.readonly or self.node.control is None) and not op.startswith("ramp"):
-            link.send(_error(call_id, f"{op}: refused: the serve is read-only (no writable supervisor)"))
+            link.send(_error(call_id, f"{op}: refused: {self._no_control_reason()}"))
             return
         if op not in CONTROL_OPS and op not in READ_OPS:
             link.send(_error(call_id, f"{op[:64]}: unknown request"))
@@ -237,6 +237,15 @@ class Serve:
         if op in CONTROL_OPS:
             runtime.wake()  # every viewer sees the change on the next frame
         return value
+
+    def _no_control_reason(self) -> str:
+        """Why this serve has no writable supervisor, as the operator can act on it."""
+        if self.readonly:
+            return "the serve runs with --readonly; restart it without --readonly to control workers"
+        for note in self.notes:
+            if note.startswith("supervisor: "):
+                return note  # the profile file's own error (it did not load at all)
+        return "the serve has no worker profiles (no profile file); write one and restart the serve"
 
     def _ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
         settings = dict(settings)
