@@ -424,3 +424,34 @@ def test_item14_a_gpu_profile_under_backend_none_says_why(tmp_path: Path) -> Non
     finally:
         client.close()
         _end(serve)
+
+
+def test_item4_an_audit_fix_the_gate_refuses_leaves_the_profile_byte_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path]
+) -> None:
+    """``audit --fix --yes`` applies a finding's retune through :func:`apply_fix`: the same refusal, nothing written."""
+    from amdtop.audit.fix import apply_fix, plan_fix
+    from amdtop.audit.gate import GateRefused
+    from amdtop.audit.model import Finding, Fix
+    from amdtop.cli.workers import open_supervisor
+
+    argv, cfg, root = _gate_node(tmp_path)
+    cleanup.append(tmp_path / "state")
+    assert main([*argv, "workers", "launch", "llama"]) == 0
+    pids = wait_files(tmp_path, 1)
+    (root / "devices/pci0000:00/0000:26:00.0/ras").mkdir(parents=True, exist_ok=True)
+    (root / "devices/pci0000:00/0000:26:00.0/ras/umc_err_count").write_text("ue: 4\nce: 0\n")
+    before = cfg.read_bytes()
+    sup = open_supervisor(build_parser().parse_args([*argv, "workers", "status"]))
+    try:
+        finding = Finding(
+            "vllm_max_num_seqs", "warn", "worker", "built finding", (), "", "", Fix("retune", (("max-num-seqs", "32"),)),
+            worker="llama",
+        )  # fmt: skip
+        with pytest.raises(GateRefused, match="restart refused"):
+            apply_fix(plan_fix(finding, sup), sup)
+        assert cfg.read_bytes() == before, "the refused audit fix wrote the profile"
+        assert alive(pids) == pids
+    finally:
+        sup.stop("llama", grace=0.2)
+        sup.close()
