@@ -99,6 +99,27 @@ def test_item2_web_refuses_a_state_dir_where_another_user_planted_the_symlink(tm
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
+def test_item2_state_files_logs_and_locks_never_write_through_a_planted_symlink(tmp_path: Path) -> None:
+    from amdtop.private_files import write_private
+    from amdtop.supervisor.state import StateStore, open_log
+
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    store = StateStore(tmp_path / "state")
+    for folder in (store.dir, store.logs):
+        folder.mkdir(parents=True)
+    (store.dir / "w.json.tmp").symlink_to(victim)
+    write_private(store.dir / "w.json", "{}\n")
+    assert (store.dir / "w.json").read_text() == "{}\n" and not (store.dir / "w.json.tmp").exists()
+    store.log_path("w").symlink_to(victim)
+    with pytest.raises(OSError):
+        open_log(store.log_path("w"))
+    (store.dir / ".w.lock").symlink_to(victim)
+    with store.lock("w"):  # runs unlocked rather than truncate the link's target (as on a full disk)
+        pass
+    assert victim.read_text() == "root's file\n"
+
+
 # -- item 9: web on a busy port ------------------------------------------------------------------------------------------
 def test_item9_web_on_a_busy_port_is_one_line_and_keeps_the_token(tmp_path: Path) -> None:
     state = tmp_path / "state"
