@@ -82,7 +82,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
         type=Path,
         default=d(None),
         metavar="PATH",
-        help="kernel messages to read for GPU faults (default /dev/kmsg, else journalctl -k); a file is read from its start",
+        help="kernel messages to read for GPU faults (default /dev/kmsg, else journalctl -k); a file is read from its start, a pipe as it is written",
     )
     g.add_argument(
         "--no-attach",
