@@ -54,7 +54,11 @@ def _serve(tmp: Path, state: Path, *extra: str) -> subprocess.Popen[str]:
 
 def _end(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
-        proc.kill()
+        proc.terminate()  # the serve stops what it started (a SIGKILL would orphan demo workers)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     proc.wait()
 
 
@@ -123,7 +127,7 @@ def test_item2_state_files_logs_and_locks_never_write_through_a_planted_symlink(
 # -- item 9: web on a busy port ------------------------------------------------------------------------------------------
 def test_item9_web_on_a_busy_port_is_one_line_and_keeps_the_token(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    serve = _serve(tmp_path, state, "--demo", "--config", str(tmp_path / "none.toml"))
+    serve = _serve(tmp_path, state, "--demo", "--readonly", "--config", str(tmp_path / "none.toml"))
     busy = socket.create_server(("127.0.0.1", 0))
     port = busy.getsockname()[1]
     try:
@@ -236,15 +240,19 @@ def test_item7_a_pipe_is_read(tmp_path: Path) -> None:
     fifo = tmp_path / "kernel.fifo"
     os.mkfifo(fifo)
     text = (FIXTURES / "amdgpu_page_fault_rocm_amdgpu_150.log").read_bytes()
-    writer_ready = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; f = open({str(fifo)!r}, 'wb'); f.write({text!r}); f.flush(); "
-         "import time; time.sleep(3)"],
+    # The writer holds the pipe open read-write (Linux lets it, without waiting for a reader) and fills it before
+    # the snapshot opens it: what is in the pipe is there when the one poll reads.
+    writer = subprocess.Popen(
+        [sys.executable, "-c", f"import os, time; fd = os.open({str(fifo)!r}, os.O_RDWR); os.write(fd, {text!r}); "
+         "print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
         out = _snapshot(tmp_path, "--kernel-log", str(fifo))
     finally:
-        writer_ready.kill()
-        writer_ready.wait()
+        writer.kill()
+        writer.wait()
     assert out.returncode == 0 and out.stderr == "", out.stderr
     doc = json.loads(out.stdout)
     assert doc["kernel_log"]["available"] is True and doc["kernel_log"]["lines"] > 0, doc["kernel_log"]

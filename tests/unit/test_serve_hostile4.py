@@ -140,7 +140,8 @@ def test_item1_cli_serve_and_web_refuse_a_state_dir_others_can_write(shared: Pat
     state = shared / "state"
     state.mkdir()
     os.chmod(state, 0o777)
-    for cmd in (["serve", "--listen", "127.0.0.1:0"], ["web", "--listen", "127.0.0.1:0"]):
+    # --readonly: on code that lets the serve start, it starts no demo workers a timeout would orphan.
+    for cmd in (["serve", "--readonly", "--listen", "127.0.0.1:0"], ["web", "--listen", "127.0.0.1:0"]):
         r = subprocess.run(
             [str(AMDTOP), "--demo", "--state-dir", str(state), *cmd],
             capture_output=True, text=True, timeout=60,
@@ -201,8 +202,8 @@ def _reply(sock: socket.socket, call_id: int) -> dict[str, object]:
 # -- item 3: a refused second serve removes nothing ----------------------------------------------------------------
 def test_item3_a_refused_second_serve_leaves_the_first_ones_socket(serve: Serve, tmp_path: Path) -> None:
     r = subprocess.run(
-        [str(AMDTOP), "serve", "--demo", "--state-dir", str(serve.state_dir), "--config", str(tmp_path / "none.toml"),
-         "--listen", "127.0.0.1:0"],
+        [str(AMDTOP), "serve", "--demo", "--readonly", "--state-dir", str(serve.state_dir),
+         "--config", str(tmp_path / "none.toml"), "--listen", "127.0.0.1:0"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     lines = [x for x in r.stderr.splitlines() if x.startswith("amdtop: error:")]
@@ -290,7 +291,7 @@ def test_item13_serve_sock_a_directory_is_one_line(tmp_path: Path) -> None:
     state = tmp_path / "state"
     (state / "serve.sock").mkdir(parents=True)
     for argv in (
-        ["serve", "--demo", "--listen", "127.0.0.1:0"],
+        ["serve", "--demo", "--readonly", "--listen", "127.0.0.1:0"],
         ["snapshot", "--demo", "--json"],
     ):
         r = subprocess.run(
