@@ -37,7 +37,8 @@ NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"
 SLEEPER = "import sys, time\nopen(sys.argv[1] + '.' + str(__import__('os').getpid()), 'w').close()\ntime.sleep(600)\n"
 
 
-def _serve(tmp: Path, state: Path, *extra: str) -> subprocess.Popen[str]:
+def _serve(tmp: Path, state: Path, *extra: str, said: list[str] | None = None) -> subprocess.Popen[str]:
+    """A real ``amdtop serve``, once it listens; ``said`` gets what it wrote on stderr until then."""
     proc = subprocess.Popen(
         [str(AMDTOP), "serve", "--state-dir", str(state), "--interval", "0.5", "--listen", "127.0.0.1:0", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -46,6 +47,8 @@ def _serve(tmp: Path, state: Path, *extra: str) -> subprocess.Popen[str]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
+        if said is not None:
+            said.append(line.rstrip("\n"))
         if "serving" in line:
             return proc
         assert line or proc.poll() is None, "serve exited"
@@ -444,12 +447,15 @@ def test_item14_a_gpu_profile_under_backend_none_says_why(tmp_path: Path) -> Non
     from amdtop.serve.client import RemoteControl, ServeClient
 
     cfg, state = _cpu_profile(tmp_path), tmp_path / "state"
-    serve = _serve(tmp_path, state, "--backend", "none", "--config", str(cfg))
+    said: list[str] = []
+    serve = _serve(tmp_path, state, "--backend", "none", "--config", str(cfg), said=said)
     client = ServeClient(state)
     try:
         with pytest.raises(Exception) as err:
             RemoteControl(client).launch("w")
         assert "read-only" not in str(err.value) and "gpus" in str(err.value), err.value
+        notes = [x for x in said if "gpus" in x]
+        assert len(notes) == 1 and notes[0].startswith("amdtop: supervisor: worker[w]"), said  # the serve says it
     finally:
         client.close()
         _end(serve)

@@ -218,7 +218,9 @@ def test_item3_a_refused_second_serve_leaves_the_first_ones_socket(serve: Serve,
 
 
 # -- item 5: a client that never reads its replies -----------------------------------------------------------------
-def test_item5_a_client_that_never_reads_is_dropped_and_others_are_answered(serve: Serve) -> None:
+def test_item5_a_client_that_never_reads_is_dropped_and_others_are_answered(
+    serve: Serve, capfd: pytest.CaptureFixture[str]
+) -> None:
     import psutil
 
     rss0 = psutil.Process().memory_info().rss
@@ -232,7 +234,8 @@ def test_item5_a_client_that_never_reads_is_dropped_and_others_are_answered(serv
     except OSError:
         pass  # dropped: the serve closed its end
     _wait(lambda: serve.viewer_count == 0, timeout=20)
-    assert sent < 5000 or serve.viewer_count == 0
+    dropped = [x for x in capfd.readouterr().err.splitlines() if "dropped" in x]
+    assert dropped == [f"amdtop: viewer pid {os.getpid()} dropped: over 32 calls unanswered or replies unread"], dropped
     grown = psutil.Process().memory_info().rss - rss0
     assert grown < 300 << 20, f"the serve grew {grown >> 20} MiB for one client"
     other = ServeClient(serve.state_dir)
