@@ -104,10 +104,12 @@ def check_args(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
     """``args`` and ``kwargs`` of ``op`` checked and normalised as the CLI would (InputError naming the field)."""
     if op == "ramp_start":
         return _ramp_args(op, args, kwargs), {}
-    if op not in _SIGNATURES:
+    if op in NO_ARGS:
         if args or kwargs:
             raise InputError(f"{op}: takes no arguments")
         return (), {}
+    if op not in _SIGNATURES:
+        return _generic_args(op, args, kwargs)
     positional, keywords = _SIGNATURES[op]
     if len(args) > len(positional) + len(keywords):
         raise InputError(f"{op}: too many arguments ({len(args)})")
@@ -125,6 +127,24 @@ def check_args(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
     # Only what the viewer gave goes on: the defaults are the supervisor's own.
     out_kw = {k: _grace(op, v) if k == "grace" else _flag(op, k, v) for k, v in bound.items() if k in keywords}
     return out_args, out_kw
+
+
+NO_ARGS = frozenset({"status", "history", "wake", "request_state_files", "stats"})
+
+
+def _generic_args(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """An op without a signature here (one a newer serve declares): the rules every call keeps, a finite number
+    wherever a number is, ``grace`` as a stop takes it and ``force`` true or false. Declare it in
+    :data:`_SIGNATURES` for its names and types to be checked too."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{op}: {value!r} is not a finite number")
+    out = dict(kwargs)
+    if "grace" in out:
+        out["grace"] = _grace(op, out["grace"])
+    if "force" in out:
+        out["force"] = _flag(op, "force", out["force"])
+    return args, out
 
 
 def _ramp_args(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:

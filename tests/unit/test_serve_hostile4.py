@@ -308,3 +308,14 @@ def test_item13_serve_sock_a_directory_is_one_line(tmp_path: Path) -> None:
         else:
             assert "Traceback" not in r.stderr, r.stderr
     assert (state / "serve.sock").is_dir()  # nothing removed
+
+
+def test_item10_an_op_declared_later_keeps_the_number_rules() -> None:
+    from amdtop.errors import InputError
+    from amdtop.serve.limits import check_args
+
+    assert check_args("sleep", ("w",), {"level": 1}) == (("w",), {"level": 1})
+    for kwargs in ({"grace": 1e9}, {"force": "yes"}, {"level": float("nan")}):
+        with pytest.raises(InputError):
+            check_args("sleep", ("w",), kwargs)
+    assert check_args("stop", ("w",), {"grace": 30}) == (("w",), {"grace": 30.0})
