@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from amdtop.errors import InputError
@@ -188,3 +188,12 @@ class CallBudget:
     @property
     def in_flight(self) -> int:
         return self._n
+
+
+def counted(budget: CallBudget | None, call: Callable[..., None], *args: Any) -> None:
+    """Run ``call(*args)`` (a call the serve answers), then give its place in ``budget`` back."""
+    try:
+        call(*args)
+    finally:
+        if budget is not None:
+            budget.give()

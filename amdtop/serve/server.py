@@ -183,24 +183,9 @@ class Serve:
         if budget is not None and not budget.take(link.queued):
             link.drop(f"over {budget.limit} calls unanswered or replies unread")
             return
-        self._pool.submit(self._call, link, call_id, op, args, kwargs, budget)
+        self._pool.submit(limits.counted, budget, self._call, link, call_id, op, args, kwargs)
 
-    def _call(
-        self,
-        link: ViewerLink,
-        call_id: object,
-        op: str,
-        args: tuple[Any, ...],
-        kw: dict[str, Any],
-        budget: limits.CallBudget | None = None,
-    ) -> None:
-        try:
-            self._reply(link, call_id, op, args, kw)
-        finally:
-            if budget is not None:
-                budget.give()
-
-    def _reply(self, link: ViewerLink, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+    def _call(self, link: ViewerLink, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         try:
             value = self._execute(op, args, kw)
         except GateRefused as exc:  # the viewer's dialog shows the reasons and offers --force
