@@ -103,7 +103,14 @@ def run(args: argparse.Namespace) -> int:
 
             return run_attached(args, client)
     if args.attach_only:
-        raise AmdtopError(f"no amdtop serve runs for {state_dir(args)}: start `amdtop serve` first")
+        message = f"no amdtop serve runs for {state_dir(args)}: start `amdtop serve` first"
+        if os.environ.get("TEXTUAL_DRIVER") or os.isatty(1):
+            # A browser tab (textual-serve's web driver) or a terminal: say it on the screen, where it is read.
+            from tui.no_serve import NoServeApp
+
+            NoServeApp(message).run()
+            return 1
+        raise AmdtopError(message)
     try:
         node = open_node(args, ui=True)
     except GpusFailedInit as exc:

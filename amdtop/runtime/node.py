@@ -128,12 +128,20 @@ def open_node(
             if ui and demo and not args.demo:
                 args = argparse.Namespace(**{**vars(args), "demo": True})
             try:
-                sup = open_supervisor(args, backend.topology(), backend=backend, readonly=bool(args.readonly) if ui else True)
+                # Lenient: a broken profile file never hides or strands running workers (listed from their launch
+                # records, read, stoppable); launch and retune refuse with the file's error, shown here once.
+                sup = open_supervisor(
+                    args, backend.topology(), backend=backend, readonly=bool(args.readonly) if ui else True,
+                    lenient=True,
+                )  # fmt: skip
+                problem: Exception | None = sup.config_error
             except Exception as exc:  # a broken profile must not keep the GPUs from being shown
+                problem = exc
+            if problem is not None:
                 if ui:
-                    notes.append(f"supervisor: {exc}")
+                    notes.append(f"supervisor: {problem}")
                 else:
-                    sys.stderr.write(f"amdtop: warning: workers left out: {exc}\n")
+                    sys.stderr.write(f"amdtop: warning: profile file: {problem} (running workers are still shown)\n")
         if sup is not None and demo and ui:
             from amdtop.supervisor.demo import demo_pinning_note
 
