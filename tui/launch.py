@@ -11,6 +11,7 @@ from collections.abc import Callable
 from amdtop.cli.common import config_path, state_dir
 from amdtop.control import WorkerControl
 from amdtop.errors import AmdtopError
+from amdtop.pcibus import GpusFailedInit
 from amdtop.runtime.node import NO_GPU_BANNER, open_node
 from amdtop.serve.client import attach
 from amdtop.telemetry.sim import SimBackend
@@ -102,8 +103,20 @@ def run(args: argparse.Namespace) -> int:
 
             return run_attached(args, client)
     if args.attach_only:
-        raise AmdtopError(f"no amdtop serve runs for {state_dir(args)}: start `amdtop serve` first")
-    node = open_node(args, ui=True)
+        message = f"no amdtop serve runs for {state_dir(args)}: start `amdtop serve` first"
+        if os.environ.get("TEXTUAL_DRIVER") or os.isatty(1):
+            # A browser tab (textual-serve's web driver) or a terminal: say it on the screen, where it is read.
+            from tui.no_serve import NoServeApp
+
+            NoServeApp(message).run()
+            return 1
+        raise AmdtopError(message)
+    try:
+        node = open_node(args, ui=True)
+    except GpusFailedInit as exc:
+        from tui.failed_gpus import FailedGpusApp
+
+        return int(FailedGpusApp(exc.incident).run() or 1)
     backend, control = node.backend, node.control
     app = AmdtopApp(
         backend,

@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from amdtop.cli.common import add_listen, state_dir, wait_until_stopped
+from amdtop.cli.common import add_listen, state_dir, stop_on_signals
 from amdtop.control import WorkerControl
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
 from amdtop.exporter.server import is_loopback
@@ -83,10 +83,11 @@ def run_serve(args: argparse.Namespace) -> int:
             starter = _DemoStarter(node.control)
         for note in node.notes:
             sys.stderr.write(f"amdtop: {note}\n")
+        # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
+        wait = stop_on_signals(ignore_hangup=True)
         sys.stderr.write(f"amdtop: serving {serve.path} (metrics at {exporter.url}; Ctrl-C stops)\n")
         sys.stderr.flush()
-        # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
-        wait_until_stopped(ignore_hangup=True)
+        wait()
     finally:
         if serve is not None:
             serve.close()

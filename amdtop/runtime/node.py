@@ -19,6 +19,7 @@ from amdtop.audit.auditor import Auditor, profile_lookup
 from amdtop.cli.common import config_path, open_from_args, state_dir
 from amdtop.cli.kernel import kernel_monitor
 from amdtop.errors import NoGpuFound
+from amdtop.kernel.bus_check import raise_if_on_bus
 from amdtop.model import Topology
 from amdtop.pipeline.producer import NodePipeline
 from amdtop.runtime.loop import NodeRuntime
@@ -93,11 +94,15 @@ class Node:
 
 
 def _backend(args: argparse.Namespace, ui: bool) -> tuple[TelemetryBackend, bool, list[str]]:
-    if not ui:
-        return open_from_args(args), bool(args.demo), []
     try:
         return open_from_args(args), bool(args.demo), []
     except NoGpuFound:
+        # GPUs on the PCI bus that no backend shows failed to come up: say so (GpusFailedInit), never the demo
+        sysfs = Path(getattr(args, "sysfs_root", None) or "/sys")
+        kernel_log = getattr(args, "kernel_log", None)
+        raise_if_on_bus(sysfs, None if kernel_log is None else Path(kernel_log))
+        if not ui:
+            raise
         return SimBackend(seed=args.seed, partition=args.demo_partition), True, [NO_GPU_BANNER]
 
 
@@ -123,12 +128,20 @@ def open_node(
             if ui and demo and not args.demo:
                 args = argparse.Namespace(**{**vars(args), "demo": True})
             try:
-                sup = open_supervisor(args, backend.topology(), backend=backend, readonly=bool(args.readonly) if ui else True)
+                # Lenient: a broken profile file never hides or strands running workers (listed from their launch
+                # records, read, stoppable); launch and retune refuse with the file's error, shown here once.
+                sup = open_supervisor(
+                    args, backend.topology(), backend=backend, readonly=bool(args.readonly) if ui else True,
+                    lenient=True,
+                )  # fmt: skip
+                problem: Exception | None = sup.config_error
             except Exception as exc:  # a broken profile must not keep the GPUs from being shown
+                problem = exc
+            if problem is not None:
                 if ui:
-                    notes.append(f"supervisor: {exc}")
+                    notes.append(f"supervisor: {problem}")
                 else:
-                    sys.stderr.write(f"amdtop: warning: workers left out: {exc}\n")
+                    sys.stderr.write(f"amdtop: warning: profile file: {problem} (running workers are still shown)\n")
         if sup is not None and demo and ui:
             from amdtop.supervisor.demo import demo_pinning_note
 

@@ -20,6 +20,7 @@ from typing import Any
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.serve import peer
 from amdtop.serve.wire import (
     WIRE_VERSION,
     WireError,
@@ -49,10 +50,12 @@ class ServeClient:
         """Connect and exchange hellos (WireError on a version mismatch; OSError when nobody listens)."""
         self.path = socket_path(state_dir)
         self.readonly = readonly
+        peer.check_path(Path(state_dir), self.path)  # UntrustedPeer: nothing of another user's is read
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
             sock.connect(str(self.path))
+            peer.check_serve(sock, self.path)
             hello = read_message(sock)
             if hello.get("type") == "error":
                 raise WireError(str(hello.get("text")))
@@ -306,7 +309,7 @@ class RemoteControl:
 
 def attach(state_dir: Path, *, readonly: bool) -> ServeClient | None:
     """A client of the serve for ``state_dir``, or ``None`` when none runs (no socket, nobody listening)."""
-    if not socket_path(state_dir).exists():
+    if not socket_path(state_dir).exists() and not socket_path(state_dir).is_symlink():
         return None
     try:
         return ServeClient(state_dir, readonly=readonly)
