@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from amdtop.cli.common import add_listen, wait_until_stopped
+from amdtop.cli.common import add_listen, node_spec, wait_until_stopped
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
 from amdtop.exporter.server import is_loopback
 from amdtop.runtime import open_node
@@ -22,7 +22,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """Serve ``/metrics`` until interrupted."""
     host, _ = parse_listen(args.listen)  # bad input fails before any device is opened
-    node = open_node(args)
+    node = open_node(node_spec(args))
     try:
         # The runtime ticks on its own clock (every --interval, whoever scrapes): the pipeline's windows hold the
         # samples they are sized for, and a scrape serves the newest frame without a device call of its own.
