@@ -14,6 +14,7 @@ from amdtop.errors import AmdtopError
 from amdtop.runtime.autostart import DemoAutostart
 from amdtop.runtime.node import NO_GPU_BANNER
 from amdtop.serve.client import attach
+from amdtop.service.local import LocalService
 
 __all__ = ["NO_GPU_BANNER", "DemoAutostart", "TerminalLoss", "run"]
 
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     app = AmdtopApp(
         node.backend,
         workers=node.control,
-        control=node.control,
+        control=LocalService(node, spec.state_dir, readonly=spec.readonly),
         readonly=spec.readonly,
         banner=" · ".join(node.notes) or None,
         state_dir=spec.state_dir,
@@ -86,4 +87,6 @@ def run(args: argparse.Namespace) -> int:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
         node.stop_demo()
+        if node.control is not None:
+            node.control.close()  # the HTTP client of the supervisor; workers keep running
     return int(result or 0)

@@ -12,12 +12,12 @@ from amdtop.telemetry.sim import SimBackend
 
 
 def frame_gate(runtime: NodeRuntime, topology: Topology, spec: NodeSpec) -> LaunchGate:
-    """The gate of a polling node: it judges the newest frame's sample (the poller owns the backend, so the gate
-    never polls it from the control thread); before the first frame it ticks once (ticks never overlap)."""
+    """The gate of a polling node: it judges a frame ticked for it (the runtime owns the backend and ticks never
+    overlap, so the gate polls through it, not beside it). Not the newest frame: a worker stopped a moment ago still
+    holds its VRAM there, and its restart was refused for memory no live process holds."""
 
     def sample() -> NodeSnapshot | None:
-        frame = runtime.frame or runtime.tick()
-        return frame.snapshot
+        return runtime.tick().snapshot
 
     return LaunchGate(topology, sample, sys_root=spec.sysfs_root)
 
