@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 
 from amdtop.audit.gate import GateRefused
-from amdtop.exporter import Exporter
+from amdtop.exporter import runtime_exporter
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
@@ -299,7 +299,7 @@ class ControlActions:
         # The runtime's newest frame, published whatever is drawn: exporting adds no device call, and a modal or a
         # paused view does not leave /metrics behind.
         try:
-            self.exporter = Exporter(self.runtime.latest, listen=self.exporter_listen, min_interval=0.0)
+            self.exporter = runtime_exporter(self.runtime, self.exporter_listen)
             self.exporter.start()
         except Exception as exc:
             self.exporter = None

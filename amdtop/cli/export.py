@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from amdtop.cli.common import add_listen, node_spec, wait_until_stopped
-from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
+from amdtop.exporter import DEFAULT_LISTEN, parse_listen, runtime_exporter
 from amdtop.exporter.server import is_loopback
 from amdtop.runtime import open_node
 
@@ -30,7 +30,7 @@ def run_export(args: argparse.Namespace) -> int:
             node.runtime.tick()
         except Exception as exc:  # served as 500 "no sample yet" until a tick works; the loop keeps trying
             sys.stderr.write(f"amdtop: warning: first poll failed: {exc}\n")
-        exporter = Exporter(node.runtime.latest, args.listen, min_interval=0.0)
+        exporter = runtime_exporter(node.runtime, args.listen)
         exporter.start()
         node.runtime.start()
         if not is_loopback(host):

@@ -9,7 +9,7 @@ from typing import Any
 
 from amdtop import runtime
 from amdtop.cli.common import add_listen, node_spec, wait_until_stopped
-from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
+from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen, runtime_exporter
 from amdtop.exporter.server import is_loopback
 from amdtop.serve.server import Serve
 
@@ -44,7 +44,7 @@ def run_serve(args: argparse.Namespace) -> int:
             node.runtime.tick()
         except Exception as exc:
             sys.stderr.write(f"amdtop: warning: first poll failed: {exc}\n")
-        exporter = Exporter(node.runtime.latest, args.listen, min_interval=0.0)
+        exporter = runtime_exporter(node.runtime, args.listen)
         exporter.start()
         if not is_loopback(host):
             sys.stderr.write(f"amdtop: warning: exporter on {host}, not loopback: anyone who can reach it reads it\n")

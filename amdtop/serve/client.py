@@ -254,6 +254,11 @@ class RemoteRuntime:
         """This viewer polls nothing: the serve does."""
         return 0
 
+    @property
+    def last_duration_s(self) -> float:
+        """No poll of this viewer's own took any time."""
+        return 0.0
+
     def tick(self) -> NodeFrame:
         """The newest frame the serve sent (a viewer never polls)."""
         return self.latest()
