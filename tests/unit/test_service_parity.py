@@ -274,3 +274,34 @@ def test_a_subscriber_that_raises_leaves_the_viewer_attached(stack: Stack) -> No
             u()
     assert stack.client.gone is None
     assert any("boom" in e for e in errors)
+
+
+def test_frames_reach_subscribers_in_tick_order_when_two_threads_tick(stack: Stack) -> None:
+    """The gate ticks from the supervisor's thread while the loop ticks: the serve's history and deltas must still
+    see each frame after the one before it."""
+    import threading
+
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    delays = iter([0.03, 0.0] * 40)
+
+    def record(frame: Any) -> None:
+        # A subscriber that sometimes takes a moment before it records: a frame published beside another (not after
+        # it) would be recorded out of order.
+        with lock:
+            delay = next(delays, 0.0)
+        time.sleep(delay)
+        with lock:
+            seen.append(frame.tick)
+
+    undo = stack.node.runtime.subscribe(record)
+    try:
+        threads = [threading.Thread(target=lambda: [stack.node.runtime.tick() for _ in range(15)]) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        undo()
+    assert len(seen) >= 45 and seen == sorted(seen)
