@@ -277,7 +277,7 @@ class ControlActions:
         # a dashboard (the attached viewer above all) never needs until a ramp is asked for.
         from tui.screens.ramp import RampScreen
 
-        key = getattr(control, "api_key", lambda _name: None)(worker.name)  # a keyed worker answers 401 without it
+        key = None if control is None else control.api_key(worker.name)  # a keyed worker answers 401 without it
         screen = RampScreen(
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
             config=RampConfig(url=worker.url, api_key=key) if key else None,

@@ -346,6 +346,10 @@ class RemoteService:
     def profile_words(self, name: str) -> tuple[str, ...]:
         return tuple(self._call("profile_words", name))
 
+    def api_key(self, name: str) -> str | None:
+        """Never read over the wire: the serve's ramp sends the key itself."""
+        return None
+
     def close(self) -> None:
         """The serve's node stays open (the connection closes with the viewer's runtime)."""
 

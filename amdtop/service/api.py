@@ -131,6 +131,11 @@ class NodeService(Protocol):
         """``name``'s retunable flags and env as ``KEY=VALUE`` words, secrets masked (the retune dialog's start)."""
         ...
 
+    def api_key(self, name: str) -> str | None:
+        """The key ``name``'s clients send, for a ramp this process runs itself; never a wire op: a remote service
+        answers ``None`` (the serve's own ramps send the key; no viewer reads it)."""
+        ...
+
     def close(self) -> None:
         """Leave the node (workers keep running)."""
         ...

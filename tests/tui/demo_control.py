@@ -180,6 +180,10 @@ class DemoControl:
                 return p
         raise InputError(f"worker[{name}]: no such worker")
 
+    def api_key(self, name: str) -> str | None:
+        """The demo profiles carry no key."""
+        return None
+
     def profile_words(self, name: str) -> tuple[str, ...]:
         """The retune dialog's words of ``name`` (secrets masked), as the node service gives them."""
         return retune_words(self.profile(name))
