@@ -57,7 +57,14 @@ def run(args: argparse.Namespace) -> int:
 
             return run_attached(args, client)
     if args.attach_only:
-        raise AmdtopError(f"no amdtop serve runs for {spec.state_dir}: start `amdtop serve` first")
+        message = f"no amdtop serve runs for {spec.state_dir}: start `amdtop serve` first"
+        if os.environ.get("TEXTUAL_DRIVER") or os.isatty(1):
+            # A browser tab (textual-serve's web driver) or a terminal: say it on the screen, where it is read.
+            from tui.no_serve import NoServeApp
+
+            NoServeApp(message).run()
+            return 1
+        raise AmdtopError(message)
     node = runtime.open(spec, ui=True)
     app = AmdtopApp(
         node.backend,

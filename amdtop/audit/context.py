@@ -237,7 +237,9 @@ class AuditContext:
         """The PCI device directory of ``bdf`` under ``sys_root`` (``bus/pci/devices``, else the DRM card links)."""
         direct = os.path.join(self.sys_root, "bus", "pci", "devices", bdf)
         if os.path.isdir(direct):
-            return direct
+            # Absolute, as the DRM branch's realpath is: callers join it onto sys_root again (read_sys), and a
+            # relative --sysfs-root would be joined twice (rel/sys/rel/sys/...) and read nothing.
+            return os.path.abspath(direct)
         drm = os.path.join(self.sys_root, "class", "drm")
         try:
             cards = os.listdir(drm)

@@ -8,7 +8,8 @@ import math
 import os
 import signal
 import sys
-import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -81,7 +82,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
         type=Path,
         default=d(None),
         metavar="PATH",
-        help="kernel messages to read for GPU faults (default /dev/kmsg, else journalctl -k); a file is read from its start",
+        help="kernel messages to read for GPU faults (default /dev/kmsg, else journalctl -k); a file is read from its start, a pipe as it is written",
     )
     g.add_argument(
         "--no-attach",
@@ -144,20 +145,27 @@ def print_json(doc: Any) -> None:
     sys.stdout.write("\n")
 
 
-def wait_until_stopped(*, ignore_hangup: bool = False) -> None:
-    """Block until SIGINT or SIGTERM (Ctrl-C, systemd's stop), then put the previous handlers back; with
-    ``ignore_hangup`` a closed terminal (SIGHUP) is ignored meanwhile."""
-    done = threading.Event()
+def stop_on_signals(*, ignore_hangup: bool = False) -> Callable[[], None]:
+    """Catch SIGINT and SIGTERM (Ctrl-C, systemd's stop) from now on; returns what blocks until one came. With
+    ``ignore_hangup`` a closed terminal (SIGHUP) is ignored. Call it before saying "Ctrl-C stops".
+
+    The handler only sets a flag: a handler that takes a lock (``Event.set``) deadlocks when a second signal lands
+    while the first one's handler holds it, and the process then ignores INT and TERM for good. The handlers stay
+    installed after the wait returns, so the rest of a burst of signals cannot cut the caller's cleanup short with a
+    KeyboardInterrupt: the caller is on its way out."""
+    stopped: list[int] = []
 
     def _stop(signum: int, frame: FrameType | None) -> None:
-        done.set()
+        stopped.append(signum)  # a list append takes no lock a signal could find held
 
-    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
     if ignore_hangup:
-        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        while not done.wait(0.5):
-            pass
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def wait() -> None:
+        while not stopped:
+            time.sleep(0.2)
+
+    return wait
+

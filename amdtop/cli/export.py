@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from amdtop.cli.common import add_listen, node_spec, wait_until_stopped
+from amdtop.cli.common import add_listen, node_spec, stop_on_signals
 from amdtop.exporter import DEFAULT_LISTEN, parse_listen, runtime_exporter
 from amdtop.exporter.server import is_loopback
 from amdtop.runtime import open_node
@@ -35,10 +35,11 @@ def run_export(args: argparse.Namespace) -> int:
         node.runtime.start()
         if not is_loopback(host):
             sys.stderr.write(f"amdtop: warning: serving on {host}, not loopback: anyone who can reach it reads it\n")
+        wait = stop_on_signals()
         sys.stderr.write(f"amdtop: serving {node.backend.name} metrics at {exporter.url} (Ctrl-C stops)\n")
         sys.stderr.flush()
         try:
-            wait_until_stopped()
+            wait()
         finally:
             exporter.stop()
     finally:

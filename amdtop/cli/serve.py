@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from amdtop import runtime
-from amdtop.cli.common import add_listen, node_spec, wait_until_stopped
+from amdtop.cli.common import add_listen, node_spec, stop_on_signals
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen, runtime_exporter
 from amdtop.exporter.server import is_loopback
 from amdtop.serve.server import Serve
@@ -53,10 +53,11 @@ def run_serve(args: argparse.Namespace) -> int:
         node.start_demo(_warn_launch)
         for note in node.notes:
             sys.stderr.write(f"amdtop: {note}\n")
+        # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
+        wait = stop_on_signals(ignore_hangup=True)
         sys.stderr.write(f"amdtop: serving {serve.path} (metrics at {exporter.url}; Ctrl-C stops)\n")
         sys.stderr.flush()
-        # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
-        wait_until_stopped(ignore_hangup=True)
+        wait()
     finally:
         if serve is not None:
             serve.close()

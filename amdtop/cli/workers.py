@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from amdtop.audit.context import AuditContext, target_of
 from amdtop.audit.rules_numa import localities
-from amdtop.cli.common import node_spec, print_json
+from amdtop.cli.common import default_config, node_spec, print_json
 from amdtop.engines_json import worker_extra_json
 from amdtop.errors import AmdtopError, InputError, NoGpuFound
 from amdtop.health.stall import health_json
@@ -98,7 +99,12 @@ def open_supervisor(args: argparse.Namespace) -> Supervisor:
     """A supervisor for the profile file, state dir and backend the arguments name.
 
     Lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a running worker (they work from its
-    launch record); ``launch`` and ``retune`` still refuse with the file's error."""
+    launch record); ``launch`` and ``retune`` still refuse with the file's error. An explicit ``--config`` that does
+    not exist is an error (a typo would otherwise read as "no workers")."""
+    if args.config and not args.demo and not os.path.lexists(args.config):
+        raise InputError(
+            f"--config: {args.config} does not exist; fix the path, or leave --config out for {default_config()}"
+        )
     spec = node_spec(args)
     try:
         backend: TelemetryBackend | None = spec.open_backend()

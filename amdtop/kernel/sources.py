@@ -221,6 +221,55 @@ class JournalSource:
             self._proc.stdout.close()
 
 
+KMSG_DEVICE = (1, 11)
+"""The kernel log's character device, major 1 minor 11 (Documentation/admin-guide/devices.txt)."""
+
+
+def check_kmsg_device(path: Path) -> None:
+    """SourceUnavailable unless the character device ``path`` is the kernel log: ``/dev/zero`` or ``/dev/urandom``
+    would be read without end (a few hundred MB a second)."""
+    rdev = os.stat(path).st_rdev
+    if (os.major(rdev), os.minor(rdev)) != KMSG_DEVICE:
+        raise SourceUnavailable(
+            f"{path}: a character device other than /dev/kmsg; give a regular file, a pipe or /dev/kmsg"
+        )
+
+
+class PipeSource:
+    """A FIFO (``--kernel-log <(journalctl -kf)`` or ``mkfifo``): what a writer sends, at most :data:`_MAX_READ`
+    bytes per :meth:`read`; no writer yet, or none any more, reads as nothing new."""
+
+    def __init__(self, path: Path) -> None:
+        self.name = str(path)
+        self._buf = b""
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SourceUnavailable(f"{path}: {os_reason(exc)}") from None
+
+    def read(self) -> list[str]:
+        """New complete lines."""
+        chunks: list[bytes] = []
+        total = 0
+        while total < _MAX_READ:
+            try:
+                data = os.read(self._fd, _CHUNK)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+            total += len(data)
+        if not chunks:
+            return []
+        lines, self._buf = _lines(self._buf + b"".join(chunks))
+        return lines
+
+    def close(self) -> None:
+        """Close the pipe."""
+        os.close(self._fd)
+
+
 def open_kernel_source(path: Path | None, *, kmsg: Path = KMSG) -> KernelSource:
     """The file ``path`` when given, else ``/dev/kmsg``, else ``journalctl -k``.
 
@@ -230,7 +279,10 @@ def open_kernel_source(path: Path | None, *, kmsg: Path = KMSG) -> KernelSource:
     if path is not None:
         try:
             if path.is_char_device():  # --kernel-log /dev/kmsg: the ring buffer from its start, then followed
+                check_kmsg_device(path)
                 return KmsgSource(path, from_start=True)
+            if path.is_fifo():
+                return PipeSource(path)
             return FileSource(path)
         except SourceUnavailable as exc:
             raise SourceUnavailable(f"--kernel-log: {exc}") from None

@@ -132,13 +132,22 @@ def _supervisor(spec: NodeSpec, backend: TelemetryBackend, demo: bool, ui: bool,
     # In the dashboard the demo profiles stand for the simulated node, also when it came from no GPU found.
     if ui and demo and not spec.demo:
         spec = dataclasses.replace(spec, demo=True)
+    sup: Supervisor | None = None
     try:
-        sup = open_supervisor(spec, backend.topology(), backend=backend, readonly=spec.readonly if ui else True)
+        # Lenient: a broken profile file never hides or strands running workers (listed from their launch records,
+        # read, stoppable); launch and retune refuse with the file's error, shown here once.
+        sup = open_supervisor(
+            spec, backend.topology(), backend=backend, readonly=spec.readonly if ui else True, lenient=True
+        )
+        problem: Exception | None = sup.config_error
     except Exception as exc:  # a broken profile must not keep the GPUs from being shown
+        problem = exc
+    if problem is not None:
         if ui:
-            notes.append(f"supervisor: {exc}")
+            notes.append(f"supervisor: {problem}")
         else:
-            sys.stderr.write(f"amdtop: warning: workers left out: {exc}\n")
+            sys.stderr.write(f"amdtop: warning: profile file: {problem} (running workers are still shown)\n")
+    if sup is None:
         return None
     if demo and ui:
         from amdtop.supervisor.demo import demo_pinning_note

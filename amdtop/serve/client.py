@@ -21,6 +21,7 @@ from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.serve import peer
 from amdtop.serve.wire import (
     WIRE_VERSION,
     WireError,
@@ -31,7 +32,7 @@ from amdtop.serve.wire import (
     socket_path,
     with_parts_of,
 )
-from amdtop.service.api import CONTROL_OPS, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
+from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
 from amdtop.service.hub import Hub
 
 CALL_TIMEOUT_S = 600.0
@@ -49,10 +50,12 @@ class ServeClient:
         """Connect and exchange hellos (WireError on a version mismatch; OSError when nobody listens)."""
         self.path = socket_path(state_dir)
         self.readonly = readonly
+        peer.check_path(Path(state_dir), self.path)  # UntrustedPeer: nothing of another user's is read
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
             sock.connect(str(self.path))
+            peer.check_serve(sock, self.path)
             hello = read_message(sock)
             if hello.get("type") == "error":
                 raise WireError(str(hello.get("text")))
@@ -285,7 +288,7 @@ class RemoteService:
 
     def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         if op in CONTROL_OPS and self.readonly:
-            raise AmdtopError(f"{op}: refused: read-only (--readonly disables control)")
+            raise AmdtopError(f"{op}: {READ_ONLY}")
         return self.client.call(op, *args, **kwargs)
 
     # -- frames -----------------------------------------------------------------------------------------------------
@@ -360,7 +363,7 @@ RemoteControl = RemoteService
 
 def attach(state_dir: Path, *, readonly: bool) -> ServeClient | None:
     """A client of the serve for ``state_dir``, or ``None`` when none runs (no socket, nobody listening)."""
-    if not socket_path(state_dir).exists():
+    if not socket_path(state_dir).exists() and not socket_path(state_dir).is_symlink():
         return None
     try:
         return ServeClient(state_dir, readonly=readonly)

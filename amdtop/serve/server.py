@@ -2,8 +2,10 @@
 
 One poller, one supervisor owner, one history and the ramps live here; every viewer (a terminal ``amdtop`` or a
 browser tab of ``amdtop web``) gets the same frames and sends control requests that the supervisor's owner thread
-executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory and each peer is checked with
-SO_PEERCRED (the wire format is pickle: see :mod:`amdtop.serve.wire`).
+executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory that nobody else may write, and each
+peer is checked with SO_PEERCRED before anything it sends is read (:mod:`amdtop.serve.peer`; the wire format is pickle
+with an allow-list: see :mod:`amdtop.serve.wire`). Every call's fields are checked and each viewer's calls bounded
+(:mod:`amdtop.serve.limits`).
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
+from amdtop.serve import limits, peer
 from amdtop.serve.history import HourHistory
 from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import (
     WIRE_VERSION,
     WireError,
     check_version,
-    peer_uid,
     read_message,
     send_message,
     socket_path,
@@ -63,11 +65,16 @@ class Serve:
         self._unsubscribe: Callable[[], None] | None = None
         self.refused = 0
         """Connections refused (another uid, a version mismatch)."""
+        self._bound: tuple[int, int] | None = None
+        """(device, inode) of the socket this serve created: the only file :meth:`close` removes."""
 
     # -- socket ----------------------------------------------------------------------------------------------------
     def bind(self) -> None:
-        """Create the socket (0600; the state dir 0700); refuse when a serve already answers there."""
+        """Create the socket (0600; the state dir 0700); refuse when a serve already answers there, or when the state
+        dir or what sits at the socket's path is not this user's alone (:mod:`amdtop.serve.peer`)."""
+        peer.check_path(self.state_dir, self.path)
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        peer.check_state_dir(self.state_dir)  # made just now, or there before: either way ours alone
         if self.path.exists() or self.path.is_symlink():
             other = running_serve_pid(self.state_dir)
             if other is not None:
@@ -80,6 +87,8 @@ class Serve:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+        st = os.lstat(self.path)
+        self._bound = (st.st_dev, st.st_ino)
         listener.listen(16)
         self._listener = listener
 
@@ -101,22 +110,24 @@ class Serve:
             threading.Thread(target=self._serve_viewer, args=(conn,), name="serve-viewer-read", daemon=True).start()
 
     def _serve_viewer(self, conn: socket.socket) -> None:
-        if peer_uid(conn) != os.getuid():
+        if not peer.viewer_allowed(conn):
             self.refused += 1
             conn.close()
             return
         link: ViewerLink | None = None
+        budget = limits.CallBudget()
         try:
             send_message(conn, self._hello())
             hello = read_message(conn)
             try:
                 check_version(hello.get("version"), serve_side=True)
+                pid, readonly = limits.parse_hello(hello)
             except WireError as exc:
                 self.refused += 1
                 send_message(conn, {"type": "error", "text": str(exc)})
                 conn.close()
                 return
-            link = ViewerLink(conn, int(hello.get("pid") or 0), bool(hello.get("readonly")))
+            link = ViewerLink(conn, pid, readonly)
             # The newest frame (with its history) and every ramp first: the viewer draws at once.
             frame = self.node.runtime.frame
             if frame is not None:
@@ -127,7 +138,7 @@ class Serve:
                 self._viewers.append(link)
             link.start()
             while True:
-                self._handle(link, read_message(conn))
+                self._handle(link, read_message(conn), budget)
         except (WireError, OSError, EOFError):
             pass  # the viewer went away (closed, killed): the serve goes on
         finally:
@@ -151,18 +162,29 @@ class Serve:
         }
 
     # -- requests --------------------------------------------------------------------------------------------------
-    def _handle(self, link: ViewerLink, msg: dict[str, Any]) -> None:
+    def _handle(self, link: ViewerLink, msg: dict[str, Any], budget: limits.CallBudget | None = None) -> None:
         if msg.get("type") != "call":
             return
-        op, call_id = str(msg.get("op")), msg.get("id")
-        args, kwargs = tuple(msg.get("args") or ()), dict(msg.get("kwargs") or {})
+        try:
+            op, call_id, args, kwargs = limits.parse_call(msg)
+        except InputError as exc:
+            link.send(_error(msg.get("id") if isinstance(msg.get("id"), int) else None, str(exc), input_error=True))
+            return
         if op in CONTROL_OPS and link.readonly:
             link.send(_error(call_id, f"{op}: refused: this viewer is read-only"))
             return
         if op not in WIRE_OPS and op not in SERVE_OPS:
-            link.send(_error(call_id, f"{op}: unknown request"))
+            link.send(_error(call_id, f"{op[:64]}: unknown request"))
             return
-        self._pool.submit(self._call, link, call_id, op, args, kwargs)
+        try:
+            args, kwargs = limits.check_args(op, args, kwargs)
+        except InputError as exc:
+            link.send(_error(call_id, str(exc), input_error=True))
+            return
+        if budget is not None and not budget.take(link.queued):
+            link.drop(f"over {budget.limit} calls unanswered or replies unread")
+            return
+        self._pool.submit(limits.counted, budget, self._call, link, call_id, op, args, kwargs)
 
     def _call(self, link: ViewerLink, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         try:
@@ -243,7 +265,9 @@ class Serve:
         if listener is not None:
             listener.close()
         with contextlib.suppress(OSError):
-            self.path.unlink()
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self._bound:  # a refused second serve removes nothing of the first's
+                self.path.unlink()
         with self._lock:
             viewers, self._viewers = self._viewers, []
         for v in viewers:
@@ -259,13 +283,15 @@ def _error(call_id: object, text: str, *, input_error: bool = False) -> dict[str
 def running_serve_pid(state_dir: Path, timeout: float = 2.0) -> int | None:
     """The pid of the serve answering on ``state_dir``'s socket, or ``None`` (no socket, nobody listening)."""
     path = socket_path(state_dir)
+    peer.check_path(state_dir, path)  # a listener another user planted is never read (UntrustedPeer)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(str(path))
+        peer.check_serve(sock, path)
         hello = read_message(sock)
         return int(hello.get("pid") or 0) or None
-    except (OSError, WireError, EOFError, ValueError):
+    except (OSError, WireError, EOFError, ValueError, TypeError):
         return None
     finally:
         sock.close()

@@ -21,6 +21,8 @@ ErrorSubscriber = Callable[[str], None]
 RampSubscriber = Callable[[str, dict[str, Any], str, bool], None]
 """``(worker, document, status, running)`` of a ramp's update."""
 RampDoc = tuple[str, dict[str, Any], str, bool]
+READ_ONLY = "refused: read-only (--readonly); restart without --readonly to control workers"
+"""The refusal of a control request on a read-only node or by a read-only viewer (the same line both ways)."""
 
 
 def op(*, control: bool = False) -> Callable[[F], F]:

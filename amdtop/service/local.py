@@ -17,7 +17,7 @@ from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
 from amdtop.serve.ramps import ServeRamps
-from amdtop.service.api import CONTROL_OPS, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
+from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
 from amdtop.service.hub import Hub
 
 if TYPE_CHECKING:
@@ -49,11 +49,18 @@ class LocalService:
     def _control(self, op: str) -> SupervisorOwner:
         """The supervisor's owner for ``op``, or the one-line refusal every view shows."""
         if op in CONTROL_OPS and self.readonly:
-            raise AmdtopError(f"{op}: refused: read-only (--readonly disables control)")
+            raise AmdtopError(f"{op}: {READ_ONLY}")
         control = self.node.control
         if control is None:
-            raise AmdtopError(f"{op}: no worker profiles on this node")
+            raise AmdtopError(f"{op}: refused: {self._no_control_reason()}")
         return control
+
+    def _no_control_reason(self) -> str:
+        """Why this node has no supervisor, as the operator can act on it."""
+        for note in self.node.notes:
+            if note.startswith("supervisor: "):
+                return note  # the profile file's own error (it did not load at all)
+        return "no worker profiles on this node (no profile file); write one and restart"
 
     def _changed(self, value: T) -> T:
         self.node.runtime.wake()  # every view sees the change on the next frame
@@ -93,7 +100,7 @@ class LocalService:
 
     def signal_process(self, pid: int, kill: bool = False) -> str:
         if self.readonly:
-            raise AmdtopError("signal_process: refused: read-only (--readonly disables control)")
+            raise AmdtopError(f"signal_process: {READ_ONLY}")
         row = next((r for r in self.latest().processes if r.pid == pid), None)
         if row is None:
             raise InputError(f"signal: pid {pid} is not on a GPU now")
@@ -119,7 +126,7 @@ class LocalService:
     # -- ramps ------------------------------------------------------------------------------------------------------
     def ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
         if self.readonly:
-            raise AmdtopError("ramp_start: refused: read-only (--readonly disables control)")
+            raise AmdtopError(f"ramp_start: {READ_ONLY}")
         settings = dict(settings)
         control = self.node.control
         if not settings.get("api_key") and control is not None:
@@ -135,7 +142,7 @@ class LocalService:
 
     def ramp_abort(self, worker: str) -> str:
         if self.readonly:
-            raise AmdtopError("ramp_abort: refused: read-only (--readonly disables control)")
+            raise AmdtopError(f"ramp_abort: {READ_ONLY}")
         return self.node_ramps.abort(worker)
 
     def ramps(self) -> list[RampDoc]:
@@ -151,10 +158,7 @@ class LocalService:
     def profile_words(self, name: str) -> tuple[str, ...]:
         from amdtop.supervisor.retune import retune_words
 
-        control = self.node.control
-        if control is None:
-            raise AmdtopError("profile_words: no worker profiles on this node")
-        return retune_words(control.profile(name))
+        return retune_words(self._control("profile_words").profile(name))
 
     def api_key(self, name: str) -> str | None:
         """The key ``name``'s clients send: the node's own ramps use it; no view and no wire op reads it."""

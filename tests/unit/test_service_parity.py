@@ -26,6 +26,7 @@ from amdtop.serve import client as client_module
 from amdtop.serve.client import RemoteService, ServeClient
 from amdtop.serve.server import SERVE_OPS, Serve
 from amdtop.service import CONTROL_OPS, WIRE_OPS, NodeService
+from amdtop.service.api import READ_ONLY
 from amdtop.service.local import LocalService
 from tests.fixtures.demo_node import port_holder, write_demo_profiles
 
@@ -198,7 +199,7 @@ def test_read_only_refuses_every_control_op_the_same_way(stack: Stack, tmp_path:
             fn_args = ARGS[op]
             here = _outcome(local, op, *fn_args)
             there = _outcome(remote, op, *fn_args)
-            assert here == there == ("AmdtopError", f"{op}: refused: read-only (--readonly disables control)"), op
+            assert here == there == ("AmdtopError", f"{op}: {READ_ONLY}"), op
             # The serve refuses the read-only viewer's request itself too (a viewer that skips the check).
             with pytest.raises(AmdtopError, match=f"{op}: refused: this viewer is read-only"):
                 viewer.call(op, *fn_args, timeout=10)
