@@ -264,6 +264,12 @@ class AmdtopApp(ControlActions, App[int]):
             f"every {self.interval:g}s",
             f"[red]{len(flags)} flags[/red]" if flags else "[green]no flags[/green]",
         ]
+        live = [i for i in frame.incidents if not i.historic]
+        if live:
+            parts.append(f"[red]{len(live)} incident{'s' if len(live) != 1 else ''}[/red]")
+        for bus in (i for i in live if i.kind == "gpu_init_failed"):
+            # GPUs on the bus that never came up: the one fact the operator must see first
+            parts.append(f"[red]{escape(bus.summary.split(' (')[0])}[/red]")
         if frame.audit is not None:
             parts.append(audit_badge(frame.audit))
         if self.readonly:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from amdtop import runtime
 from amdtop.cli.common import node_spec
 from amdtop.errors import AmdtopError
+from amdtop.pcibus import GpusFailedInit
 from amdtop.runtime.autostart import DemoAutostart
 from amdtop.runtime.node import NO_GPU_BANNER
 from amdtop.serve.client import attach
@@ -65,7 +66,12 @@ def run(args: argparse.Namespace) -> int:
             NoServeApp(message).run()
             return 1
         raise AmdtopError(message)
-    node = runtime.open(spec, ui=True)
+    try:
+        node = runtime.open(spec, ui=True)
+    except GpusFailedInit as exc:
+        from tui.failed_gpus import FailedGpusApp
+
+        return int(FailedGpusApp(exc.incident).run() or 1)
     app = AmdtopApp(
         node.backend,
         workers=node.control,

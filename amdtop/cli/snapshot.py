@@ -99,6 +99,9 @@ def run_snapshot(args: argparse.Namespace) -> int:
         text = render_snapshot(frame.snapshot)
         extra = [f for f in frame.flags if f not in frame.snapshot.flags]
         text += "".join(f"! {f.kind.value}: {f.message}\n" for f in extra)
+        text += "".join(
+            f"!! {i.kind}{' (history)' if i.historic else ''}: {i.summary}; fix: {i.fix}\n" for i in frame.incidents
+        )
         print(text, end="")
     return 0
 

@@ -116,19 +116,27 @@ def kmsg_message(record: str) -> list[str]:
     for part in record.split("\n"):
         if not part or part.startswith(" "):
             continue
-        _, sep, message = part.partition(";")
+        head, sep, message = part.partition(";")
         text = message if sep else part
         if "\\x" in text:
             text = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
-        out += text.split("\n")
+        fields = head.split(",") if sep else ()
+        if len(fields) >= 3 and fields[2].isdigit():
+            # the record's microseconds since boot, as dmesg prints them: the monitor dates the line by them
+            stamp = f"[{int(fields[2]) / 1e6:12.6f}] "
+            out += [stamp + t for t in text.split("\n")]
+        else:
+            out += text.split("\n")
     return out
 
 
 class KmsgSource:
-    """``/dev/kmsg``: one record per read, ``prio,seq,usec,flags;message`` then `` KEY=value`` lines; opened at its
-    end, so only what the kernel says from now on is read."""
+    """``/dev/kmsg``: one record per read, ``prio,seq,usec,flags;message`` then `` KEY=value`` lines; each message
+    handed on behind its ``[seconds.micros]`` stamp (the dmesg form)."""
 
     name = "/dev/kmsg"
+    boot_clock = True
+    """Line stamps are seconds since this host booted (the monitor dates them)."""
 
     def __init__(self, path: Path = KMSG, *, from_start: bool = False) -> None:
         """Open the device (``SourceUnavailable`` when it cannot be read: no permission, dmesg_restrict...);
@@ -172,15 +180,18 @@ class KmsgSource:
 
 
 class JournalSource:
-    """``journalctl -k -f -n 0``: the kernel messages journald logs from now on, read without blocking."""
+    """``journalctl -k -b -f -n all``: this boot's kernel messages from its start (a fault before amdtop started
+    included), then followed, read without blocking; ``short-monotonic`` stamps each line with its time since boot."""
 
     name = "journalctl -k"
+    boot_clock = True
+    """Line stamps are seconds since this host booted (the monitor dates them)."""
 
     def __init__(self, exe: str) -> None:
         """Start journalctl (``SourceUnavailable`` when it cannot start)."""
         try:
             self._proc = subprocess.Popen(
-                [exe, "-k", "-f", "-n", "0", "-o", "short-monotonic", "--no-pager", "-q"],
+                [exe, "-k", "-b", "-f", "-n", "all", "-o", "short-monotonic", "--no-pager", "-q"],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 stdin=subprocess.DEVNULL,
@@ -288,7 +299,8 @@ def open_kernel_source(path: Path | None, *, kmsg: Path = KMSG) -> KernelSource:
             raise SourceUnavailable(f"--kernel-log: {exc}") from None
     reasons: list[str] = []
     try:
-        return KmsgSource(kmsg)
+        # the ring buffer from its start: a fault logged before amdtop started is what the operator came for
+        return KmsgSource(kmsg, from_start=True)
     except SourceUnavailable as exc:
         reasons.append(str(exc))
     exe = shutil.which("journalctl")

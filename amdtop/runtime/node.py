@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from amdtop.audit.auditor import Auditor, profile_lookup
 from amdtop.errors import NoGpuFound
+from amdtop.kernel.bus_check import raise_if_on_bus
 from amdtop.model import Topology
 from amdtop.pipeline.producer import NodePipeline
 from amdtop.runtime.autostart import DemoAutostart, FailureSink
@@ -118,11 +119,13 @@ class Node:
 
 
 def _backend(spec: NodeSpec, ui: bool) -> tuple[TelemetryBackend, bool, list[str]]:
-    if not ui:
-        return spec.open_backend(), spec.demo, []
     try:
         return spec.open_backend(), spec.demo, []
     except NoGpuFound:
+        # GPUs on the PCI bus that no backend shows failed to come up: say so (GpusFailedInit), never the demo
+        raise_if_on_bus(spec.sysfs_root, spec.kernel_log)
+        if not ui:
+            raise
         return SimBackend(seed=spec.seed, partition=spec.demo_partition), True, [NO_GPU_BANNER]
 
 

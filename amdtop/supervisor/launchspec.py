@@ -102,6 +102,9 @@ def build_argv(profile: Profile, numa_node: int | None, *, scope_unit: str | Non
     return argv + serve_args(profile)
 
 
+FAULT_HANDLER_ENV = "PYTHONFAULTHANDLER"
+
+
 def build_env(
     profile: Profile, base: Mapping[str, str], *, vendor: str, marker: str, state_dir: str | None = None
 ) -> dict[str, str]:
@@ -140,6 +143,9 @@ def build_env(
     if state_dir is not None:
         env[STATE_ENV] = state_dir
     env[URL_ENV] = profile.url
+    # A rank that dies of SIGSEGV/SIGBUS/SIGABRT/SIGFPE/SIGILL prints the signal and its Python stacks into its log
+    # (faulthandler acts on those signals only), so the log names the crash; a value the profile or the caller set wins.
+    env.setdefault(FAULT_HANDLER_ENV, "1")
     return env
 
 

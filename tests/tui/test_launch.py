@@ -32,7 +32,8 @@ def test_no_gpu_opens_sim_with_banner(tmp_path: Path, monkeypatch: pytest.Monkey
         raise NoGpuFound("no GPU found")
 
     monkeypatch.setattr(NodeSpec, "open_backend", no_gpu)
-    node = runtime_node.open_node(node_spec(_args(tmp_path)), ui=True)
+    # an empty sysfs: no accelerator on the bus either (the host's own /sys may hold GPUs that a real backend missed)
+    node = runtime_node.open_node(node_spec(_args(tmp_path, sysfs_root=tmp_path)), ui=True)
     try:
         assert isinstance(node.backend, SimBackend) and node.demo is True
         assert node.notes[0] == "No GPU found — showing a simulated 8x MI300X node (--demo)"
