@@ -41,6 +41,43 @@ VIEWER_ENV = (
 rest of the operator's shell stay out of processes that a browser drives."""
 
 
+TEXTUAL_SERVE_CHECKED = "1.1.3"
+"""The textual-serve whose private methods below were read and overridden; another one is refused at start."""
+OVERRIDDEN = (
+    (Server, "_make_app"),  # where the token check is added: without it every request is served
+    (Server, "handle_websocket"),
+    (Server, "_process_messages"),  # called from our websocket handler
+    (Server, "initialize_logging"),
+    (Server, "on_startup"),
+    (AppService, "_build_environment"),  # without it a viewer gets the whole environment
+    (AppService, "_open_app_process"),  # without it a viewer runs through a shell
+)
+
+
+def check_textual_serve(version: str | None = None) -> None:
+    """AmdtopError (one line, naming the fix) unless textual-serve is the version checked against and has every
+    method overridden here: a renamed ``_make_app`` would serve without the token, a renamed ``_open_app_process``
+    would bring the shell back."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    if version is None:
+        try:
+            version = installed("textual-serve")
+        except PackageNotFoundError:
+            version = "not installed"
+    fix = f"pip install textual-serve=={TEXTUAL_SERVE_CHECKED}"
+    if version != TEXTUAL_SERVE_CHECKED:
+        raise AmdtopError(
+            f"web: textual-serve {version} is not {TEXTUAL_SERVE_CHECKED}, the version amdtop web was checked against; {fix}"
+        )
+    for cls, name in OVERRIDDEN:
+        if not callable(getattr(cls, name, None)):
+            raise AmdtopError(
+                f"web: textual-serve {version} has no {cls.__name__}.{name}, which amdtop web overrides or calls; {fix}"
+            )
+
+
 def write_token(directory: Path) -> str:
     """A fresh random token in ``<state-dir>/web-token`` (0600, replaced on every start).
 
@@ -198,6 +235,7 @@ def viewer_argv(args: argparse.Namespace, directory: Path) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the dashboard to browsers until interrupted."""
+    check_textual_serve()  # before anything listens: never serve without our token check and reduced viewers
     host, port = parse_listen(args.listen)
     directory = state_dir(args).absolute()
     pid = running_serve_pid(directory)

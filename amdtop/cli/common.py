@@ -14,9 +14,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from amdtop.errors import InputError
-from amdtop.telemetry import BACKENDS, open_backend
-from amdtop.telemetry.base import BackendOptions, TelemetryBackend
+from amdtop.runtime.spec import NodeSpec
+from amdtop.telemetry import BACKENDS
+from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import parse_partition
 
 
@@ -115,30 +115,28 @@ def state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir) if args.state_dir else default_state_dir()
 
 
-def backend_options(args: argparse.Namespace) -> BackendOptions:
-    """Backend options from the parsed arguments."""
-    root = Path(args.sysfs_root)
-    if args.backend in ("sysfs", "auto") and root != Path("/sys"):
-        if not root.exists():
-            raise InputError(f"--sysfs-root: {root} does not exist; point it at a sysfs tree (default /sys)")
-        if not root.is_dir():
-            raise InputError(f"--sysfs-root: {root} is not a directory; point it at a sysfs tree (default /sys)")
-        if not os.access(root, os.R_OK | os.X_OK):
-            raise InputError(f"--sysfs-root: {root} is not readable; fix its permissions or pick another tree")
-    partition = getattr(args, "demo_partition", None)
-    if partition is not None and not (args.demo or args.backend == "sim"):
-        raise InputError("--demo-partition: only the simulated node has a settable partition mode; add --demo")
-    return BackendOptions(sysfs_root=root, seed=args.seed, partition=partition)
+def node_spec(args: argparse.Namespace, **overrides: Any) -> NodeSpec:
+    """The node the global options name, typed: what :func:`amdtop.runtime.open` opens (``overrides``: fields a
+    command fixes, e.g. ``readonly``)."""
+    kernel_log = getattr(args, "kernel_log", None)
+    fields: dict[str, Any] = {
+        "config": config_path(args),
+        "state_dir": state_dir(args),
+        "backend": getattr(args, "backend", "auto"),
+        "sysfs_root": Path(getattr(args, "sysfs_root", None) or "/sys"),
+        "demo": bool(getattr(args, "demo", False)),
+        "interval": float(getattr(args, "interval", 1.0)),
+        "readonly": bool(getattr(args, "readonly", False)),
+        "seed": int(getattr(args, "seed", 0)),
+        "demo_partition": getattr(args, "demo_partition", None),
+        "kernel_log": None if kernel_log is None else Path(kernel_log),
+    }
+    return NodeSpec(**{**fields, **overrides})
 
 
 def open_from_args(args: argparse.Namespace) -> TelemetryBackend:
     """Open the backend the arguments ask for (``--demo`` means ``sim``)."""
-    name = "sim" if args.demo else args.backend
-    backend = open_backend(name, backend_options(args))
-    if name == "auto":
-        # The contract promises that auto says what it picked; stderr keeps --json stdout clean.
-        sys.stderr.write(f"amdtop: backend auto picked {backend.name}\n")
-    return backend
+    return node_spec(args).open_backend()
 
 
 def print_json(doc: Any) -> None:

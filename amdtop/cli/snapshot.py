@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any
 
-from amdtop.cli.common import open_from_args, print_json
+from amdtop.cli.common import node_spec, open_from_args, print_json
 from amdtop.model import NodeSnapshot
 from amdtop.pipeline import NodeFrame
 from amdtop.report import frame_json, snapshot_json
@@ -49,7 +49,7 @@ def sample_frame(args: argparse.Namespace) -> NodeFrame:
     """One frame of the node pipeline; with ``--window``, the last of the ticks the runtime takes every
     ``--interval`` over it (the imbalance window is the whole of ``--window``)."""
     window = float(args.window)
-    node = open_node(args, window_s=window)
+    node = open_node(node_spec(args), window_s=window)
     try:
         return node.runtime.run_window(window)
     finally:

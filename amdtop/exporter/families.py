@@ -122,7 +122,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("gpu_ecc_uncorrect_total", GPU_LABELS, "1", "Uncorrectable ECC errors, all blocks"),
         _g("amdtop_gpu_ecc_errors", (*GPU_LABELS, "block", "type"), "1", "ECC/RAS errors per block and type"),
         _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
-        FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls made for scrapes"),
+        FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls (one per interval, whoever scrapes)"),
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
         _g("amdtop_frame_timestamp_seconds", ("hostname",), "s", "When the frame this scrape serves was made"),
         FamilySpec("amdtop_polls", "counter", ("hostname",), "1", "Backend polls (pipeline ticks) so far"),

@@ -25,7 +25,6 @@ from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
 from amdtop.serve import limits, peer
 from amdtop.serve.history import HourHistory
-from amdtop.serve.ramps import ServeRamps
 from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import (
     WIRE_VERSION,
@@ -35,10 +34,12 @@ from amdtop.serve.wire import (
     send_message,
     socket_path,
 )
+from amdtop.service.api import CONTROL_OPS, WIRE_OPS
+from amdtop.service.local import LocalService
 
-CONTROL_OPS = {"launch", "stop", "restart", "retune", "ramp_start", "ramp_abort"}
-"""Requests that change the node: refused for a read-only viewer."""
-READ_OPS = {"status", "retune_diff", "profile", "history", "wake", "request_state_files", "stats"}
+SERVE_OPS = frozenset({"history", "request_state_files", "stats"})
+"""The serve's own reads (its hour of history, its counters), beside the node service's requests: those are the
+:class:`~amdtop.service.api.NodeService` methods of the same name (:data:`~amdtop.service.api.WIRE_OPS`)."""
 
 
 class Serve:
@@ -53,7 +54,10 @@ class Serve:
         self.history = HourHistory(node.runtime.interval)
         self._previous: NodeFrame | None = None
         """The last frame published (the runtime's thread only): what the next frame's history moved on from."""
-        self.ramps = ServeRamps(self.state_dir, node.runtime.latest, self._publish_ramp)
+        self.service = LocalService(node, self.state_dir, readonly=readonly)
+        """What every viewer's request runs on, by its name: the same service the in-process dashboard holds."""
+        self.ramps = self.service.node_ramps
+        self.service.on_ramp(self._publish_ramp)
         self._viewers: list[ViewerLink] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
@@ -169,10 +173,7 @@ class Serve:
         if op in CONTROL_OPS and link.readonly:
             link.send(_error(call_id, f"{op}: refused: this viewer is read-only"))
             return
-        if op in CONTROL_OPS and (self.readonly or self.node.control is None) and not op.startswith("ramp"):
-            link.send(_error(call_id, f"{op}: refused: {self._no_control_reason()}"))
-            return
-        if op not in CONTROL_OPS and op not in READ_OPS:
+        if op not in WIRE_OPS and op not in SERVE_OPS:
             link.send(_error(call_id, f"{op[:64]}: unknown request"))
             return
         try:
@@ -199,52 +200,17 @@ class Serve:
         link.send({"type": "reply", "id": call_id, "ok": True, "value": value})
 
     def _execute(self, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        runtime, control = self.node.runtime, self.node.control
+        if op in SERVE_OPS:
+            return self._serve_op(op)
+        return getattr(self.service, op)(*args, **kw)  # op is one of WIRE_OPS: a NodeService method's name
+
+    def _serve_op(self, op: str) -> Any:
         if op == "history":
             return self.history.points()
-        if op == "wake":
-            runtime.wake()
-            return None
         if op == "request_state_files":
-            runtime.pipeline.request_state_files()
+            self.node.runtime.pipeline.request_state_files()
             return None
-        if op == "stats":
-            return self.stats()
-        if op == "ramp_start":
-            return self._ramp_start(*args)
-        if op == "ramp_abort":
-            return self.ramps.abort(*args)
-        if control is None:
-            if op == "status":
-                return []
-            raise AmdtopError(f"{op}: no worker profiles in the serve")
-        value = getattr(control, op)(*args, **kw)
-        if op in CONTROL_OPS:
-            runtime.wake()  # every viewer sees the change on the next frame
-        return value
-
-    def _no_control_reason(self) -> str:
-        """Why this serve has no writable supervisor, as the operator can act on it."""
-        if self.readonly:
-            return "the serve runs with --readonly; restart it without --readonly to control workers"
-        for note in self.notes:
-            if note.startswith("supervisor: "):
-                return note  # the profile file's own error (it did not load at all)
-        return "the serve has no worker profiles (no profile file); write one and restart the serve"
-
-    def _ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
-        settings = dict(settings)
-        control = self.node.control
-        if not settings.get("api_key") and control is not None:
-            # The key stays in the serve: a viewer never reads it, the serve's ramp sends it (else 401 from the worker).
-            try:
-                settings["api_key"] = control.api_key(worker)
-            except Exception:
-                settings["api_key"] = None  # a discovered server has no profile, hence no key of ours
-        frame = self.node.runtime.frame
-        found = frame.worker(worker) if frame is not None else None
-        groups = [g.gpus for g in found.tp_groups()] if found is not None else None
-        return self.ramps.start(worker, url, gpus, settings, groups)
+        return self.stats()
 
     # -- publishing ------------------------------------------------------------------------------------------------
     def _on_frame(self, frame: NodeFrame) -> None:
@@ -261,10 +227,8 @@ class Serve:
     def _on_error(self, text: str) -> None:
         self._broadcast({"type": "poll_error", "text": text})
 
-    def _publish_ramp(self, worker: str, doc: dict[str, Any], status: str) -> None:
-        self._broadcast(
-            {"type": "ramp", "worker": worker, "doc": doc, "status": status, "running": self.ramps.running(worker)}
-        )
+    def _publish_ramp(self, worker: str, doc: dict[str, Any], status: str, running: bool) -> None:
+        self._broadcast({"type": "ramp", "worker": worker, "doc": doc, "status": status, "running": running})
 
     def _broadcast(self, message: dict[str, Any]) -> None:
         with self._lock:
@@ -308,7 +272,7 @@ class Serve:
             viewers, self._viewers = self._viewers, []
         for v in viewers:
             v.flush_and_close({"type": "bye", "reason": reason})
-        self.ramps.abort_all()
+        self.service.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 

@@ -21,20 +21,61 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import hashlib
 import importlib
 import io
 import os
 import pickle
 import socket
 import struct
+import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
+from amdtop.service.api import WIRE_OPS
 
-WIRE_VERSION = "0.2"
-"""Bumped whenever a message or the frame's shape changes: a viewer and a serve of different versions refuse."""
+WIRE_PROTOCOL = "0.3"
+"""The envelope (length-prefixed pickled dicts, the hello, the call/reply/frame/ramp/bye messages): changed by hand
+only when a message's own keys change. What the messages carry is fingerprinted (:func:`field_fingerprint`)."""
+
+
+def _type_key(tp: type) -> str:
+    return f"{tp.__module__}.{tp.__qualname__}"
+
+
+def _walk(tp: object, seen: dict[str, object]) -> None:
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        key = _type_key(tp)
+        if key in seen:
+            return
+        seen[key] = None  # a cycle stops here
+        hints = typing.get_type_hints(tp)
+        fields = dataclasses.fields(tp)
+        seen[key] = [(f.name, repr(hints.get(f.name, f.type))) for f in fields]
+        for f in fields:
+            _walk(hints.get(f.name), seen)
+    elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+        seen[_type_key(tp)] = [(m.name, repr(m.value)) for m in tp]
+    else:
+        for arg in typing.get_args(tp):
+            _walk(arg, seen)
+
+
+def field_fingerprint(root: type = NodeFrame, ops: Iterable[str] = WIRE_OPS) -> str:
+    """A short hash of the frame's field tree (every dataclass reachable from ``root``: its module, name, and each
+    field's name and type, recursively; every enum's members) and of the service's op names: what a pickled frame
+    and a request mean. A changed field changes it; nobody has to remember to."""
+    seen: dict[str, object] = {}
+    _walk(root, seen)
+    text = repr((sorted(seen.items()), sorted(ops)))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+WIRE_VERSION = f"{WIRE_PROTOCOL}-{field_fingerprint()}"
+"""What a viewer and a serve compare in their hellos: of different versions they refuse, naming both."""
 SOCKET_NAME = "serve.sock"
 MAX_MESSAGE = 64 << 20
 """A frame with an hour of history is well under this; a larger length means a broken peer."""
@@ -234,6 +275,7 @@ def check_version(theirs: object, *, serve_side: bool) -> None:
         return
     if serve_side:
         raise WireError(f"serve is {WIRE_VERSION}, viewer {theirs}: restart the viewer")
+    # The usual cause: amdtop upgraded under a serve that still runs the old code.
     raise WireError(f"serve is {theirs}, viewer {WIRE_VERSION}: restart serve")
 
 

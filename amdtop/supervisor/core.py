@@ -230,9 +230,7 @@ class Supervisor:
     def _gate_check(self, profile: Profile, force: bool, action: str, own: Iterable[int] = ()) -> None:
         """The launch gate (amdtop.audit.gate), from this one place; the reasons ``force`` overrode are recorded."""
         if self.gate is not None:
-            from amdtop.audit.gate import enforce as enforce_gate  # the audit imports the supervisor's profiles
-
-            self._forced[profile.name] = enforce_gate(self.gate, profile, own, force, action)
+            self._forced[profile.name] = self.gate.enforce(profile, own, force, action)
 
     def _numa_for(self, profile: Profile) -> int | None:
         node = resolve_numa(profile, self.topology)

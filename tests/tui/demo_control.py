@@ -26,6 +26,7 @@ from amdtop.simserver.logs import rccl_init_lines
 from amdtop.supervisor.demo import demo_profiles_text, feed_demand
 from amdtop.supervisor.observe import profile_numa
 from amdtop.supervisor.profiles import Profile, profiles_from_document
+from amdtop.supervisor.retune import retune_words
 from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
 
 DEMO_PORT_BASE = 18080  # the Supervisor's default for the demo
@@ -178,6 +179,14 @@ class DemoControl:
             if p.name == name:
                 return p
         raise InputError(f"worker[{name}]: no such worker")
+
+    def api_key(self, name: str) -> str | None:
+        """The demo profiles carry no key."""
+        return None
+
+    def profile_words(self, name: str) -> tuple[str, ...]:
+        """The retune dialog's words of ``name`` (secrets masked), as the node service gives them."""
+        return retune_words(self.profile(name))
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
         self._get(name)

@@ -407,11 +407,12 @@ def broken_with_a_running_worker(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_item8_a_broken_profile_hides_no_running_worker(
     broken_with_a_running_worker: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], ui: bool
 ) -> None:
+    from amdtop.cli.common import node_spec
     from amdtop.runtime import open_node
 
     cfg, state = broken_with_a_running_worker
     args = build_parser().parse_args(["--backend", "sim", "--config", str(cfg), "--state-dir", str(state)])
-    node = open_node(args, ui=ui)
+    node = open_node(node_spec(args), ui=ui)
     try:
         frame = node.runtime.tick()
         assert [w.name for w in frame.workers if w.pid is not None] == ["w"], "the running worker is hidden"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from amdtop.pcibus import GpusFailedInit, failed, scan, verdict
+from amdtop.runtime.spec import NodeSpec
 from tests.fixtures.sysfs_tree import MI300X_BDFS, build_pci_bus, mi300x_on_bus
 
 KERNEL = Path(__file__).resolve().parents[1] / "fixtures" / "kernel" / "amdgpu_psp_init_failed_mi300x_rocm_4021.log"
@@ -42,13 +43,16 @@ def test_verdict_quotes_the_kernel_and_asks_for_a_power_cycle_rocm_4021(tmp_path
     assert "full power cycle" in inc.fix and "not a warm reboot" in inc.fix
 
 
-def _args(tmp_path: Path, root: Path, **kw: Any) -> argparse.Namespace:
+def _args(tmp_path: Path, root: Path, **kw: Any) -> NodeSpec:
+    """The node the global options would name: auto backend over ``root``, the kernel log fixture."""
+    from amdtop.cli.common import node_spec
+
     base = dict(
         backend="auto", sysfs_root=root, demo=False, config=tmp_path / "none.toml", state_dir=tmp_path,
         interval=1.0, readonly=False, seed=0, demo_partition=None, kernel_log=KERNEL,
     )  # fmt: skip
     base.update(kw)
-    return argparse.Namespace(**base)
+    return node_spec(argparse.Namespace(**base))
 
 
 def test_a_bus_of_failed_gpus_never_opens_the_demo(tmp_path: Path) -> None:

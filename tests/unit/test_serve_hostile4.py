@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from amdtop.cli.common import node_spec
 from amdtop.cli.main import build_parser
 from amdtop.errors import AmdtopError
 from amdtop.runtime import open_node
@@ -172,7 +173,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     args = build_parser().parse_args(
         ["--demo", "--state-dir", str(tmp_path / "state"), "--config", str(tmp_path / "none.toml"), "--interval", "0.2"]
     )
-    node = open_node(args, ui=True)
+    node = open_node(node_spec(args), ui=True)
     srv = Serve(node, tmp_path / "state")
     srv.start()
     node.runtime.start()
