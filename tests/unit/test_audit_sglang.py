@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +32,11 @@ def audit(tmp_path: Path) -> Iterator[object]:
             [sys.executable, "-c", "import time; time.sleep(60)", *argv], env={"PATH": "/usr/bin:/bin", **env}
         )
         procs.append(proc)
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        for _ in range(500):  # until exec has finished: before it the child shows pytest's own argv
+            if b"sleep(60)" in cmdline.read_bytes():
+                break
+            time.sleep(0.01)
         profile = Profile("ds", "/m", (0, 1), "auto", 30000, env=tuple(env.items()), args=profile_args,  # type: ignore[arg-type]
                           engine="sglang")  # fmt: skip
         target = AuditTarget("ds", (0, 1), 30000, pid=proc.pid, pids=(proc.pid,), profile=profile)
