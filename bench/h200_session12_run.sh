@@ -69,6 +69,10 @@ if want idle || want busy; then
     python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 500 --pause 0.05 & SECONDPID=$!
     sleep 12
     step viewer-busy; viewer busy
+    if want spy; then
+      step spy-serve-busy
+      /tmp/site/bin/py-spy record -r 100 -d 20 -f raw -n -o $OUT/serve_busy.raw -p $SERVE >>$LOG 2>&1 || python3 -m py_spy record -r 100 -d 20 -f raw -o $OUT/serve_busy.raw -p $SERVE >>$LOG 2>&1
+    fi
     kill $LOADPID $SECONDPID 2>/dev/null
   fi
   kill $SERVE 2>/dev/null; wait
