@@ -39,8 +39,9 @@ def engines_json(w: WorkerStatus) -> list[dict[str, Any]]:
 
 
 def worker_extra_json(w: WorkerStatus) -> dict[str, Any]:
-    """The keys this round adds to a worker's JSON: ``layout``, ``engines``, ``sleep_level``."""
+    """The keys this round adds to a worker's JSON: ``layout``, ``engines``, ``sleep_level``, ``engine_kind``."""
     return {
+        "engine_kind": w.engine_kind,
         "layout": layout_json(w),
         "engines": engines_json(w),
         "sleep_level": None if w.engine is None else w.engine.sleep_level,

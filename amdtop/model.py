@@ -373,6 +373,15 @@ class EngineStats:
     """Requests the API server holds open (``GET /load``'s ``server_load``, counted where vLLM runs with
     ``--enable-server-load-tracking``): unlike the engine's counters it includes requests that never got a first token,
     which is all of them once EngineCore hangs between two batches."""
+    cache_hit_rate: float | None = None
+    """Prefix-cache hit rate 0..1: SGLang's ``sglang:cache_hit_rate`` gauge, or vLLM's prefix-cache hits over queries
+    since the server started."""
+    ttft_mean_s: float | None = None
+    """Mean time to first token over the requests since the previous scrape (since start on the first one)."""
+    itl_mean_s: float | None = None
+    """Mean inter-token latency, likewise."""
+    kind: str = "vllm"
+    """The server that wrote the page: ``vllm`` or ``sglang``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,6 +439,8 @@ class WorkerStatus:
     """For a crashed worker: what its log says went wrong (the rank that died, else the last error line)."""
     layout: WorkerLayout | None = None
     """DP/TP/PP sizes and expert parallel (from the profile or the discovered command line); ``None``: plain TP."""
+    engine_kind: str = "vllm"
+    """The serving engine: ``vllm`` or ``sglang`` (from the profile, the discovered command line or the page)."""
 
     def tp_groups(self) -> tuple[TpGroupLayout, ...]:
         """The worker's TP groups (one per DP replica and pipeline stage); one group of every GPU without a layout."""

@@ -25,12 +25,24 @@ def private_opener(path: str, flags: int) -> int:
     return fd
 
 
+def own_file_opener(path: str, flags: int) -> int:
+    """:func:`private_opener` for a file amdtop names itself in its state dir (a log, a lock): never through a
+    symlink (ELOOP, an OSError), so a link planted there cannot make amdtop write someone else's file."""
+    return private_opener(path, flags | os.O_NOFOLLOW)
+
+
 def write_private(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (0600 temporary file, then rename); OSError when it cannot (the
-    temporary file is removed)."""
+    temporary file is removed).
+
+    The temporary file is created new (``O_EXCL | O_NOFOLLOW``: a symlink or a file planted under its name is never
+    written through); the rename replaces whatever ``path`` was, a symlink itself rather than its target."""
     tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)  # a stale one of a killed run (unlink never follows a link)
     try:
-        with open(tmp, "w", encoding="utf-8", opener=private_opener) as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        with open(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fd, FILE_MODE)  # whatever the umask
             fh.write(text)
         os.replace(tmp, path)
     finally:

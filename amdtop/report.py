@@ -11,6 +11,7 @@ from amdtop.gpuprocs.report import add_processes
 from amdtop.health.report import fabric_json, gpu_health_json
 from amdtop.health.stall import health_json
 from amdtop.hip_devices import partition_keys
+from amdtop.incidents.model import incident_json
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
 from amdtop.rccl.views import worker_logs_json
 
@@ -176,6 +177,7 @@ def frame_json(frame: NodeFrame) -> dict[str, Any]:
     doc["kernel_log"] = (
         None if k is None else {"source": k.source, "available": k.available, "note": k.note, "lines": k.lines}
     )
+    doc["incidents"] = [incident_json(i) for i in frame.incidents]
     if frame.errors:
         doc["errors"] = list(frame.errors)
     add_processes(doc, frame.processes, frame.process_totals)

@@ -97,7 +97,21 @@ _REPR_ITEM = re.compile(
     r"""(?P<value>'[^']*'|"[^"]*"|\[[^\]]*\]|\([^)]*\)|[^,}\s]+)"""
 )
 """``'api_key': ['k1', 'k2']`` in a Python dict repr: how vLLM echoes its own argv (``non-default args: {...}``)."""
-_FLAG_VALUES = re.compile(r"(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)(?P<rest>(?:[= ](?!-)[^\s]+)+)")
+_FLAG_VALUES = re.compile(r"(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)(?P<rest>(?:[= ](?!-)[^\s'\",\]\)]+)+)")
+_LIST_FLAG = re.compile(
+    r"""(?P<q>['"])(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)(?:=(?P<glued>[^'"]*))?(?P=q)"""
+    r"""(?P<values>(?:\s*,\s*(?P<vq>['"])(?!-)[^'"]*(?P=vq))*)"""
+)
+"""``'--api-key', 'k1'`` and ``'--api-key=k1'`` in a Python list repr: a worker that echoes its ``sys.argv``."""
+_LIST_ITEM = re.compile(r"""(?P<q>['"])(?P<v>[^'"]*)(?P=q)""")
+
+
+def _mask_list_flag(m: re.Match[str]) -> str:
+    if not is_secret_name(m["flag"]):
+        return m[0]
+    q = m["q"]
+    head = f"{q}{m['flag']}={MASK}{q}" if m["glued"] is not None else f"{q}{m['flag']}{q}"
+    return head + _LIST_ITEM.sub(lambda v: f"{v['q']}{MASK}{v['q']}", m["values"])
 
 
 def mask_log_line(text: str) -> str:
@@ -120,6 +134,8 @@ def mask_log_line(text: str) -> str:
         text = _REPR_ITEM.sub(
             lambda m: f"{m['q']}{m['key']}{m['q']}{m['sep']}'{MASK}'" if is_secret_name(m["key"]) else m[0], text
         )
+    if "-" in text and ("'" in text or '"' in text):
+        text = _LIST_FLAG.sub(_mask_list_flag, text)
     if "-" in text:
         text = _FLAG_VALUES.sub(
             lambda m: f"{m['flag']}{m['rest'][0]}{MASK}" if is_secret_name(m["flag"]) else m[0], text

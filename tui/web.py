@@ -15,6 +15,8 @@ import hmac
 import logging
 import os
 import secrets
+import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
 from amdtop.cli.common import config_path, state_dir
-from amdtop.errors import AmdtopError
+from amdtop.errors import AmdtopError, os_reason
 from amdtop.exporter import parse_listen
 from amdtop.exporter.server import is_loopback
 from amdtop.serve.server import running_serve_pid
@@ -39,17 +41,62 @@ VIEWER_ENV = (
 rest of the operator's shell stay out of processes that a browser drives."""
 
 
+TEXTUAL_SERVE_CHECKED = "1.1.3"
+"""The textual-serve whose private methods below were read and overridden; another one is refused at start."""
+OVERRIDDEN = (
+    (Server, "_make_app"),  # where the token check is added: without it every request is served
+    (Server, "handle_websocket"),
+    (Server, "_process_messages"),  # called from our websocket handler
+    (Server, "initialize_logging"),
+    (Server, "on_startup"),
+    (AppService, "_build_environment"),  # without it a viewer gets the whole environment
+    (AppService, "_open_app_process"),  # without it a viewer runs through a shell
+)
+
+
+def check_textual_serve(version: str | None = None) -> None:
+    """AmdtopError (one line, naming the fix) unless textual-serve is the version checked against and has every
+    method overridden here: a renamed ``_make_app`` would serve without the token, a renamed ``_open_app_process``
+    would bring the shell back."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    if version is None:
+        try:
+            version = installed("textual-serve")
+        except PackageNotFoundError:
+            version = "not installed"
+    fix = f"pip install textual-serve=={TEXTUAL_SERVE_CHECKED}"
+    if version != TEXTUAL_SERVE_CHECKED:
+        raise AmdtopError(
+            f"web: textual-serve {version} is not {TEXTUAL_SERVE_CHECKED}, the version amdtop web was checked against; {fix}"
+        )
+    for cls, name in OVERRIDDEN:
+        if not callable(getattr(cls, name, None)):
+            raise AmdtopError(
+                f"web: textual-serve {version} has no {cls.__name__}.{name}, which amdtop web overrides or calls; {fix}"
+            )
+
+
 def write_token(directory: Path) -> str:
-    """A fresh random token in ``<state-dir>/web-token`` (0600, replaced on every start)."""
+    """A fresh random token in ``<state-dir>/web-token`` (0600, replaced on every start).
+
+    Written to a new file of its own (``O_CREAT | O_EXCL | O_NOFOLLOW``: never through a symlink or into a file
+    someone else made) and renamed over the old one, which replaces a symlink itself, never its target."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(32)
     path = directory / TOKEN_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp = directory / f".{TOKEN_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.fchmod(fd, 0o600)  # an older file of other permissions keeps them through O_TRUNC
-        os.write(fd, (token + "\n").encode())
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask
+            os.write(fd, (token + "\n").encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
     finally:
-        os.close(fd)
+        tmp.unlink(missing_ok=True)
     return token
 
 
@@ -98,6 +145,20 @@ class WebServer(Server):
     def initialize_logging(self) -> None:
         # One line per request on stdout is noise for an operator; errors still show.
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
+
+    def serve_on(self, sock: socket.socket, debug: bool = False) -> None:
+        """textual-serve's :meth:`serve`, on a socket already bound (the port is taken before the token is written:
+        a busy port leaves the token of the web server that holds it alone)."""
+        self.debug = debug
+        self.initialize_logging()
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.add_signal_handler(signal.SIGINT, self.request_exit)
+            loop.add_signal_handler(signal.SIGTERM, self.request_exit)
+        except NotImplementedError:
+            pass
+        web.run_app(self._make_app(), sock=sock, handle_signals=False, loop=loop, print=lambda *args: None)
 
     async def on_startup(self, app: web.Application) -> None:
         pass  # textual-serve's logo and URL: ours, with the token, went to stderr once
@@ -174,6 +235,7 @@ def viewer_argv(args: argparse.Namespace, directory: Path) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the dashboard to browsers until interrupted."""
+    check_textual_serve()  # before anything listens: never serve without our token check and reduced viewers
     host, port = parse_listen(args.listen)
     directory = state_dir(args).absolute()
     pid = running_serve_pid(directory)
@@ -181,6 +243,10 @@ def run(args: argparse.Namespace) -> int:
         raise AmdtopError(f"no amdtop serve runs for {directory}: start `amdtop serve` first (each tab attaches to it)")
     if not is_loopback(host):
         sys.stderr.write(f"amdtop: warning: web dashboard on {host}, not loopback: anyone who reaches it and has the token sees the node\n")
+    try:
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        raise AmdtopError(f"--listen {args.listen}: cannot listen ({os_reason(exc)}); pick another port") from None
     token = write_token(directory)
     server = WebServer(viewer_argv(args, directory), token, host, port)
     shown = f"[{host}]" if ":" in host else host
@@ -189,5 +255,5 @@ def run(args: argparse.Namespace) -> int:
         f"amdtop: web dashboard ({mode}, attached to serve pid {pid}) at http://{shown}:{port}/?token={token}\n"
     )
     sys.stderr.flush()
-    server.serve()
+    server.serve_on(sock)
     return 0

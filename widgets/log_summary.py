@@ -56,6 +56,11 @@ def flag_line(flag: Flag) -> str:
 def render_logs(workers: Sequence[WorkerLogs], flags: Sequence[Flag], *, max_groups: int = 2) -> Text:
     """The head of the Logs pane from typed values (errors first, then each worker's communicators)."""
     text = Text()
+    for w in workers:
+        for inc in w.incidents:
+            # one verdict per incident above the per-line flags: what happened, why, and what to do
+            text.append(f"!! {inc.kind} [{w.worker}]: {inc.summary}\n", style="bold red")
+            text.append(f"   cause: {inc.cause}\n   fix: {inc.fix}\n", style="red")
     ordered = sorted(flags, key=lambda f: f.kind not in _ERRORS)
     for flag in ordered:
         text.append(flag_line(flag) + "\n", style="bold red" if flag.kind in _ERRORS else "bold magenta")

@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 CAUSE_TITLES = {
     "kv_cache": "KV cache full",
+    "admission": "admission cap (queueing, memory free)",
     "compute": "compute-bound",
     "tp_imbalance": "TP ranks imbalanced",
     "communication": "communication-bound",

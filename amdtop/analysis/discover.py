@@ -1,4 +1,4 @@
-"""Find running vLLM servers among the host's processes.
+"""Find running vLLM servers among the host's processes (SGLang's: :mod:`amdtop.analysis.discover_sglang`).
 
 vLLM titles its processes ``VLLM::EngineCore`` and ``VLLM::Worker_TP<r>`` (setproctitle; ``/proc/PID/comm`` is cut to
 15 characters, so the cmdline is matched). Workers hang under their EngineCore, which hangs under the API server that
@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from amdtop import sglang_procs
+from amdtop.analysis.discover_sglang import discover_sglang
 from amdtop.layout import args_from_argv, global_ranks, layout_from_args, title_ranks
 from amdtop.model import WorkerState, WorkerStatus
 from amdtop.procinfo import (
@@ -31,6 +33,8 @@ from amdtop.thresholds import REDISCOVER_EVERY_S
 
 _PREFIX = os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM")
 _VISIBLE_VARS = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+_ENGINE_TITLES = (f"{_PREFIX}::", sglang_procs.TITLE)
+"""Titles of engine processes below an API server (vLLM's EngineCore and workers, SGLang's schedulers)."""
 
 
 def _title(cmdline: tuple[str, ...]) -> str:
@@ -96,9 +100,13 @@ def discover_vllm(
     """
     titles: dict[int, str] = {}
     parents: dict[int, tuple[int, int]] = {}
+    sglang: list[int] = []
     for pid in list_pids(proc_root) if among is None else sorted(among):
         cmd = read_cmdline(pid, proc_root)
         if not cmd:
+            continue
+        if cmd[0].startswith(sglang_procs.TITLE):
+            sglang.append(pid)  # an SGLang server's process: read by discover_sglang below
             continue
         title = _title(cmd)
         if title.startswith(f"{_PREFIX}::"):
@@ -117,6 +125,8 @@ def discover_vllm(
     out: list[WorkerStatus] = []
     for lead, group in servers.items():
         out.append(_server(lead, group, titles, parents, proc_root, gpu_pids or {}))
+    if sglang:
+        out += discover_sglang(proc_root, gpu_pids, sglang)
     return sorted(out, key=lambda w: w.name)
 
 
@@ -205,10 +215,10 @@ def vllm_family(seeds: Iterable[int], proc_root: Path = PROC) -> set[int]:
     tops: set[int] = set()
     for seed in seeds:
         top = seed
-        if _title(read_cmdline(seed, proc_root)).startswith(f"{_PREFIX}::"):
+        if _title(read_cmdline(seed, proc_root)).startswith(_ENGINE_TITLES):
             for parent in ancestors(seed, proc_root):
                 top = parent
-                if not _title(read_cmdline(parent, proc_root)).startswith(f"{_PREFIX}::"):
+                if not _title(read_cmdline(parent, proc_root)).startswith(_ENGINE_TITLES):
                     break
         tops.add(top)
     return descendants(tops, proc_root)

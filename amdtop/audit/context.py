@@ -44,6 +44,13 @@ class AuditTarget:
     numa_node: int | None = None
 
     @property
+    def engine(self) -> str:
+        """``vllm`` or ``sglang``: the profile's engine, else what discovery or the page said."""
+        if self.profile is not None:
+            return self.profile.engine
+        return self.status.engine_kind if self.status is not None else "vllm"
+
+    @property
     def running(self) -> bool:
         """True when it has live processes to read."""
         return bool(self.pids) or self.pid is not None
@@ -237,7 +244,9 @@ class AuditContext:
         """The PCI device directory of ``bdf`` under ``sys_root`` (``bus/pci/devices``, else the DRM card links)."""
         direct = os.path.join(self.sys_root, "bus", "pci", "devices", bdf)
         if os.path.isdir(direct):
-            return direct
+            # Absolute, as the DRM branch's realpath is: callers join it onto sys_root again (read_sys), and a
+            # relative --sysfs-root would be joined twice (rel/sys/rel/sys/...) and read nothing.
+            return os.path.abspath(direct)
         drm = os.path.join(self.sys_root, "class", "drm")
         try:
             cards = os.listdir(drm)

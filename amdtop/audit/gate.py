@@ -59,6 +59,11 @@ class LaunchGate:
         findings, _checked, _skipped = run_rules(ctx, [r for r in all_rules() if r.gate])
         return findings
 
+    def enforce(self, profile: Profile, own_pids: Iterable[int], force: bool, action: str) -> tuple[str, ...]:
+        """:func:`enforce` as the supervisor calls it: through the gate it holds (the supervisor sits below the
+        audit and imports none of it)."""
+        return enforce(self, profile, own_pids, force, action)
+
 
 def enforce(gate: LaunchGate, profile: Profile, own_pids: Iterable[int], force: bool, action: str) -> tuple[str, ...]:
     """Run the gate for ``profile``: GateRefused unless ``force``; returns the reasons forced past (to record)."""

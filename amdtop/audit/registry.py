@@ -40,7 +40,7 @@ def rule(rule_id: str, scope: str, *, gate: bool = False) -> Callable[[Check], C
 def all_rules() -> tuple[Rule, ...]:
     """Every registered rule, in registration order."""
     # Imported for their registrations; kept here so that importing the registry alone stays cheap.
-    from amdtop.audit import rules_env, rules_gate, rules_node, rules_numa, rules_vllm  # noqa: F401
+    from amdtop.audit import rules_env, rules_gate, rules_node, rules_numa, rules_sglang, rules_vllm  # noqa: F401
 
     return tuple(RULES)
 

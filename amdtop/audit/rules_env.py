@@ -42,7 +42,7 @@ def _rank_envs(ctx: AuditContext, target: AuditTarget) -> list[tuple[int, dict[s
         try:
             env = ctx.environ(pid)
             title = ctx.cmdline(pid)
-            if title and title[0].startswith(VLLM_TITLE) and target.pid and target.pid != pid:
+            if title and title[0].startswith((VLLM_TITLE, "sglang::")) and target.pid and target.pid != pid:
                 out.append((target.pid, {**ctx.environ(target.pid), **env}))
             else:
                 out.append((pid, env))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from amdtop import sglang_procs
 from amdtop.audit import sources
 from amdtop.audit.context import AuditContext, AuditTarget
 from amdtop.audit.model import Finding, Fix, RuleSkipped, Skipped
@@ -87,7 +88,8 @@ def vram_orphaned(ctx: AuditContext) -> Iterator[Outcome]:
 def _is_vllm(ctx: AuditContext, pid: int, name: str | None) -> str | None:
     cmd = ctx.cmdline(pid) if pid > 0 else ()
     text = " ".join(cmd[:3]) if cmd else (name or "")
-    if text.startswith(VLLM_TITLE) or "vllm" in text.lower():
+    # An SGLang server's processes (its scheduler ranks titled sglang::, its launch_server) hold GPUs the same way.
+    if text.startswith((VLLM_TITLE, sglang_procs.TITLE)) or "vllm" in text.lower() or sglang_procs.is_sglang_argv(cmd):
         return text[:80]
     return None
 
@@ -110,7 +112,7 @@ def _port_holders(ctx: AuditContext, port: int) -> list[tuple[int, str]]:
 
 @rule("leftover_vllm", "worker", gate=True)
 def leftover_vllm(ctx: AuditContext) -> Iterator[Outcome]:
-    """vLLM processes that are no worker's holding a target's GPUs (or, at launch, its port)."""
+    """vLLM (or SGLang) processes that are no worker's holding a target's GPUs (or, at launch, its port)."""
     samples = _samples(ctx)
     targets = list(ctx.targets) if ctx.launching else [t for t in ctx.targets if t.gpus]
     if not targets:

@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Iterator
 
+from amdtop import pcibus
 from amdtop.audit import sources
 from amdtop.audit.context import AuditContext
 from amdtop.audit.model import Finding, Fix, RuleSkipped
@@ -200,5 +201,33 @@ def xgmi_down(ctx: AuditContext) -> Iterator[Outcome]:
         sources.ROCM_MI300X_SYSTEM,
         Fix("command", command="sudo amd-smi xgmi -l  # then reset the GPUs (amd-smi reset -G) or power-cycle"),
         gpus=tuple(int(p) for p in pairs),
+        set_by="node",
+    )
+
+
+@rule("gpus_failed_init", "node")
+def gpus_failed_init(ctx: AuditContext) -> Iterator[Outcome]:
+    """Accelerators on the PCI bus with no driver bound, or that the backend does not show."""
+    on_bus = pcibus.scan(ctx.sys_root)
+    if not on_bus:
+        raise RuleSkipped(f"{ctx.sys_root}/bus/pci/devices lists no AMD/NVIDIA accelerator")
+    missing = pcibus.failed(on_bus, [g.bdf for g in ctx.topology.gpus])
+    incident = pcibus.verdict(missing, {})
+    if incident is None:
+        return
+    evidence = tuple(
+        f"{a.bdf}: {a.vendor} {a.device_id or '?'} class 0x{a.pci_class:06x}, driver {a.driver or 'none bound'}"
+        for a in missing
+    )
+    yield Finding(
+        "gpus_failed_init",
+        "error",
+        "node",
+        incident.summary.split(" (")[0],
+        evidence,
+        "these GPUs serve nothing: every TP group that should use them cannot start (the kernel log says why: "
+        "amdtop snapshot --json, incidents)",
+        sources.GPU_INIT_POWER_CYCLE,
+        Fix("none", advice=incident.fix),
         set_by="node",
     )

@@ -96,9 +96,9 @@ def _view(ctx: AuditContext, target: AuditTarget) -> VllmView | str:
 
 
 def _views(ctx: AuditContext, rule_id: str, *, need_log: bool = False) -> Iterator[VllmView | Skipped]:
-    live = [t for t in ctx.targets if t.running]
+    live = [t for t in ctx.targets if t.running and t.engine == "vllm"]  # SGLang's: amdtop.audit.rules_sglang
     if not live:
-        raise RuleSkipped("no running worker")
+        raise RuleSkipped("no running vLLM worker" if any(t.running for t in ctx.targets) else "no running worker")
     for target in live:
         view = _view(ctx, target)
         if isinstance(view, str):

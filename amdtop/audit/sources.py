@@ -13,3 +13,7 @@ KERNEL_PCI_SYSFS = "https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-b
 AMDGPU_RAS = "https://docs.kernel.org/gpu/amdgpu/ras.html"
 AMDGPU_PARTITIONS = "https://instinct.docs.amd.com/projects/amdgpu-docs/en/latest/gpu-partitioning/mi300x/overview.html"
 CPUFREQ = "https://docs.kernel.org/admin-guide/pm/cpufreq.html"
+GPU_INIT_POWER_CYCLE = (
+    "https://github.com/ROCm/legacy-rocm-build/issues/4021 (MI300X: after a hang a warm reboot failed to reinitialize "
+    "the GPUs: early_init of IP block <psp> failed -22)"
+)

@@ -8,7 +8,7 @@ from typing import Any
 
 from amdtop.audit.fix import apply_fix, plan_fix
 from amdtop.audit.model import AuditReport
-from amdtop.cli.common import print_json
+from amdtop.cli.common import node_spec, print_json
 from amdtop.errors import InputError
 from amdtop.runtime import open_node
 
@@ -25,7 +25,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def take_report(args: argparse.Namespace) -> AuditReport:
     """One pipeline tick with the audit (the same report the dashboard and the exporter show)."""
-    node = open_node(args, follow_logs=False)
+    node = open_node(node_spec(args), follow_logs=False)
     try:
         frame = node.runtime.tick()
     finally:

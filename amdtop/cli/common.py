@@ -8,14 +8,15 @@ import math
 import os
 import signal
 import sys
-import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from amdtop.errors import InputError
-from amdtop.telemetry import BACKENDS, open_backend
-from amdtop.telemetry.base import BackendOptions, TelemetryBackend
+from amdtop.runtime.spec import NodeSpec
+from amdtop.telemetry import BACKENDS
+from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import parse_partition
 
 
@@ -81,7 +82,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
         type=Path,
         default=d(None),
         metavar="PATH",
-        help="kernel messages to read for GPU faults (default /dev/kmsg, else journalctl -k); a file is read from its start",
+        help="kernel messages to read for GPU faults (default /dev/kmsg, else journalctl -k); a file is read from its start, a pipe as it is written",
     )
     g.add_argument(
         "--no-attach",
@@ -114,30 +115,28 @@ def state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir) if args.state_dir else default_state_dir()
 
 
-def backend_options(args: argparse.Namespace) -> BackendOptions:
-    """Backend options from the parsed arguments."""
-    root = Path(args.sysfs_root)
-    if args.backend in ("sysfs", "auto") and root != Path("/sys"):
-        if not root.exists():
-            raise InputError(f"--sysfs-root: {root} does not exist; point it at a sysfs tree (default /sys)")
-        if not root.is_dir():
-            raise InputError(f"--sysfs-root: {root} is not a directory; point it at a sysfs tree (default /sys)")
-        if not os.access(root, os.R_OK | os.X_OK):
-            raise InputError(f"--sysfs-root: {root} is not readable; fix its permissions or pick another tree")
-    partition = getattr(args, "demo_partition", None)
-    if partition is not None and not (args.demo or args.backend == "sim"):
-        raise InputError("--demo-partition: only the simulated node has a settable partition mode; add --demo")
-    return BackendOptions(sysfs_root=root, seed=args.seed, partition=partition)
+def node_spec(args: argparse.Namespace, **overrides: Any) -> NodeSpec:
+    """The node the global options name, typed: what :func:`amdtop.runtime.open` opens (``overrides``: fields a
+    command fixes, e.g. ``readonly``)."""
+    kernel_log = getattr(args, "kernel_log", None)
+    fields: dict[str, Any] = {
+        "config": config_path(args),
+        "state_dir": state_dir(args),
+        "backend": getattr(args, "backend", "auto"),
+        "sysfs_root": Path(getattr(args, "sysfs_root", None) or "/sys"),
+        "demo": bool(getattr(args, "demo", False)),
+        "interval": float(getattr(args, "interval", 1.0)),
+        "readonly": bool(getattr(args, "readonly", False)),
+        "seed": int(getattr(args, "seed", 0)),
+        "demo_partition": getattr(args, "demo_partition", None),
+        "kernel_log": None if kernel_log is None else Path(kernel_log),
+    }
+    return NodeSpec(**{**fields, **overrides})
 
 
 def open_from_args(args: argparse.Namespace) -> TelemetryBackend:
     """Open the backend the arguments ask for (``--demo`` means ``sim``)."""
-    name = "sim" if args.demo else args.backend
-    backend = open_backend(name, backend_options(args))
-    if name == "auto":
-        # The contract promises that auto says what it picked; stderr keeps --json stdout clean.
-        sys.stderr.write(f"amdtop: backend auto picked {backend.name}\n")
-    return backend
+    return node_spec(args).open_backend()
 
 
 def print_json(doc: Any) -> None:
@@ -146,20 +145,27 @@ def print_json(doc: Any) -> None:
     sys.stdout.write("\n")
 
 
-def wait_until_stopped(*, ignore_hangup: bool = False) -> None:
-    """Block until SIGINT or SIGTERM (Ctrl-C, systemd's stop), then put the previous handlers back; with
-    ``ignore_hangup`` a closed terminal (SIGHUP) is ignored meanwhile."""
-    done = threading.Event()
+def stop_on_signals(*, ignore_hangup: bool = False) -> Callable[[], None]:
+    """Catch SIGINT and SIGTERM (Ctrl-C, systemd's stop) from now on; returns what blocks until one came. With
+    ``ignore_hangup`` a closed terminal (SIGHUP) is ignored. Call it before saying "Ctrl-C stops".
+
+    The handler only sets a flag: a handler that takes a lock (``Event.set``) deadlocks when a second signal lands
+    while the first one's handler holds it, and the process then ignores INT and TERM for good. The handlers stay
+    installed after the wait returns, so the rest of a burst of signals cannot cut the caller's cleanup short with a
+    KeyboardInterrupt: the caller is on its way out."""
+    stopped: list[int] = []
 
     def _stop(signum: int, frame: FrameType | None) -> None:
-        done.set()
+        stopped.append(signum)  # a list append takes no lock a signal could find held
 
-    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
     if ignore_hangup:
-        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        while not done.wait(0.5):
-            pass
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def wait() -> None:
+        while not stopped:
+            time.sleep(0.2)
+
+    return wait
+

@@ -115,4 +115,7 @@ def render_report(report: LogReport, flags: list[Flag], topology: Topology | Non
             if len(items) > limit:
                 out.append(f"  … {len(items) - limit} more")
     out += [f"! {f.kind.value}: {f.message}" for f in flags]
+    for inc in report.incidents:
+        out += [f"!! {inc.kind}: {inc.summary}", f"   cause: {inc.cause}", f"   fix: {inc.fix}"]
+        out += [f"   | {line[:200]}" for line in inc.evidence]
     return "\n".join(out) + "\n"

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from amdtop.cli.common import print_json, state_dir
+from amdtop.cli.common import node_spec, print_json, state_dir
 from amdtop.cpulist import parse_cpulist
 from amdtop.errors import InputError
 from amdtop.model import NodeSnapshot, WorkerState
@@ -80,7 +80,7 @@ def run_probe_cmd(args: argparse.Namespace) -> int:
     if args.iters < 1:
         raise InputError("--iters: must be at least 1")
     # One tick of the node runtime: the GPUs' processes, amdtop's workers and the vLLM servers found running.
-    node = open_node(args, follow_logs=False, kernel=False)
+    node = open_node(node_spec(args), follow_logs=False, kernel=False)
     try:
         frame = node.runtime.tick()
     finally:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from amdtop.cli.common import node_spec
 from amdtop.errors import AmdtopError
 from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from_frames
 from amdtop.runtime import open_node
@@ -18,7 +19,9 @@ def gpu_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU indices, e.g. 0,1,2,3") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of GPU indices, e.g. 0,1,2,3"
+        ) from None
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError("needs GPU indices (0 or more), e.g. 0,1,2,3")
     return tuple(sorted(set(values)))
@@ -40,7 +43,7 @@ def cli_observer(
     those whose process lists hold the worker's processes, else all.
     """
     try:
-        node = open_node(args, follow_logs=False, kernel=False)
+        node = open_node(node_spec(args), follow_logs=False, kernel=False)
     except AmdtopError as exc:
         return None, None, f"none ({exc})"
     chosen: Sequence[int] | None = gpus

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from typing import Any
 
-from amdtop.cli.common import add_listen, state_dir, wait_until_stopped
-from amdtop.control import WorkerControl
-from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen
+from amdtop import runtime
+from amdtop.cli.common import add_listen, node_spec, stop_on_signals
+from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen, runtime_exporter
 from amdtop.exporter.server import is_loopback
-from amdtop.runtime import open_node
 from amdtop.serve.server import Serve
 
 WEB_LISTEN = "127.0.0.1:8765"
@@ -32,67 +30,42 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     w.set_defaults(func=None, ui_command="web")
 
 
-class _DemoStarter:
-    """Launches the stopped demo workers (the demo shows a busy node) and stops, on the way out, only those."""
-
-    def __init__(self, control: WorkerControl) -> None:
-        self.control = control
-        self.launched: list[str] = []
-        self._thread = threading.Thread(target=self._go, name="serve-demo-start", daemon=True)
-        self._thread.start()
-
-    def _go(self) -> None:
-        for st in self.control.status():
-            if st.pid is None:
-                try:
-                    self.control.launch(st.name)
-                    self.launched.append(st.name)
-                except Exception as exc:
-                    sys.stderr.write(f"amdtop: warning: launch {st.name}: {exc}\n")
-
-    def stop(self) -> None:
-        self._thread.join(timeout=10)
-        for name in self.launched:
-            try:
-                self.control.stop(name)
-            except Exception:
-                pass
-
-
 def run_serve(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM."""
     host, _ = parse_listen(args.listen)  # bad input fails before any device is opened
-    node = open_node(args, ui=True)
+    spec = node_spec(args)
+    node = runtime.open(spec, ui=True)
     serve: Serve | None = None
-    starter: _DemoStarter | None = None
     exporter: Exporter | None = None
     try:
-        serve = Serve(node, state_dir(args), readonly=bool(args.readonly))
+        serve = Serve(node, spec.state_dir, readonly=spec.readonly)
         serve.bind()  # a second serve for the same state dir stops here, before polling anything
         try:
             node.runtime.tick()
         except Exception as exc:
             sys.stderr.write(f"amdtop: warning: first poll failed: {exc}\n")
-        exporter = Exporter(node.runtime.latest, args.listen, min_interval=0.0)
+        exporter = runtime_exporter(node.runtime, args.listen)
         exporter.start()
         if not is_loopback(host):
             sys.stderr.write(f"amdtop: warning: exporter on {host}, not loopback: anyone who can reach it reads it\n")
         serve.start()
         node.runtime.start()
-        if node.demo and not args.readonly and node.control is not None:
-            starter = _DemoStarter(node.control)
+        node.start_demo(_warn_launch)
         for note in node.notes:
             sys.stderr.write(f"amdtop: {note}\n")
+        # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
+        wait = stop_on_signals(ignore_hangup=True)
         sys.stderr.write(f"amdtop: serving {serve.path} (metrics at {exporter.url}; Ctrl-C stops)\n")
         sys.stderr.flush()
-        # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
-        wait_until_stopped(ignore_hangup=True)
+        wait()
     finally:
         if serve is not None:
             serve.close()
         if exporter is not None:
             exporter.stop()
-        if starter is not None:
-            starter.stop()
         node.close()
     return 0
+
+
+def _warn_launch(_name: str, line: str) -> None:
+    sys.stderr.write(f"amdtop: warning: {line}\n")

@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any
 
-from amdtop.cli.common import open_from_args, print_json
+from amdtop.cli.common import node_spec, open_from_args, print_json
 from amdtop.model import NodeSnapshot
 from amdtop.pipeline import NodeFrame
 from amdtop.report import frame_json, snapshot_json
@@ -49,7 +49,7 @@ def sample_frame(args: argparse.Namespace) -> NodeFrame:
     """One frame of the node pipeline; with ``--window``, the last of the ticks the runtime takes every
     ``--interval`` over it (the imbalance window is the whole of ``--window``)."""
     window = float(args.window)
-    node = open_node(args, window_s=window)
+    node = open_node(node_spec(args), window_s=window)
     try:
         return node.runtime.run_window(window)
     finally:
@@ -99,6 +99,9 @@ def run_snapshot(args: argparse.Namespace) -> int:
         text = render_snapshot(frame.snapshot)
         extra = [f for f in frame.flags if f not in frame.snapshot.flags]
         text += "".join(f"! {f.kind.value}: {f.message}\n" for f in extra)
+        text += "".join(
+            f"!! {i.kind}{' (history)' if i.historic else ''}: {i.summary}; fix: {i.fix}\n" for i in frame.incidents
+        )
         print(text, end="")
     return 0
 

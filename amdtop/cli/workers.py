@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amdtop.audit.context import AuditContext, target_of
-from amdtop.audit.gate import LaunchGate
 from amdtop.audit.rules_numa import localities
-from amdtop.cli.common import backend_options, open_from_args, print_json
+from amdtop.cli.common import default_config, node_spec, print_json
 from amdtop.engines_json import worker_extra_json
 from amdtop.errors import AmdtopError, InputError, NoGpuFound
 from amdtop.health.stall import health_json
-from amdtop.model import NodeSnapshot, Topology, WorkerStatus
+from amdtop.model import Topology, WorkerStatus
 from amdtop.runtime import node as runtime_node
+from amdtop.runtime.gate import fresh_gate
 from amdtop.supervisor.retune import parse_changes
-from amdtop.telemetry import open_backend
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
 
@@ -100,46 +99,32 @@ def open_supervisor(args: argparse.Namespace) -> Supervisor:
     """A supervisor for the profile file, state dir and backend the arguments name.
 
     Lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a running worker (they work from its
-    launch record); ``launch`` and ``retune`` still refuse with the file's error."""
+    launch record); ``launch`` and ``retune`` still refuse with the file's error. An explicit ``--config`` that does
+    not exist is an error (a typo would otherwise read as "no workers")."""
+    if args.config and not args.demo and not os.path.lexists(args.config):
+        raise InputError(
+            f"--config: {args.config} does not exist; fix the path, or leave --config out for {default_config()}"
+        )
+    spec = node_spec(args)
     try:
-        backend: TelemetryBackend | None = open_from_args(args)
+        backend: TelemetryBackend | None = spec.open_backend()
     except NoGpuFound:
-        if args.backend != "auto":
+        if spec.backend != "auto":
             raise
         backend = None
     if backend is None:
         # A host without GPUs can still run CPU workers (gpus = []): validate against its NUMA nodes alone.
         sys.stderr.write("amdtop: no GPU found; supervising CPU-only workers (profiles must use gpus = [])\n")
-        topology = runtime_node.cpu_only_topology(args)
+        topology = runtime_node.cpu_only_topology(spec)
     else:
         try:
             topology = backend.topology()
         finally:
             if not isinstance(backend, SimBackend):
                 backend.close()
-    sup = runtime_node.open_supervisor(
-        args, topology, backend=backend, readonly=bool(getattr(args, "readonly", False)), lenient=True
-    )
-    sup.gate = launch_gate(args, topology, backend)
+    sup = runtime_node.open_supervisor(spec, topology, backend=backend, readonly=spec.readonly, lenient=True)
+    sup.gate = fresh_gate(spec, topology, backend)
     return sup
-
-
-def launch_gate(args: argparse.Namespace, topology: Topology, backend: TelemetryBackend | None) -> LaunchGate:
-    """The launch gate on a fresh sample of the node (the backend is opened again at launch time, as the one that
-    read the topology is closed by then)."""
-
-    def sample() -> NodeSnapshot | None:
-        if backend is None:
-            return None
-        if isinstance(backend, SimBackend):
-            return backend.sample()
-        fresh = open_backend(backend.name, backend_options(args))
-        try:
-            return fresh.sample()
-        finally:
-            fresh.close()
-
-    return LaunchGate(topology, sample, sys_root=Path(args.sysfs_root))
 
 
 def with_locality(docs: list[dict[str, Any]], rows: list[WorkerStatus], topology: Topology) -> list[dict[str, Any]]:
@@ -180,6 +165,9 @@ def status_json(st: WorkerStatus, now: float | None = None) -> dict[str, Any]:
             "waiting": eng.waiting,
             "kv_cache_usage": eng.kv_cache_usage,
             "gen_tokens_per_s": eng.gen_tokens_per_s,
+            "cache_hit_rate": eng.cache_hit_rate,
+            "ttft_mean_s": eng.ttft_mean_s,
+            "itl_mean_s": eng.itl_mean_s,
         },
         "last_log_lines": list(st.last_log_lines),
         "note": st.note,
@@ -217,8 +205,11 @@ def render_status(rows: list[WorkerStatus]) -> str:
                 ekv = "-" if eng.kv_cache_usage is None else f"{eng.kv_cache_usage * 100:.1f}"
                 out.append(
                     f"    engine {eng.engine}: run {_num(eng.running)} wait {_num(eng.waiting)} kv% {ekv} "
-                    f"tok/s {_num(eng.gen_tokens_per_s, '{:.1f}')}" + (f" asleep L{eng.sleep_level}" if eng.sleep_level else "")
+                    f"tok/s {_num(eng.gen_tokens_per_s, '{:.1f}')}"
+                    + (f" asleep L{eng.sleep_level}" if eng.sleep_level else "")
                 )
+        if st.engine_kind != "vllm":
+            out.append(f"    engine: {st.engine_kind}")  # vLLM is the default: only the other engine is named
         if st.note:
             out.append(f"    ! {st.note}")
         if st.health is not None and st.health.verdict != "ok":

@@ -1,7 +1,7 @@
 """Prometheus exporter: the node's metrics for a fleet's Prometheus and Grafana."""
 
 from amdtop.exporter.families import FAMILIES, FamilySpec, build_families
-from amdtop.exporter.server import DEFAULT_LISTEN, CachedProvider, Exporter, parse_listen
+from amdtop.exporter.server import DEFAULT_LISTEN, CachedProvider, Exporter, parse_listen, runtime_exporter
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -11,4 +11,5 @@ __all__ = [
     "FamilySpec",
     "build_families",
     "parse_listen",
+    "runtime_exporter",
 ]

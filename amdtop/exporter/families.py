@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from amdtop.gpuprocs.report import memory_series
+from amdtop.incidents.model import KINDS as INCIDENT_KINDS
 from amdtop.model import Flag, FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.pipeline.frame import NodeFrame, TpGroup
 
@@ -86,6 +87,13 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_flags", ("hostname", "kind"), "1", "Active flags by kind"),
         _g("amdtop_flag_active", ("hostname", "kind", "worker", "gpus", "rank"), "1", "1 per active flag (see the TUI or snapshot --json for its message)"),
         _g("amdtop_rccl_errors", WORKER_LABELS, "1", "Error lines in the worker's RCCL/NCCL log"),
+        _g(
+            "amdtop_incidents",
+            ("hostname", "kind", "historic"),
+            "1",
+            "Incidents in the frame by kind (one per hang, fabric failure, crash, reset; historic: read from before "
+            "amdtop started)",
+        ),
         _g("amdtop_rccl_warnings", WORKER_LABELS, "1", "Warning lines in the worker's RCCL/NCCL log"),
         _g("amdtop_worker_state", (*WORKER_LABELS, "state"), "1", "1 for the worker's current state"),
         _g("amdtop_worker_ready", WORKER_LABELS, "1", "1 when the worker serves requests"),
@@ -114,7 +122,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("gpu_ecc_uncorrect_total", GPU_LABELS, "1", "Uncorrectable ECC errors, all blocks"),
         _g("amdtop_gpu_ecc_errors", (*GPU_LABELS, "block", "type"), "1", "ECC/RAS errors per block and type"),
         _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
-        FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls made for scrapes"),
+        FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls (one per interval, whoever scrapes)"),
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
         _g("amdtop_frame_timestamp_seconds", ("hostname",), "s", "When the frame this scrape serves was made"),
         FamilySpec("amdtop_polls", "counter", ("hostname",), "1", "Backend polls (pipeline ticks) so far"),
@@ -314,6 +322,12 @@ def build_families(state: NodeFrame, stats: PollStats | None = None) -> list[Met
     active = {(host, f.kind.value, f.worker or "", ",".join(map(str, f.gpus)), _rank_label(f)) for f in flags}
     for labels in sorted(active):
         b.add("amdtop_flag_active", labels, 1)
+    incidents: dict[tuple[str, str, str], int] = {(host, kind, "0"): 0 for kind in INCIDENT_KINDS}
+    for inc in state.incidents:
+        labels3 = (host, inc.kind, "1" if inc.historic else "0")
+        incidents[labels3] = incidents.get(labels3, 0) + 1
+    for incident_labels, n in sorted(incidents.items()):
+        b.add("amdtop_incidents", incident_labels, n)
     for r in state.log_counts:
         b.add("amdtop_rccl_errors", (host, r.worker), r.errors)
         b.add("amdtop_rccl_warnings", (host, r.worker), r.warnings)

@@ -1,9 +1,10 @@
 """The exporter: a Prometheus ``/metrics`` endpoint over a provider of :class:`~amdtop.pipeline.NodeFrame`.
 
-In amdtop the provider is the node runtime's newest frame (``amdtop export`` and the dashboard's ``x`` alike): the
-runtime ticks on its own clock and a scrape serves what it last published. A provider that polls (tests, benches) is
-called at most once per ``min_interval``: a burst of scrapes is served from the cached state instead of multiplying
-device calls.
+In amdtop the exporter reads a node runtime (:func:`runtime_exporter`: ``amdtop export``, ``amdtop serve`` and the
+dashboard's ``x`` alike): the runtime polls on its own clock, once per interval whoever scrapes, and a scrape serves
+the frame it last published with the runtime's own poll count. A provider that polls (tests, benches) is called at
+most once per ``min_interval``: a burst of scrapes is served from the cached state instead of multiplying device
+calls.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from amdtop.errors import AmdtopError, InputError
 from amdtop.exporter.families import PollStats, build_families
@@ -90,10 +91,38 @@ class CachedProvider:
         return self._polls
 
 
-class _Collector:
-    """prometheus-client collector over the cached provider."""
+class PolledNode(Protocol):
+    """What :func:`runtime_exporter` reads: a runtime's newest frame and its own poll counters."""
 
-    def __init__(self, cache: CachedProvider) -> None:
+    @property
+    def polls(self) -> int: ...
+
+    @property
+    def last_duration_s(self) -> float: ...
+
+    def latest(self) -> NodeFrame: ...
+
+
+class RuntimeFeed:
+    """A runtime's newest frame and its poll counters: the polls are the runtime's, never a scrape's."""
+
+    def __init__(self, runtime: PolledNode) -> None:
+        self.runtime = runtime
+
+    def get(self) -> tuple[NodeFrame, PollStats]:
+        """The newest frame (RuntimeError before the first: 500 and why) and the runtime's polls so far."""
+        return self.runtime.latest(), PollStats(self.runtime.polls, self.runtime.last_duration_s)
+
+    @property
+    def polls(self) -> int:
+        """The runtime's polls so far."""
+        return self.runtime.polls
+
+
+class _Collector:
+    """prometheus-client collector over the cached provider or a runtime's feed."""
+
+    def __init__(self, cache: CachedProvider | RuntimeFeed) -> None:
         self._cache = cache
         self._built: tuple[NodeFrame | None, list[Metric]] = (None, [])
 
@@ -122,8 +151,10 @@ class Exporter:
         min_interval: float = 1.0,
         *,
         clock: Callable[[], float] = time.monotonic,
+        feed: RuntimeFeed | None = None,
     ) -> None:
-        """Prepare (not bind) an exporter on ``listen`` (``HOST:PORT``; port 0 picks a free one).
+        """Prepare (not bind) an exporter on ``listen`` (``HOST:PORT``; port 0 picks a free one); ``feed``: a
+        runtime's frames and polls instead of calling ``provider`` (see :func:`runtime_exporter`).
 
         Raises:
             InputError: ``listen`` is malformed or ``min_interval`` negative.
@@ -131,7 +162,7 @@ class Exporter:
         if min_interval < 0:
             raise InputError(f"min_interval: {min_interval} is negative; use 0 or more seconds")
         self.host, self.port = parse_listen(listen)
-        self.cache = CachedProvider(provider, min_interval, clock)
+        self.cache: CachedProvider | RuntimeFeed = feed or CachedProvider(provider, min_interval, clock)
         # prometheus_client loads when an exporter is made, not when the dashboard (which only offers one on ``x``)
         # imports this module: it costs ~3 MiB RSS in the attached viewer.
         from prometheus_client import CollectorRegistry
@@ -191,3 +222,9 @@ class Exporter:
         server.server_close()
         if thread is not None:
             thread.join(timeout=5)
+
+
+def runtime_exporter(runtime: PolledNode, listen: str = DEFAULT_LISTEN) -> Exporter:
+    """An exporter of ``runtime``'s frames: it polls nothing itself, and ``amdtop_exporter_polls`` counts the
+    runtime's polls (one per interval, whoever scrapes and how often)."""
+    return Exporter(runtime.latest, listen, feed=RuntimeFeed(runtime))

@@ -3,19 +3,28 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from amdtop.incidents.model import Incident
 from amdtop.kernel.events import ADVICE, FaultCause, KernelEvent
+from amdtop.kernel.incidents import KernelVerdicts
 from amdtop.kernel.mapper import FaultMapper, Owner
 from amdtop.kernel.parser import KernelLogParser
 from amdtop.kernel.sources import KernelSource, SourceUnavailable, open_kernel_source
 from amdtop.kernel.worker_logs import WorkerLogFaults
+from amdtop.kernel.xid import xid_advice
 from amdtop.model import Flag, FlagKind, Topology, WorkerStatus
+from amdtop.pcibus import PciAccelerator, failed, scan, verdict
 from amdtop.thresholds import GPU_FAULT_HOLD_S
 
+_TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
+"""The seconds-since-boot stamp dmesg and the ``/dev/kmsg`` reader put before each line."""
+_MAX_HISTORY = 64
+"""Old faults kept as history (read from before amdtop started, or expired from the live flags)."""
 _MAX_FAULTS = 256
 """Distinct faults kept (a storm of page faults from one process is one fault with a count)."""
 
@@ -45,6 +54,8 @@ class KernelLogStatus:
     """Why it is unavailable, one line."""
     lines: int = 0
     """Lines read so far."""
+    incidents: tuple[Incident, ...] = ()
+    """Kernel verdicts: faults read from before amdtop started (history, with their age), hive resets, error chains."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,7 @@ def _message(f: _Fault) -> str:
         who = f" by pasid {e.pasid} (no live process has it)"
     if o.worker is not None:
         who += f" ({o.worker}" + (f" rank {o.rank})" if o.rank is not None else ")")
-    return f"{where}: {what}{who}: {ADVICE[e.suspect]}"
+    return f"{where}: {what}{who}: {xid_advice(e.xid, e.detail) or ADVICE[e.suspect]}"
 
 
 def _flag(f: _Fault) -> Flag:
@@ -131,6 +142,34 @@ def _flag(f: _Fault) -> Flag:
         gpus=() if o.gpu is None else (o.gpu,),
         extra=tuple(extra),
     )
+
+
+def _historic(f: _Fault, age_s: float) -> Incident:
+    """A fault no longer live (or logged before amdtop started): history, with its age, never an alarm."""
+    e, o = f.event, f.owner
+    return Incident(
+        kind="kernel_fault",
+        summary=f"{_age(age_s)} ago: {_message(f)}",
+        cause=_WHAT[e.cause],
+        fix=xid_advice(e.xid, e.detail) or ADVICE[e.suspect],
+        evidence=(e.line,) if f.last_line == e.line else (e.line, f.last_line),
+        devices=() if o.gpu is None else (o.gpu,),
+        worker=o.worker,
+        age_s=max(0.0, age_s),
+        historic=True,
+        detail=(("cause", e.cause.value), ("bdf", o.bdf or e.bdf), ("xid", e.xid), ("pid", o.pid), ("count", f.count)),
+    )
+
+
+def _age(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 172800:
+        return f"{s // 3600} h"
+    return f"{s // 86400} d"
 
 
 class KernelFaultMonitor:
@@ -166,6 +205,10 @@ class KernelFaultMonitor:
         self._parser = KernelLogParser()
         self._mapper: FaultMapper | None = None
         self._faults: dict[tuple[object, ...], _Fault] = {}
+        self._history: dict[tuple[object, ...], _Fault] = {}
+        self._verdicts = KernelVerdicts()
+        self._bus: tuple[PciAccelerator, ...] | None = None
+        self._boot_wall: float | None = None
         self._worker_logs = WorkerLogFaults() if worker_logs else None
 
     def _open(self) -> None:
@@ -175,6 +218,16 @@ class KernelFaultMonitor:
         except SourceUnavailable as exc:
             hint = "" if self.path is not None else "; pass --kernel-log PATH to read a saved log"
             self._note = f"kernel log unavailable ({exc}): GPU faults are not watched{hint}"
+            return
+        self._boot_wall = self._boot_time() if getattr(self._source, "boot_clock", False) else None
+
+    def _boot_time(self) -> float | None:
+        """When this host booted (wall clock): a ``/dev/kmsg`` line's stamp plus this is when it was logged."""
+        try:
+            uptime = float((self.proc_root / "uptime").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return self.wall() - uptime
 
     def _status(self) -> KernelLogStatus:
         name = None if self._source is None else self._source.name
@@ -203,15 +256,23 @@ class KernelFaultMonitor:
             if owner is None:
                 owner = owners[ident] = mapper.owner(event, workers, worker=worker)
             key = _key(event, owner)
-            held = self._faults.get(key)
+            at, at_wall = now, wall
+            stamp = _TS.match(event.line) if self._boot_wall is not None and worker is None else None
+            if stamp is not None and self._boot_wall is not None:
+                # read from the ring buffer: it happened at boot + its stamp, maybe long before amdtop started
+                at_wall = self._boot_wall + float(stamp.group(1))
+                at = now - max(0.0, wall - at_wall)
+            table = self._history if now - at > self.hold_s else self._faults
+            held = table.get(key)
             if held is None:
-                if len(self._faults) >= _MAX_FAULTS:
-                    oldest = min(self._faults, key=lambda k: self._faults[k].last)
-                    del self._faults[oldest]
-                self._faults[key] = _Fault(event, owner, now, now, wall, last_line=event.line)
+                limit = _MAX_HISTORY if table is self._history else _MAX_FAULTS
+                if len(table) >= limit:
+                    oldest = min(table, key=lambda k: table[k].last)
+                    del table[oldest]
+                table[key] = _Fault(event, owner, at, at, at_wall, last_line=event.line)
             else:
                 held.count += 1
-                held.last = now
+                held.last = at
                 held.last_line = event.line
 
     def poll(self, topology: Topology, workers: Sequence[WorkerStatus] = ()) -> KernelUpdate:
@@ -225,8 +286,10 @@ class KernelFaultMonitor:
                 self._note = f"kernel log unavailable ({self._source.name}: {exc}): GPU faults are no longer watched"
                 lines = []
             events: list[KernelEvent] = []
+            verdicts = self._verdicts
             for line in lines:
                 events += self._parser.feed(line)
+                verdicts.feed(line)
             events += self._parser.flush()
             self._add(events, topology, workers)
         if self._worker_logs is not None:
@@ -234,7 +297,10 @@ class KernelFaultMonitor:
                 self._add(found, topology, workers, worker=name)
         now = self.clock()
         for key in [k for k, f in self._faults.items() if now - f.last > self.hold_s]:
-            del self._faults[key]
+            # no longer a live alarm, still what happened: kept as history with its age
+            self._history[key] = self._faults.pop(key)
+            while len(self._history) > _MAX_HISTORY:
+                del self._history[min(self._history, key=lambda k: self._history[k].last)]
         new_note = None
         if self._note is not None and not self._noted:
             self._noted = True
@@ -242,7 +308,34 @@ class KernelFaultMonitor:
             if self.on_note is not None:
                 self.on_note(new_note)
         flags = tuple(_flag(f) for f in sorted(self._faults.values(), key=lambda f: (f.first, f.event.number)))
-        return KernelUpdate(flags, self._status(), new_note)
+        status = replace(self._status(), incidents=self._incidents(topology, workers))
+        return KernelUpdate(flags, status, new_note)
+
+    def _incidents(self, topology: Topology, workers: Sequence[WorkerStatus]) -> tuple[Incident, ...]:
+        """Old faults as history (each with its age), then the verdicts over many lines (hive resets, chains...)."""
+        wall = self.wall()
+        history = sorted(self._history.values(), key=lambda f: f.first_wall)
+        out = [_historic(f, wall - f.first_wall) for f in history]
+        by_bdf = {info.bdf.lower(): info.index for info in topology.gpus}
+
+        def place(bdf: str) -> tuple[int | None, tuple[str, ...]]:
+            gpu = by_bdf.get(bdf.lower())
+            names = tuple(w.name for w in workers if gpu is not None and gpu in w.gpus)
+            return gpu, names
+
+        out += self._verdicts.incidents(place)
+        if self._bus is None:
+            self._bus = scan(self.sysfs_root)  # once: GPUs do not join the bus while amdtop runs
+        missing = failed(self._bus, [g.bdf for g in topology.gpus]) if topology.gpus else ()
+        bus = verdict(missing, self._verdicts.init_failures)
+        if bus is not None:
+            out.append(bus)
+        return tuple(out)
+
+    @property
+    def init_failures(self) -> dict[str, tuple[str, ...]]:
+        """PCI address -> the kernel's lines about its failed driver init, from what was read so far."""
+        return self._verdicts.init_failures
 
     def close(self) -> None:
         """Close the source."""

@@ -116,19 +116,27 @@ def kmsg_message(record: str) -> list[str]:
     for part in record.split("\n"):
         if not part or part.startswith(" "):
             continue
-        _, sep, message = part.partition(";")
+        head, sep, message = part.partition(";")
         text = message if sep else part
         if "\\x" in text:
             text = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
-        out += text.split("\n")
+        fields = head.split(",") if sep else ()
+        if len(fields) >= 3 and fields[2].isdigit():
+            # the record's microseconds since boot, as dmesg prints them: the monitor dates the line by them
+            stamp = f"[{int(fields[2]) / 1e6:12.6f}] "
+            out += [stamp + t for t in text.split("\n")]
+        else:
+            out += text.split("\n")
     return out
 
 
 class KmsgSource:
-    """``/dev/kmsg``: one record per read, ``prio,seq,usec,flags;message`` then `` KEY=value`` lines; opened at its
-    end, so only what the kernel says from now on is read."""
+    """``/dev/kmsg``: one record per read, ``prio,seq,usec,flags;message`` then `` KEY=value`` lines; each message
+    handed on behind its ``[seconds.micros]`` stamp (the dmesg form)."""
 
     name = "/dev/kmsg"
+    boot_clock = True
+    """Line stamps are seconds since this host booted (the monitor dates them)."""
 
     def __init__(self, path: Path = KMSG, *, from_start: bool = False) -> None:
         """Open the device (``SourceUnavailable`` when it cannot be read: no permission, dmesg_restrict...);
@@ -172,15 +180,18 @@ class KmsgSource:
 
 
 class JournalSource:
-    """``journalctl -k -f -n 0``: the kernel messages journald logs from now on, read without blocking."""
+    """``journalctl -k -b -f -n all``: this boot's kernel messages from its start (a fault before amdtop started
+    included), then followed, read without blocking; ``short-monotonic`` stamps each line with its time since boot."""
 
     name = "journalctl -k"
+    boot_clock = True
+    """Line stamps are seconds since this host booted (the monitor dates them)."""
 
     def __init__(self, exe: str) -> None:
         """Start journalctl (``SourceUnavailable`` when it cannot start)."""
         try:
             self._proc = subprocess.Popen(
-                [exe, "-k", "-f", "-n", "0", "-o", "short-monotonic", "--no-pager", "-q"],
+                [exe, "-k", "-b", "-f", "-n", "all", "-o", "short-monotonic", "--no-pager", "-q"],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 stdin=subprocess.DEVNULL,
@@ -221,6 +232,55 @@ class JournalSource:
             self._proc.stdout.close()
 
 
+KMSG_DEVICE = (1, 11)
+"""The kernel log's character device, major 1 minor 11 (Documentation/admin-guide/devices.txt)."""
+
+
+def check_kmsg_device(path: Path) -> None:
+    """SourceUnavailable unless the character device ``path`` is the kernel log: ``/dev/zero`` or ``/dev/urandom``
+    would be read without end (a few hundred MB a second)."""
+    rdev = os.stat(path).st_rdev
+    if (os.major(rdev), os.minor(rdev)) != KMSG_DEVICE:
+        raise SourceUnavailable(
+            f"{path}: a character device other than /dev/kmsg; give a regular file, a pipe or /dev/kmsg"
+        )
+
+
+class PipeSource:
+    """A FIFO (``--kernel-log <(journalctl -kf)`` or ``mkfifo``): what a writer sends, at most :data:`_MAX_READ`
+    bytes per :meth:`read`; no writer yet, or none any more, reads as nothing new."""
+
+    def __init__(self, path: Path) -> None:
+        self.name = str(path)
+        self._buf = b""
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SourceUnavailable(f"{path}: {os_reason(exc)}") from None
+
+    def read(self) -> list[str]:
+        """New complete lines."""
+        chunks: list[bytes] = []
+        total = 0
+        while total < _MAX_READ:
+            try:
+                data = os.read(self._fd, _CHUNK)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+            total += len(data)
+        if not chunks:
+            return []
+        lines, self._buf = _lines(self._buf + b"".join(chunks))
+        return lines
+
+    def close(self) -> None:
+        """Close the pipe."""
+        os.close(self._fd)
+
+
 def open_kernel_source(path: Path | None, *, kmsg: Path = KMSG) -> KernelSource:
     """The file ``path`` when given, else ``/dev/kmsg``, else ``journalctl -k``.
 
@@ -230,13 +290,17 @@ def open_kernel_source(path: Path | None, *, kmsg: Path = KMSG) -> KernelSource:
     if path is not None:
         try:
             if path.is_char_device():  # --kernel-log /dev/kmsg: the ring buffer from its start, then followed
+                check_kmsg_device(path)
                 return KmsgSource(path, from_start=True)
+            if path.is_fifo():
+                return PipeSource(path)
             return FileSource(path)
         except SourceUnavailable as exc:
             raise SourceUnavailable(f"--kernel-log: {exc}") from None
     reasons: list[str] = []
     try:
-        return KmsgSource(kmsg)
+        # the ring buffer from its start: a fault logged before amdtop started is what the operator came for
+        return KmsgSource(kmsg, from_start=True)
     except SourceUnavailable as exc:
         reasons.append(str(exc))
     exe = shutil.which("journalctl")

@@ -47,3 +47,19 @@ XID_CAUSES: dict[int, tuple[FaultCause, str]] = {
 def xid_cause(code: int) -> tuple[FaultCause, str]:
     """The cause and NVIDIA's name of Xid ``code`` (unknown codes are driver errors, named by number)."""
     return XID_CAUSES.get(code, (FaultCause.DRIVER, f"Xid {code}"))
+
+
+_CAUSED_BY = "caused by previous Xid "
+
+
+def xid_advice(xid: int | None, detail: str | None) -> str | None:
+    """Advice that depends on the Xid itself rather than its cause (``None``: the cause's general advice holds)."""
+    if xid == 45 and detail and _CAUSED_BY in detail:
+        prev = detail[detail.find(_CAUSED_BY) + len(_CAUSED_BY) :].split()[0].rstrip(".,")
+        name = xid_cause(int(prev))[1] if prev.isdigit() else "an earlier error"
+        return f"a consequence: the earlier Xid {prev} ({name}) is the cause; follow its resolution"
+    if xid == 94:
+        return "contained ECC error: only the application that used the memory was hit; restart the application"
+    if xid == 95:
+        return "uncontained ECC error: any application on the GPU may have read bad data; drain the GPU and reset it"
+    return None

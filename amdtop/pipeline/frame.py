@@ -9,6 +9,7 @@ from amdtop.audit.model import AuditReport
 from amdtop.gpuprocs.rows import GpuProcessTotal, ProcessRow
 from amdtop.health.throttle import ThrottleShare
 from amdtop.health.traffic import FabricTraffic, GroupTraffic
+from amdtop.incidents.model import Incident
 from amdtop.kernel.monitor import KernelLogStatus
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerStatus
 from amdtop.rccl.monitor import LogUpdate
@@ -152,6 +153,13 @@ class NodeFrame:
     """Per GPU: memory the processes hold against the memory in use."""
     audit: AuditReport | None = None
     """The newest tuning audit (run on the slow cadence; the same report rides in frames until the next run)."""
+
+    @property
+    def incidents(self) -> tuple[Incident, ...]:
+        """Every incident in the frame: the workers' logs' (each worker's own), then the kernel log's."""
+        logs = () if self.logs is None else tuple(i for w in self.logs.workers for i in w.incidents)
+        kernel = () if self.kernel_log is None else self.kernel_log.incidents
+        return (*logs, *kernel)
 
     def flags_of(self, *kinds: FlagKind) -> tuple[Flag, ...]:
         """Flags of the given kinds, in frame order."""

@@ -10,6 +10,9 @@ run from the most specific server-side signal to the most general, each leaving 
 ``power``      GPUs throttled, or at their power cap while busy.
 ``tp_imbalance`` one TP rank's utilization well below the others'.
 ``communication`` TP ranks mostly idle while XGMI/NVLink traffic flows: waiting on collectives.
+``admission``  (SGLang) requests queue while token usage is mostly free and fewer run than are offered: SGLang's cap
+               on running requests (max-running-requests) holds them back, not the memory. A vLLM batch capped the
+               same way stays ``compute`` with a "batch capped" line.
 ``compute``    the server is saturated with the KV cache not full (nothing preempted).
 ``unknown``    neither server metrics nor node data were seen.
 """
@@ -20,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-CAUSES = ("kv_cache", "compute", "tp_imbalance", "communication", "power", "client", "unknown")
+CAUSES = ("kv_cache", "admission", "compute", "tp_imbalance", "communication", "power", "client", "unknown")
 CLIENT_BUSY_PCT = 85.0
 KV_FULL = 0.90
 IMBALANCE_POINTS = 20.0
@@ -29,6 +32,15 @@ THROTTLED_FRAC = 0.2
 POWER_AT_CAP = 0.97
 QUEUE_MS = 5.0
 """Mean queue time above which requests count as queueing (vLLM's own admission takes well under a millisecond)."""
+KV_LOW = 0.5
+"""KV (token) usage below which queueing is not the memory's doing."""
+SGLANG_FLAGS = {
+    "max-num-seqs": "max-running-requests",
+    "gpu-memory-utilization": "mem-fraction-static",
+    "max-num-batched-tokens": "chunked-prefill-size",
+}
+"""vLLM's flag -> SGLang's for the same limit (``--max-running-requests``, ``--mem-fraction-static``,
+``--chunked-prefill-size``: sglang 0.5.23 ``srt/arg_groups/fields/schedule.py``)."""
 GMU_RANGE = (0.90, 0.92)
 """gpu-memory-utilization the seeds recommend: room for the KV cache without starving activations."""
 
@@ -81,8 +93,10 @@ def explain(
         + (f"{sat['output_throughput']:.0f} tok/s at {sat['concurrency']}" if above else "no step above the knee")
     ]
     gmu = current_gmu if current_gmu is not None else _f(sat, "gpu_memory_utilization")
+    engine = next((str(s["engine_kind"]) for s in usable if s.get("engine_kind")), "vllm")
     cause = (
         _kv(sat, knee, ev, input_len, output_len)
+        or _admission(sat, ev, engine)
         or _client(sat, ev)
         or _power(sat, ev)
         or _imbalance(sat, ev)
@@ -93,7 +107,37 @@ def explain(
     if cause == "unknown":
         ev.append("no server /metrics and no GPU samples during the ramp")
     _sharing_note(sat, ev)
-    return _recommend(cause, tuple(ev), knee_c, sat, gmu)
+    verdict = _recommend(cause, tuple(ev), knee_c, sat, gmu)
+    return _for_sglang(verdict) if engine == "sglang" else verdict
+
+
+def _for_sglang(v: Verdict) -> Verdict:
+    """The verdict with SGLang's flags for vLLM's (the limits are the same, the names differ)."""
+
+    def text(t: str) -> str:
+        for old, new in SGLANG_FLAGS.items():
+            t = t.replace(old, new)
+        return t
+
+    changes = {SGLANG_FLAGS.get(k, k): val for k, val in v.changes.items()}
+    flag = SGLANG_FLAGS.get(v.flag, v.flag) if v.flag is not None else None
+    return Verdict(v.cause, v.evidence, changes, tuple(text(a) for a in v.advice), v.pane, flag)
+
+
+def _admission(sat: dict[str, Any], ev: list[str], engine: str) -> str | None:
+    c = sat["concurrency"]
+    kv_max, run, waiting = _f(sat, "kv_cache_usage_max"), _f(sat, "running_max"), _f(sat, "waiting_max")
+    queue = _f(sat, "mean_queue_time_ms")
+    if engine != "sglang":
+        return None  # vLLM's capped batch stays ``compute`` with its "batch capped" line (the tests of issue 16)
+    if kv_max is None or kv_max >= KV_LOW or run is None or not 0 < run < c:
+        return None
+    if not ((waiting or 0) > 0 or (queue is not None and queue >= QUEUE_MS)):
+        return None
+    ev.append(f"at most {run:.0f} of {c} requests running while token usage peaked at {100 * kv_max:.0f}%: "
+              "admission (max-running-requests) holds them, not the memory")  # fmt: skip
+    ev.append(_queue_text(sat))
+    return "admission"
 
 
 def _kv(sat: dict[str, Any], knee: dict[str, Any], ev: list[str], input_len: int, output_len: int) -> str | None:
@@ -253,6 +297,15 @@ def _recommend(cause: str, ev: tuple[str, ...], knee_c: int, sat: dict[str, Any]
                        (f"max-num-seqs={knee_c}", "see the GPUs pane: power/clocks; raise the power cap or cool the "
                         "node before tuning vLLM"),
                        "gpus", None)  # fmt: skip
+    if cause == "admission":
+        run = _f(sat, "running_max") or float(knee_c)
+        kv = _f(sat, "kv_cache_usage_max") or KV_FULL
+        # As many as the KV cache held the running ones in, up to nine tenths full, and no more than were offered.
+        room = max(int(run) + 1, min(int(sat["concurrency"]), int(run * KV_FULL / max(kv, 1e-3))))
+        return Verdict(cause, ev, {"max-num-seqs": str(room)},
+                       (f"max-num-seqs={room}: the KV cache has room for more running sequences than the cap admits",
+                        "then ramp again: the next knee shows whether compute or the KV cache limits next"),
+                       "workers", "max-num-seqs")  # fmt: skip
     if cause == "compute":
         return Verdict(cause, ev, changes,
                        (f"max-num-seqs={knee_c}: more sequences only add latency once the engine is saturated",

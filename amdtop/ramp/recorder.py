@@ -217,6 +217,8 @@ class StepRecorder:
         lv = self._levels
         out: dict[str, Any] = {"server_metrics": self.metrics_ok}
         a, b = self._first, self._last
+        # vllm or sglang (the page tells): the knee's advice names that engine's flags
+        out["engine_kind"] = b.engine_kind if b is not None else None
 
         def delta(key: str, suffix: str = "") -> float | None:
             if a is None or b is None:
@@ -238,6 +240,8 @@ class StepRecorder:
         qs, qc = delta("queue_time", "_sum"), delta("queue_time", "_count")
         out["mean_queue_time_ms"] = 1000.0 * qs / qc if qs is not None and qc else None
         out["kv_cache_tokens"] = kv_capacity_tokens(self._cache)
+        if out["kv_cache_tokens"] is None and b is not None and (pool := b.by_name("sglang:max_total_num_tokens")):
+            out["kv_cache_tokens"] = int(min(pool.values()))  # SGLang's token pool per DP rank (page size 1)
         out["block_size"] = int(self._cache["block_size"]) if self._cache.get("block_size", "").isdigit() else None
         out["gpu_memory_utilization"] = _float(self._cache.get("gpu_memory_utilization"))
         means = {i: sum(v) / len(v) for i, v in sorted(lv.util.items()) if v}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from amdtop.rccl import grammar as g
+from amdtop.rccl import incident_facts as facts
 from amdtop.rccl.report import Message
 from amdtop.rccl.verdicts import is_advisory
 
@@ -34,6 +35,8 @@ def warn(p: LogParser, line: str, i: int, j: int, file: str, lineno: int) -> Non
         extra = (*extra, ("time", line[1 : line.find("]")]))
     rank = p.rank_of(host, pid, dev)
     p.warnings.append(Message(file, lineno, text, "warn", rank, extra, host, pid, dev))
+    if "Got completion" in text:
+        facts.ib_completion(p, text, host, pid, dev, file, lineno)
     if not is_advisory(text):
         p.warn_seqs.setdefault((host, pid, tid), []).append(p.seq(lineno))
         if any(mark in text for mark in g.FATAL_WARNS):
@@ -62,11 +65,15 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
         if s.startswith(("Hostname", "Librccl path", "HIP version", "ROCm version")):
             return
         p.in_banner = False
+    prefix = None
     if s[:1] == "(":
-        # vLLM process prefix ``(APIServer pid=1) `` / ``(VllmWorker TP0 pid=2) ``: judge what follows
+        # vLLM/Ray process prefix ``(APIServer pid=1) `` / ``(RayWorkerWrapper pid=2, ip=...) ``: judge what follows
         j = s.find(") ")
-        if 0 < j < 80 and "pid=" in s[:j]:
+        if 0 < j < 120 and "pid=" in s[:j]:
+            prefix = g.APP_PREFIX.match(s)
             s = s[j + 2 :]
+    if facts.crash_line(p, s, prefix, file, lineno):
+        return
     if g.FATAL_MARK in s:
         fatal_error(p, s, file, lineno)
         return
@@ -83,9 +90,17 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
         m = g.WATCHDOG.search(s)
         if m:
             seq, op, _ni, _no, tmo, ran = m.groups()
-            extra = (("seq", int(seq)), ("op", op), ("timeout_ms", int(tmo)), ("ran_ms", int(ran)))
+            extra: tuple[tuple[str, object], ...] = (
+                ("seq", int(seq)),
+                ("op", op),
+                ("timeout_ms", int(tmo)),
+                ("ran_ms", int(ran)),
+                *facts.torch_context(s),
+            )
             p.errors.append((p.seq(lineno), Message(file, lineno, s, "watchdog_timeout", _torch_rank(s), extra)))
             return
+    if "last completed NCCL work" in s and facts.torch_progress(p, s, _torch_rank(s), file, lineno):
+        return
     if "NCCL Error" in s:
         m = g.NCCL_ERROR.search(s)
         if m:

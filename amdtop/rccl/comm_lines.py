@@ -208,6 +208,19 @@ class CommLines:
             return pc.rank
         return dev
 
+    def named_rank(self, host: str | None, pid: int | None, dev: int | None) -> int | None:
+        """The rank the process's own communicator lines name, ``None`` where none did (never the device)."""
+        rank = self.rank_of(host, pid, dev)
+        pc = self._proc_last.get((host, pid))
+        return rank if pc is not None and pc.rank is not None and rank == pc.rank else None
+
+    def rank_of_pid(self, pid: int) -> int | None:
+        """The rank a process of pid ``pid`` (on any host) named in its communicator lines, ``None`` where none."""
+        for (_host, p), pc in self._proc_last.items():
+            if p == pid and pc.rank is not None:
+                return pc.rank
+        return None
+
     def seq(self, lineno: int) -> int:
         """Global sequence number of line ``lineno`` of the file being fed."""
         return self._base + lineno

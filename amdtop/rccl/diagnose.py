@@ -163,7 +163,8 @@ def _error_flag(report: LogReport, topology: Topology | None, worker: str | None
     ranks = sorted({x.rank for x in ms if x.rank is not None})
     procs = sorted({(x.host or "", x.pid or 0) for x in ms if x.host is not None or x.pid is not None})
     if len(ms) == 1:
-        who = f" rank {m.rank}" if m.rank is not None else ""
+        # ``[N]`` of a line head is the printing device: a rank only where the process's lines named one
+        who = f" rank {m.rank}" if m.rank is not None else (f" device [{m.dev}]" if m.dev is not None else "")
     else:
         who = f" on rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}" if ranks else ""
         who += f" ({len(ms)} lines, {len(procs)} process{'es' if len(procs) != 1 else ''})"

@@ -18,6 +18,7 @@ from amdtop.errors import InputError
 from amdtop.rccl import grammar as g
 from amdtop.rccl.parser import LogParser
 from amdtop.rccl.report import LogReport
+from amdtop.rccl.unwrap import untear, unwrap
 
 _READ_CHARS = 1 << 22
 FIFO_WAIT_S = 10.0
@@ -192,7 +193,7 @@ def feed_file(p: LogParser, fh: TextIO, name: str) -> None:
             # a newline-free monster: count it as one unknown line and move on
             lines.append(carry[: g.MAX_LINE + 1])
             carry = ""
-        p.feed_lines(lines, name, n)
+        p.feed_lines(unwrap(untear(lines, chunk)), name, n)  # records a terminal wrapped or another process tore
         n += len(lines)
     if carry:
         p.feed_lines([carry], name, n)

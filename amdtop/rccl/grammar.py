@@ -105,3 +105,53 @@ def short_file(path: str) -> str:
     """Drop RCCL's long packaging build path: keep from the last ``src/`` on."""
     i = path.rfind("/src/")
     return path[i + 1 :] if i >= 0 else path
+
+
+# -- incident facts (amdtop.rccl.incidents) ----------------------------------------------------------------------------
+LINE_NUMBER = re.compile(r"\[\d+\] ")
+"""A log viewer's line-number prefix (``[80746] ``): all digits, unlike dmesg's ``[  12.345]`` or a date."""
+REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+"""Ray's dedup suffix: never part of the line's message (nor of an environment value)."""
+APP_PREFIX = re.compile(r"\((?P<name>[^()]*?)\s*pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\) ")
+"""``(RayWorkerWrapper pid=24036, ip=10.0.0.1) `` / ``(VllmWorker TP1 pid=2) `` / ``(Worker_TP1 pid=6987) ``."""
+TP_RANK = re.compile(r"TP[_ ]?(\d+)")
+PG_RANK = re.compile(
+    r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s(\]]+))?(?: ?\((?P<name>[^)]*)\))? Rank (?P<rank>\d+)\]"
+)
+"""``[PG 1 Rank 0]``, ``[PG 0 (default_pg) Rank 12]`` (PyTorch 2.4-2.5), ``[PG ID 0 PG GUID 0(default_pg) Rank 1]``."""
+TORCH_PROGRESS = re.compile(
+    r"(?:at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: (?P<enq>-?\d+), "
+    r"last completed NCCL work: (?P<done>-?\d+)"
+)
+TORCH_TIME = re.compile(r"\[[EWI](?P<mo>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d(?:\.\d+)?) ")
+"""glog's ``[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607]``: month, day and time of a c10d line."""
+IB_COMPLETION = re.compile(
+    r"Got completion (?:from peer (?P<peer>\S+) )?with (?:error |status=)(?P<status>\d+),? opcode[ =]?(?P<opcode>\d+),? "
+    r"len[ =]?(?P<len>\d+),? vendor err (?P<vendor>\d+)(?: \((?P<dir>\w+)\))?"
+)
+"""``NET/IB : Got completion from peer 10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...``
+(NCCL 2.19+) and the older ``Got completion with error 12, opcode 1, len 0, vendor err 129``."""
+SIGNAL_LINES = (
+    re.compile(r"\*\*\* (?P<sig>SIG[A-Z]+) received"),
+    re.compile(r"Signal \d+ \((?P<sig>SIG[A-Z]+)\) received by PID (?P<pid>\d+)"),
+    re.compile(
+        r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
+    ),
+    re.compile(r"(?:terminated|killed|died) (?:by|with|from) signal (?P<sig>SIG[A-Z]+)"),
+    re.compile(r"!{3,} (?P<what>Segfault) encountered !{3,}"),
+)
+"""A process that died of a signal: absl's (Ray's) failure handler, torchelastic, faulthandler, a supervisor, and
+tvm_ffi's backtrace handler (``!!!!!!! Segfault encountered !!!!!!!``: vLLM's stack loads it, and it replaces
+faulthandler's)."""
+VLLM_WORKER_DIED = re.compile(
+    r"Worker proc VllmWorker-(?P<rank>\d+) died unexpectedly(?: \(exit code: (?P<code>-?\d+|None)\))?"
+)
+"""vLLM's executor on a rank that vanished: ``VllmWorker-N`` is TP rank N; a negative exit code is the signal."""
+SIGNAL_OF = {
+    "Segmentation fault": "SIGSEGV",
+    "Segfault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+}

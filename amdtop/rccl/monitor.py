@@ -14,6 +14,7 @@ from amdtop.rccl.lines import LineRun, LogLine, LogLines
 from amdtop.rccl.parser import LogParser
 from amdtop.rccl.report import LogReport
 from amdtop.rccl.tail import LogFollower, PathSpec
+from amdtop.rccl.unwrap import untear
 from amdtop.rccl.views import ViewCache, WorkerLogs, worker_logs
 from amdtop.thresholds import NCCL_INIT_STALL_S
 
@@ -129,7 +130,8 @@ class LogMonitor:
                     parser = self._parsers[worker] = LogParser()
                     self.init_watch.forget(worker)
                 start = self._counts.get(file, 0) + 1
-                parser.feed_lines(texts if b - a == len(texts) else texts[a:b], file, start)
+                # two processes writing one log tear lines: rejoin them before they are read (cheap when none is)
+                parser.feed_lines(untear(texts if b - a == len(texts) else texts[a:b]), file, start)
                 self._counts[file] = start - 1 + (b - a)
             touched.add(worker)
         return touched

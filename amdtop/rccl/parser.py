@@ -8,6 +8,7 @@ compressed) are read by :mod:`amdtop.rccl.files`.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from amdtop.rccl import grammar as g
 from amdtop.rccl import phases as ph
 from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
+from amdtop.rccl.incidents import build_incidents
 from amdtop.rccl.join import FreezeCache, join
 from amdtop.rccl.nics import NicLines
 from amdtop.rccl.ranks import attribute
@@ -47,6 +49,12 @@ class LogParser(CommLines):
         self._env_names: dict[str, str] = {}  # the echo line of a known variable -> its name
         self._env_msgs: dict[str, str] = {}  # a known variable -> the echo line that set its current value
         self.in_banner = False
+        self.facts: list[Message] = []
+        """Lines that build incidents (c10d progress, NET/IB completions, signals): :mod:`amdtop.rccl.incidents`."""
+        self.recent: dict[str, deque[str]] = {}
+        """The last few non-INFO lines per process prefix (``""``: lines without one): a crash's evidence."""
+        self.crash_after: dict[str, list[str]] = {}
+        """Lines a process printed after its signal line, by process prefix."""
 
     # -- entry points --------------------------------------------------------------------------------------------
     def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
@@ -91,6 +99,16 @@ class LogParser(CommLines):
 
     def _not_info(self, line: str, file: str, lineno: int) -> None:
         self.trail_key = None
+        if line[:1] == "[":
+            m = g.LINE_NUMBER.match(line)
+            if m:  # a log viewer's ``[12345] `` line number: the record starts after it
+                line = line[m.end() :]
+                i = line.find(g.INFO_MARK)
+                if i >= 0:
+                    self._info(line, i, file, lineno)
+                    return
+        if line.endswith("cluster]"):
+            line = g.REPEATED.sub("", line)
         i = line.find(g.WARN_MARK)
         if i >= 0:
             self.in_banner = False
@@ -116,6 +134,7 @@ class LogParser(CommLines):
         failed = ((s, m) for s, m, is_error in judged if is_error)
         errors = sorted([*self.errors, *fatal, *failed], key=lambda sm: sm[0])
         warnings = tuple(rank_of(m) for m in self.warnings)
+        final = tuple(rank_of(m) for _s, m in errors)
         return LogReport(
             library=library,
             version=self.version,
@@ -125,12 +144,13 @@ class LogParser(CommLines):
             comms=comms,
             transports=tuple(sorted(self.transports.items(), key=lambda kv: (-kv[1], kv[0]))),
             warnings=warnings,
-            errors=tuple(rank_of(m) for _s, m in errors),
+            errors=final,
             env=tuple(self.env.values()),
             versions=tuple(sorted(self.versions.items())),
             notes=tuple(notes),
             warning_groups=group_warnings(warnings),
             nics=self.nic_lines.report(),
+            incidents=build_incidents(self.facts, final, warnings, comms, self.crash_after, self.recent),
         )
 
     # -- INFO ----------------------------------------------------------------------------------------------------
@@ -189,6 +209,8 @@ class LogParser(CommLines):
             name = self._env_names.get(msg)
             if name is not None and self._env_msgs[name] == msg:
                 return  # every rank echoes its settings at each init: a known variable's same value again
+            if msg.endswith("cluster]"):
+                msg = g.REPEATED.sub("", msg)  # Ray's ``[repeated 2x across cluster]``: never part of the value
             m = g.ENV_SET.match(msg)
             if m:
                 name, value = m.group(1), m.group(2).rstrip(".").strip()

@@ -3,7 +3,8 @@
 A line carries ``host:pid:tid [dev]``. The rank is the one the process holds on that device in its first
 communicator (a process driving GPUs 0 and 1 holds two ranks: device [0] prints for the rank on device 0); a process
 that holds one rank speaks for it whatever its thread prints; otherwise the rank read when the line was parsed stays.
-A line from a device the process's single rank does not run on keeps the line-time value (rank or device).
+A line from a device the process's single rank does not run on keeps the line-time value (rank or device); a line
+of a process that named no rank at all has none (its ``[dev]`` is a device, not a rank).
 Applied at report time, so WARNs printed before the process's Init line are attributed too.
 """
 
@@ -39,6 +40,10 @@ def attribute(procs: Sequence[ProcComm]) -> Callable[[Message], Message]:
             r, dev = single[(m.host, m.pid)]
             if m.dev is None or dev is None or dev == m.dev:
                 rank = r
+        if rank is None and m.rank is not None and m.rank == m.dev and (m.host, m.pid) not in by_proc:
+            # the line-time value was the ``[dev]`` of the head (no line of this process names a rank): a device is
+            # not a rank (a NET/IB WARN from device [4] of a 64-rank job is not rank 4), so the rank is unknown
+            return replace(m, rank=None)
         if rank is None or rank == m.rank:
             return m
         return replace(m, rank=rank)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from amdtop.incidents.model import Incident, incident_json
 from amdtop.rccl.nics import HostNics
 from amdtop.rccl.phases import PHASES
 
@@ -227,6 +228,8 @@ class LogReport:
     """:attr:`warnings` grouped by identical text, most printed first."""
     nics: tuple[HostNics, ...] = ()
     """NICs per host from the network lines (``NET/IB : Using ...``), sorted by host."""
+    incidents: tuple[Incident, ...] = ()
+    """One verdict per incident (a collective timeout across ranks, a fabric failure, a crashed worker)."""
 
 
 def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -277,6 +280,7 @@ def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) ->
             h.host: {"network": h.network, "listed": {source: list(d) for source, d in h.listed}} for h in report.nics
         },
         "flags": flags or [],
+        "incidents": [incident_json(i) for i in report.incidents],
     }
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from amdtop.incidents.model import Incident, incident_json
 from amdtop.model import Flag, Topology
 from amdtop.rccl.diagnose import FALLBACK_PREFIXES, comm_summary, device_link, rank_devices, rank_gpus
 from amdtop.rccl.report import Comm, LogReport, RankInfo, WarningGroup
@@ -90,6 +91,8 @@ class WorkerLogs:
     """Lines that matched no known form."""
     flags: tuple[Flag, ...]
     """Flags from these logs (errors, timeouts, fallbacks), each with this worker and the GPUs concerned."""
+    incidents: tuple[Incident, ...] = ()
+    """One verdict per incident these logs tell (the parser's, with this worker set)."""
 
 
 def comm_view(comm: Comm, topology: Topology | None) -> CommView:
@@ -158,6 +161,7 @@ def worker_logs(
         lines=report.lines,
         unknown_lines=report.unknown_lines,
         flags=flags,
+        incidents=tuple(replace(i, worker=worker) for i in report.incidents),
     )
 
 
@@ -205,4 +209,5 @@ def worker_logs_json(w: WorkerLogs) -> dict[str, Any]:
             {"text": g.text, "count": g.count, "ranks": list(g.ranks), "processes": g.processes}
             for g in w.warning_groups
         ],
+        "incidents": [incident_json(i) for i in w.incidents],
     }

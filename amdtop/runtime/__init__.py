@@ -1,11 +1,15 @@
-"""The node runtime: opens the node from the arguments and publishes every frame to every subscriber.
+"""The node runtime: opens the node from a :class:`NodeSpec` and publishes every frame to every subscriber.
 
-:func:`open_node` is the one place the backend, the supervisor (under its owner thread), the monitors and the
-pipeline are put together; :class:`NodeRuntime` ticks the pipeline at the one ``--interval`` and hands each frame to
-the dashboard, the exporter, a ramp's observer, ``export`` and ``snapshot --window`` alike.
+:func:`open` (:func:`open_node`) is the one place the backend, the supervisor (under its owner thread, with its launch
+gate), the monitors, the pipeline and the demo's autostart are put together; :class:`NodeRuntime` ticks the pipeline
+at the one ``--interval`` and hands each frame to the dashboard, the serve, the exporter, a ramp's observer,
+``export`` and ``snapshot --window`` alike.
 """
 
 from amdtop.runtime.loop import NodeRuntime
 from amdtop.runtime.node import Node, open_node, open_supervisor
+from amdtop.runtime.spec import NodeSpec
 
-__all__ = ["Node", "NodeRuntime", "open_node", "open_supervisor"]
+open = open_node  # `amdtop.runtime.open(spec)`: the node service's one way in
+
+__all__ = ["Node", "NodeRuntime", "NodeSpec", "open", "open_node", "open_supervisor"]

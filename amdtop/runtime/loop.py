@@ -29,6 +29,7 @@ class NodeRuntime:
         self.pipeline = pipeline
         self.interval = interval
         self._tick_lock = threading.Lock()
+        self._publish_lock = threading.Lock()
         self._subs_lock = threading.Lock()
         self._frame_subs: tuple[FrameSubscriber, ...] = ()
         self._error_subs: tuple[ErrorSubscriber, ...] = ()
@@ -82,11 +83,18 @@ class NodeRuntime:
                 raise
             self.last_duration_s = time.perf_counter() - start
             self._frame = frame
-        for sub in self._frame_subs:
-            try:
-                sub(frame)
-            except Exception as exc:  # one broken subscriber must not starve the others
-                self._publish_error(f"frame subscriber: {exc}")
+            # Handed over before the next tick may start: frames reach subscribers one at a time and in tick order,
+            # also when a tick comes from another thread (the launch gate ticks from the supervisor's owner thread)
+            # while the loop's own publishes (the serve's history and deltas follow the previous frame).
+            self._publish_lock.acquire()
+        try:
+            for sub in self._frame_subs:
+                try:
+                    sub(frame)
+                except Exception as exc:  # one broken subscriber must not starve the others
+                    self._publish_error(f"frame subscriber: {exc}")
+        finally:
+            self._publish_lock.release()
         return frame
 
     def _publish_error(self, text: str) -> None:

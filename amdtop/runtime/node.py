@@ -1,14 +1,15 @@
-"""Opening the node from the arguments: the backend, the supervisor (the only place one is built), the log and
-kernel-fault monitors, the pipeline and its tick loop.
+"""Opening the node from a :class:`~amdtop.runtime.spec.NodeSpec`: the backend, the supervisor (the only place one is
+built) with its launch gate, the log and kernel-fault monitors, the pipeline, its tick loop and the demo's autostart.
 
-Every command that watches the node goes through :func:`open_node`: the dashboard (``ui=True``: the simulated node
-when no GPU is found, the supervisor under its owner thread), ``snapshot``, ``export``, ``probe`` and ``ramp`` (read
-only). ``amdtop workers`` builds its supervisor through :func:`open_supervisor` as well.
+Every command that watches the node goes through :func:`open_node`: the dashboard and ``amdtop serve`` (``ui=True``:
+the simulated node when no GPU is found, the supervisor under its owner thread, gated on the newest frame),
+``snapshot``, ``export``, ``probe`` and ``ramp`` (read only). ``amdtop workers`` builds its supervisor through
+:func:`open_supervisor` and gates it on a fresh sample (:func:`amdtop.runtime.gate.fresh_gate`).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -16,12 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from amdtop.audit.auditor import Auditor, profile_lookup
-from amdtop.cli.common import config_path, open_from_args, state_dir
-from amdtop.cli.kernel import kernel_monitor
 from amdtop.errors import NoGpuFound
+from amdtop.kernel.bus_check import raise_if_on_bus
 from amdtop.model import Topology
 from amdtop.pipeline.producer import NodePipeline
+from amdtop.runtime.autostart import DemoAutostart, FailureSink
+from amdtop.runtime.gate import frame_gate
+from amdtop.runtime.kernel import kernel_monitor
 from amdtop.runtime.loop import NodeRuntime
+from amdtop.runtime.spec import NodeSpec
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import TP_WINDOW_S
@@ -34,14 +38,15 @@ NO_GPU_BANNER = "No GPU found — showing a simulated 8x MI300X node (--demo)"
 
 
 def open_supervisor(
-    args: argparse.Namespace,
+    spec: NodeSpec,
     topology: Topology,
     *,
     backend: TelemetryBackend | None = None,
     readonly: bool,
     lenient: bool = False,
 ) -> Supervisor:
-    """The supervisor over the profile file (or the demo's) and the state dir the arguments name.
+    """The supervisor over the profile file (or the demo's) and the state dir the spec names (no gate: the caller
+    sets the one that fits how it samples the node).
 
     The vendor (which visibility variable a launch sets) is the GPUs', else the backend's; ``lenient`` keeps a bad
     profile file from stopping status/stop/restart of a running worker (``amdtop workers``).
@@ -55,11 +60,11 @@ def open_supervisor(
     else:
         vendor = "NVIDIA" if backend is not None and backend.name == "nvml" else "AMD"
     return Supervisor(
-        config_path(args),
-        state_dir(args),
+        spec.config,
+        spec.state_dir,
         topology=topology,
         vendor=vendor,
-        demo=bool(args.demo),
+        demo=spec.demo,
         sim=backend if isinstance(backend, SimBackend) else None,
         readonly=readonly,
         lenient=lenient,
@@ -68,7 +73,7 @@ def open_supervisor(
 
 @dataclass
 class Node:
-    """What :func:`open_node` opened; :meth:`close` releases it all (workers keep running)."""
+    """What :func:`open_node` opened; :meth:`close` releases it all (workers keep running, but the demo's)."""
 
     backend: TelemetryBackend
     pipeline: NodePipeline
@@ -80,10 +85,31 @@ class Node:
     """The simulated node stands in (``--demo``, or no GPU found for the dashboard)."""
     notes: list[str] = field(default_factory=list)
     """Banner lines: why the node is simulated, why workers are left out, where the demo is not pinned."""
+    spec: NodeSpec | None = None
+    autostart: DemoAutostart | None = None
+    """The demo workers' autostart once :meth:`start_demo` ran."""
+
+    def start_demo(self, on_failure: FailureSink | None = None) -> DemoAutostart | None:
+        """Launch the stopped demo workers in the background (the simulated node, writable, with profiles): the one
+        place it happens, for the dashboard and the serve; :meth:`close` stops what it launched."""
+        writable = self.spec is not None and not self.spec.readonly
+        if not (self.demo and writable and isinstance(self.backend, SimBackend) and self.control is not None):
+            return None
+        if self.autostart is None:
+            self.autostart = DemoAutostart(self.control, on_failure).start()
+        return self.autostart
+
+    def stop_demo(self) -> None:
+        """Stop the demo workers the autostart launched (idempotent; from any thread)."""
+        autostart, self.autostart = self.autostart, None
+        if autostart is not None:
+            autostart.stop()
 
     def close(self) -> None:
-        """Stop the tick loop, close the monitors, the supervisor's HTTP client and the backend."""
+        """Stop the tick loop and the demo's workers, close the monitors, the supervisor's HTTP client and the
+        backend."""
         self.runtime.stop()
+        self.stop_demo()
         self.pipeline.close()
         if self.control is not None:
             self.control.close()
@@ -92,17 +118,51 @@ class Node:
         self.backend.close()
 
 
-def _backend(args: argparse.Namespace, ui: bool) -> tuple[TelemetryBackend, bool, list[str]]:
-    if not ui:
-        return open_from_args(args), bool(args.demo), []
+def _backend(spec: NodeSpec, ui: bool) -> tuple[TelemetryBackend, bool, list[str]]:
     try:
-        return open_from_args(args), bool(args.demo), []
+        return spec.open_backend(), spec.demo, []
     except NoGpuFound:
-        return SimBackend(seed=args.seed, partition=args.demo_partition), True, [NO_GPU_BANNER]
+        # GPUs on the PCI bus that no backend shows failed to come up: say so (GpusFailedInit), never the demo
+        raise_if_on_bus(spec.sysfs_root, spec.kernel_log)
+        if not ui:
+            raise
+        return SimBackend(seed=spec.seed, partition=spec.demo_partition), True, [NO_GPU_BANNER]
+
+
+def _supervisor(spec: NodeSpec, backend: TelemetryBackend, demo: bool, ui: bool, notes: list[str]) -> Supervisor | None:
+    if not (demo or spec.config.exists()):
+        return None
+    # In the dashboard the demo profiles stand for the simulated node, also when it came from no GPU found.
+    if ui and demo and not spec.demo:
+        spec = dataclasses.replace(spec, demo=True)
+    sup: Supervisor | None = None
+    try:
+        # Lenient: a broken profile file never hides or strands running workers (listed from their launch records,
+        # read, stoppable); launch and retune refuse with the file's error, shown here once.
+        sup = open_supervisor(
+            spec, backend.topology(), backend=backend, readonly=spec.readonly if ui else True, lenient=True
+        )
+        problem: Exception | None = sup.config_error
+    except Exception as exc:  # a broken profile must not keep the GPUs from being shown
+        problem = exc
+    if problem is not None:
+        if ui:
+            notes.append(f"supervisor: {problem}")
+        else:
+            sys.stderr.write(f"amdtop: warning: profile file: {problem} (running workers are still shown)\n")
+    if sup is None:
+        return None
+    if demo and ui:
+        from amdtop.supervisor.demo import demo_pinning_note
+
+        note = demo_pinning_note([sup.profile(n) for n in sup.names()], sup.topology, os.environ)
+        if note:
+            notes.append(note)
+    return sup
 
 
 def open_node(
-    args: argparse.Namespace,
+    spec: NodeSpec,
     *,
     ui: bool = False,
     follow_logs: bool = True,
@@ -110,31 +170,16 @@ def open_node(
     kernel: bool = True,
     interval: float | None = None,
 ) -> Node:
-    """Open the node the arguments name and its pipeline; the tick loop is not started (call ``runtime.start()``).
+    """Open the node ``spec`` names and its pipeline; the tick loop is not started (call ``runtime.start()``), nor
+    the demo's autostart (:meth:`Node.start_demo`).
 
-    ``ui``: the dashboard's node (simulated when no GPU is found; the supervisor writable unless ``--readonly``, and
-    its failure a banner note); else a headless command's (a read-only supervisor, its failure a stderr warning).
+    ``ui``: the dashboard's or the serve's node (simulated when no GPU is found; the supervisor writable unless
+    ``readonly``, gated on the newest frame, and its failure a banner note); else a headless command's (a read-only
+    supervisor, its failure a stderr warning).
     """
-    backend, demo, notes = _backend(args, ui)
+    backend, demo, notes = _backend(spec, ui)
     try:
-        sup = None
-        if demo or config_path(args).exists():
-            # In the dashboard the demo profiles stand for the simulated node, also when it came from no GPU found.
-            if ui and demo and not args.demo:
-                args = argparse.Namespace(**{**vars(args), "demo": True})
-            try:
-                sup = open_supervisor(args, backend.topology(), backend=backend, readonly=bool(args.readonly) if ui else True)
-            except Exception as exc:  # a broken profile must not keep the GPUs from being shown
-                if ui:
-                    notes.append(f"supervisor: {exc}")
-                else:
-                    sys.stderr.write(f"amdtop: warning: workers left out: {exc}\n")
-        if sup is not None and demo and ui:
-            from amdtop.supervisor.demo import demo_pinning_note
-
-            note = demo_pinning_note([sup.profile(n) for n in sup.names()], sup.topology, os.environ)
-            if note:
-                notes.append(note)
+        sup = _supervisor(spec, backend, demo, ui, notes)
         from amdtop.supervisor.owner import SupervisorOwner  # lazy: see open_supervisor
 
         control = SupervisorOwner(sup) if sup is not None else None
@@ -144,21 +189,24 @@ def open_node(
             # The simulated node has no real processes: discovering host vLLM servers would mix real and fake workers.
             discover=backend.name != "sim",
             follow_logs=follow_logs,
-            state_dir=state_dir(args),
+            state_dir=spec.state_dir,
             demo_load=sup.demo_load() if sup is not None else None,
             window_s=window_s,
-            kernel=kernel_monitor(args, backend, headless=not ui) if kernel else None,
-            auditor=Auditor(sys_root=Path(args.sysfs_root), profiles=profile_lookup(control)),
+            kernel=kernel_monitor(spec.kernel_log, spec.sysfs_root, backend, headless=not ui) if kernel else None,
+            auditor=Auditor(sys_root=spec.sysfs_root, profiles=profile_lookup(control)),
         )
     except BaseException:
         backend.close()
         raise
-    runtime = NodeRuntime(pipeline, float(args.interval if interval is None else interval))
-    return Node(backend, pipeline, runtime, sup, control, demo, notes)
+    runtime = NodeRuntime(pipeline, float(spec.interval if interval is None else interval))
+    if sup is not None:
+        # Set before any command is queued to the owner thread: no launch of this node's supervisor skips the gate.
+        sup.gate = frame_gate(runtime, backend.topology(), spec)
+    return Node(backend, pipeline, runtime, sup, control, demo, notes, spec)
 
 
-def cpu_only_topology(args: argparse.Namespace) -> Topology:
+def cpu_only_topology(spec: NodeSpec) -> Topology:
     """The topology of a host without GPUs (CPU workers, ``gpus = []``): its NUMA nodes alone."""
     from amdtop.telemetry.numa import read_numa_nodes
 
-    return Topology((), (), read_numa_nodes(Path(args.sysfs_root)))
+    return Topology((), (), read_numa_nodes(Path(spec.sysfs_root)))

@@ -15,11 +15,13 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
+from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.serve import peer
 from amdtop.serve.wire import (
     WIRE_VERSION,
     WireError,
@@ -30,10 +32,9 @@ from amdtop.serve.wire import (
     socket_path,
     with_parts_of,
 )
+from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
+from amdtop.service.hub import Hub
 
-FrameSubscriber = Callable[[NodeFrame], None]
-ErrorSubscriber = Callable[[str], None]
-RampSubscriber = Callable[[str, dict[str, Any], str, bool], None]
 CALL_TIMEOUT_S = 600.0
 """A stop waits for a worker's grace period and a launch for its process: minutes at most."""
 
@@ -49,10 +50,12 @@ class ServeClient:
         """Connect and exchange hellos (WireError on a version mismatch; OSError when nobody listens)."""
         self.path = socket_path(state_dir)
         self.readonly = readonly
+        peer.check_path(Path(state_dir), self.path)  # UntrustedPeer: nothing of another user's is read
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
             sock.connect(str(self.path))
+            peer.check_serve(sock, self.path)
             hello = read_message(sock)
             if hello.get("type") == "error":
                 raise WireError(str(hello.get("text")))
@@ -76,10 +79,11 @@ class ServeClient:
         self._pending: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self._frame_subs: tuple[FrameSubscriber, ...] = ()
-        self._error_subs: tuple[ErrorSubscriber, ...] = ()
-        self._gone_subs: tuple[ErrorSubscriber, ...] = ()
-        self._ramp_subs: tuple[RampSubscriber, ...] = ()
+        # Shielded like the runtime's: a subscriber that raises is reported, the reader thread goes on.
+        self._frame_subs: Hub[FrameSubscriber] = Hub("frame")
+        self._error_subs: Hub[ErrorSubscriber] = Hub("poll error")
+        self._gone_subs: Hub[ErrorSubscriber] = Hub("serve gone")
+        self._ramp_subs: Hub[RampSubscriber] = Hub("ramp")
         self.ramps: dict[str, tuple[dict[str, Any], str, bool]] = {}
         """Newest document, status and whether it still runs, per worker (kept from the serve's updates)."""
         self._first = threading.Event()
@@ -100,8 +104,7 @@ class ServeClient:
                     self.frame = frame
                     self.frames += 1
                     self._first.set()
-                    for sub in self._frame_subs:
-                        sub(frame)
+                    self._frame_subs.publish(frame, on_error=self._report)
                 elif kind == "reply":
                     with self._lock:
                         fut = self._pending.pop(int(msg["id"]), None)
@@ -117,11 +120,11 @@ class ServeClient:
                 elif kind == "ramp":
                     worker = str(msg["worker"])
                     self.ramps[worker] = (msg["doc"], str(msg["status"]), bool(msg.get("running")))
-                    for rsub in self._ramp_subs:
-                        rsub(worker, msg["doc"], str(msg["status"]), bool(msg.get("running")))
+                    self._ramp_subs.publish(
+                        worker, msg["doc"], str(msg["status"]), bool(msg.get("running")), on_error=self._report
+                    )
                 elif kind == "poll_error":
-                    for esub in self._error_subs:
-                        esub(str(msg.get("text")))
+                    self._report(str(msg.get("text")))
                 elif kind == "bye":
                     reason = str(msg.get("reason") or "serve stopped")
                     return
@@ -147,11 +150,10 @@ class ServeClient:
             pending, self._pending = self._pending, {}
         for fut in pending.values():
             fut.set_exception(ServeGone(self.gone))
-        for sub in self._gone_subs:
-            try:
-                sub(self.gone)
-            except Exception:
-                pass
+        self._gone_subs.publish(self.gone)
+
+    def _report(self, text: str) -> None:
+        self._error_subs.publish(text)
 
     def wait_first_frame(self, timeout: float) -> NodeFrame | None:
         """The first frame (the serve sends its newest at once), ``None`` after ``timeout``."""
@@ -160,29 +162,25 @@ class ServeClient:
 
     # -- subscriptions ---------------------------------------------------------------------------------------------
     def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
-        with self._lock:
-            self._frame_subs = (*self._frame_subs, on_frame)
-            if on_error is not None:
-                self._error_subs = (*self._error_subs, on_error)
+        removals = [self._frame_subs.add(on_frame)]
+        if on_error is not None:
+            removals.append(self._error_subs.add(on_error))
 
         def unsubscribe() -> None:
-            with self._lock:
-                self._frame_subs = tuple(s for s in self._frame_subs if s is not on_frame)
-                self._error_subs = tuple(s for s in self._error_subs if s is not on_error)
+            for remove in removals:
+                remove()
 
         return unsubscribe
 
     def on_gone(self, callback: ErrorSubscriber) -> None:
         """Call ``callback`` with one line once the serve goes away (at once when it already has)."""
-        with self._lock:
-            self._gone_subs = (*self._gone_subs, callback)
+        self._gone_subs.add(callback)
         if self.gone is not None:
             callback(self.gone)
 
     def on_ramp(self, callback: RampSubscriber) -> None:
         """Call ``callback(worker, doc, status, running)`` for every ramp update from now on."""
-        with self._lock:
-            self._ramp_subs = (*self._ramp_subs, callback)
+        self._ramp_subs.add(callback)
 
     # -- requests --------------------------------------------------------------------------------------------------
     def call_async(self, op: str, *args: Any, **kwargs: Any) -> Future[Any]:
@@ -259,6 +257,11 @@ class RemoteRuntime:
         """This viewer polls nothing: the serve does."""
         return 0
 
+    @property
+    def last_duration_s(self) -> float:
+        """No poll of this viewer's own took any time."""
+        return 0.0
+
     def tick(self) -> NodeFrame:
         """The newest frame the serve sent (a viewer never polls)."""
         return self.latest()
@@ -273,40 +276,94 @@ class RemoteRuntime:
         self.client.call_async("wake")
 
 
-class RemoteControl:
-    """:class:`~amdtop.control.WorkerControl` over the socket: the serve's supervisor owner executes each call."""
+class RemoteService:
+    """:class:`~amdtop.service.api.NodeService` over the socket: each call is the serve's request of the same name,
+    executed on the serve's :class:`~amdtop.service.local.LocalService` (its refusals and errors come back as they
+    are). A read-only viewer refuses control here with the line the local service gives."""
 
-    def __init__(self, client: ServeClient) -> None:
+    def __init__(self, client: ServeClient, *, readonly: bool = False) -> None:
         self.client = client
+        self.readonly = readonly or client.readonly or bool(client.hello.get("readonly"))
+        self.runtime = RemoteRuntime(client)
 
-    def status(self) -> list[Any]:
-        return list(self.client.call("status"))
+    def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        if op in CONTROL_OPS and self.readonly:
+            raise AmdtopError(f"{op}: {READ_ONLY}")
+        return self.client.call(op, *args, **kwargs)
 
-    def launch(self, name: str, force: bool = False) -> Any:
-        return self.client.call("launch", name, force=force)
+    # -- frames -----------------------------------------------------------------------------------------------------
+    def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
+        return self.client.subscribe(on_frame, on_error)
+
+    def latest(self) -> NodeFrame:
+        return self.runtime.latest()
+
+    def wake(self) -> None:
+        self.client.call_async("wake")  # the next frame answers it; nothing to wait for
+
+    # -- control ----------------------------------------------------------------------------------------------------
+    def status(self) -> list[WorkerStatus]:
+        return list(self._call("status"))
+
+    def launch(self, name: str, force: bool = False) -> WorkerStatus:
+        return cast(WorkerStatus, self._call("launch", name, force=force))
+
+    def restart(self, name: str, grace: float | None = None, force: bool = False) -> WorkerStatus:
+        return cast(WorkerStatus, self._call("restart", name, grace=grace, force=force))
 
     def stop(self, name: str, grace: float | None = None) -> Any:
-        return self.client.call("stop", name, grace=grace)
-
-    def restart(self, name: str, grace: float | None = None, force: bool = False) -> Any:
-        return self.client.call("restart", name, grace=grace, force=force)
+        return self._call("stop", name, grace=grace)
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
-        return str(self.client.call("retune_diff", name, dict(changes)))
+        return str(self._call("retune_diff", name, dict(changes)))
 
-    def retune(self, name: str, changes: Mapping[str, str]) -> Any:
-        return self.client.call("retune", name, dict(changes))
+    def retune(self, name: str, changes: Mapping[str, str]) -> WorkerStatus:
+        return cast(WorkerStatus, self._call("retune", name, dict(changes)))
 
-    def profile(self, name: str) -> Any:
-        return self.client.call("profile", name)
+    def sleep(self, name: str, wake: bool = False, level: int = 1) -> str:
+        return str(self._call("sleep", name, wake=wake, level=level))
+
+    def stacks(self, name: str) -> str:
+        return str(self._call("stacks", name))
+
+    def signal_process(self, pid: int, kill: bool = False) -> str:
+        return str(self._call("signal_process", pid, kill=kill))
+
+    def audit_fix(self, fix_id: str) -> WorkerStatus:
+        return cast(WorkerStatus, self._call("audit_fix", fix_id))
+
+    # -- ramps ------------------------------------------------------------------------------------------------------
+    def ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
+        return str(self._call("ramp_start", worker, url, gpus, dict(settings)))
+
+    def ramp_abort(self, worker: str) -> str:
+        return str(self._call("ramp_abort", worker))
+
+    def ramps(self) -> list[RampDoc]:
+        return list(self._call("ramps"))
+
+    def on_ramp(self, callback: RampSubscriber) -> None:
+        self.client.on_ramp(callback)
+
+    # -- reads ------------------------------------------------------------------------------------------------------
+    def profile_words(self, name: str) -> tuple[str, ...]:
+        return tuple(self._call("profile_words", name))
+
+    def api_key(self, name: str) -> str | None:
+        """Never read over the wire: the serve's ramp sends the key itself."""
+        return None
 
     def close(self) -> None:
-        """The serve's supervisor stays open."""
+        """The serve's node stays open (the connection closes with the viewer's runtime)."""
+
+
+RemoteControl = RemoteService
+"""The name the attached dashboard knew (its control is the remote service)."""
 
 
 def attach(state_dir: Path, *, readonly: bool) -> ServeClient | None:
     """A client of the serve for ``state_dir``, or ``None`` when none runs (no socket, nobody listening)."""
-    if not socket_path(state_dir).exists():
+    if not socket_path(state_dir).exists() and not socket_path(state_dir).is_symlink():
         return None
     try:
         return ServeClient(state_dir, readonly=readonly)

@@ -2,8 +2,10 @@
 
 One poller, one supervisor owner, one history and the ramps live here; every viewer (a terminal ``amdtop`` or a
 browser tab of ``amdtop web``) gets the same frames and sends control requests that the supervisor's owner thread
-executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory and each peer is checked with
-SO_PEERCRED (the wire format is pickle: see :mod:`amdtop.serve.wire`).
+executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory that nobody else may write, and each
+peer is checked with SO_PEERCRED before anything it sends is read (:mod:`amdtop.serve.peer`; the wire format is pickle
+with an allow-list: see :mod:`amdtop.serve.wire`). Every call's fields are checked and each viewer's calls bounded
+(:mod:`amdtop.serve.limits`).
 """
 
 from __future__ import annotations
@@ -21,22 +23,23 @@ from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
+from amdtop.serve import limits, peer
 from amdtop.serve.history import HourHistory
-from amdtop.serve.ramps import ServeRamps
 from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import (
     WIRE_VERSION,
     WireError,
     check_version,
-    peer_uid,
     read_message,
     send_message,
     socket_path,
 )
+from amdtop.service.api import CONTROL_OPS, WIRE_OPS
+from amdtop.service.local import LocalService
 
-CONTROL_OPS = {"launch", "stop", "restart", "retune", "ramp_start", "ramp_abort"}
-"""Requests that change the node: refused for a read-only viewer."""
-READ_OPS = {"status", "retune_diff", "profile", "history", "wake", "request_state_files", "stats"}
+SERVE_OPS = frozenset({"history", "request_state_files", "stats"})
+"""The serve's own reads (its hour of history, its counters), beside the node service's requests: those are the
+:class:`~amdtop.service.api.NodeService` methods of the same name (:data:`~amdtop.service.api.WIRE_OPS`)."""
 
 
 class Serve:
@@ -51,7 +54,10 @@ class Serve:
         self.history = HourHistory(node.runtime.interval)
         self._previous: NodeFrame | None = None
         """The last frame published (the runtime's thread only): what the next frame's history moved on from."""
-        self.ramps = ServeRamps(self.state_dir, node.runtime.latest, self._publish_ramp)
+        self.service = LocalService(node, self.state_dir, readonly=readonly)
+        """What every viewer's request runs on, by its name: the same service the in-process dashboard holds."""
+        self.ramps = self.service.node_ramps
+        self.service.on_ramp(self._publish_ramp)
         self._viewers: list[ViewerLink] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
@@ -59,11 +65,16 @@ class Serve:
         self._unsubscribe: Callable[[], None] | None = None
         self.refused = 0
         """Connections refused (another uid, a version mismatch)."""
+        self._bound: tuple[int, int] | None = None
+        """(device, inode) of the socket this serve created: the only file :meth:`close` removes."""
 
     # -- socket ----------------------------------------------------------------------------------------------------
     def bind(self) -> None:
-        """Create the socket (0600; the state dir 0700); refuse when a serve already answers there."""
+        """Create the socket (0600; the state dir 0700); refuse when a serve already answers there, or when the state
+        dir or what sits at the socket's path is not this user's alone (:mod:`amdtop.serve.peer`)."""
+        peer.check_path(self.state_dir, self.path)
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        peer.check_state_dir(self.state_dir)  # made just now, or there before: either way ours alone
         if self.path.exists() or self.path.is_symlink():
             other = running_serve_pid(self.state_dir)
             if other is not None:
@@ -76,6 +87,8 @@ class Serve:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+        st = os.lstat(self.path)
+        self._bound = (st.st_dev, st.st_ino)
         listener.listen(16)
         self._listener = listener
 
@@ -97,22 +110,24 @@ class Serve:
             threading.Thread(target=self._serve_viewer, args=(conn,), name="serve-viewer-read", daemon=True).start()
 
     def _serve_viewer(self, conn: socket.socket) -> None:
-        if peer_uid(conn) != os.getuid():
+        if not peer.viewer_allowed(conn):
             self.refused += 1
             conn.close()
             return
         link: ViewerLink | None = None
+        budget = limits.CallBudget()
         try:
             send_message(conn, self._hello())
             hello = read_message(conn)
             try:
                 check_version(hello.get("version"), serve_side=True)
+                pid, readonly = limits.parse_hello(hello)
             except WireError as exc:
                 self.refused += 1
                 send_message(conn, {"type": "error", "text": str(exc)})
                 conn.close()
                 return
-            link = ViewerLink(conn, int(hello.get("pid") or 0), bool(hello.get("readonly")))
+            link = ViewerLink(conn, pid, readonly)
             # The newest frame (with its history) and every ramp first: the viewer draws at once.
             frame = self.node.runtime.frame
             if frame is not None:
@@ -123,7 +138,7 @@ class Serve:
                 self._viewers.append(link)
             link.start()
             while True:
-                self._handle(link, read_message(conn))
+                self._handle(link, read_message(conn), budget)
         except (WireError, OSError, EOFError):
             pass  # the viewer went away (closed, killed): the serve goes on
         finally:
@@ -147,21 +162,29 @@ class Serve:
         }
 
     # -- requests --------------------------------------------------------------------------------------------------
-    def _handle(self, link: ViewerLink, msg: dict[str, Any]) -> None:
+    def _handle(self, link: ViewerLink, msg: dict[str, Any], budget: limits.CallBudget | None = None) -> None:
         if msg.get("type") != "call":
             return
-        op, call_id = str(msg.get("op")), msg.get("id")
-        args, kwargs = tuple(msg.get("args") or ()), dict(msg.get("kwargs") or {})
+        try:
+            op, call_id, args, kwargs = limits.parse_call(msg)
+        except InputError as exc:
+            link.send(_error(msg.get("id") if isinstance(msg.get("id"), int) else None, str(exc), input_error=True))
+            return
         if op in CONTROL_OPS and link.readonly:
             link.send(_error(call_id, f"{op}: refused: this viewer is read-only"))
             return
-        if op in CONTROL_OPS and (self.readonly or self.node.control is None) and not op.startswith("ramp"):
-            link.send(_error(call_id, f"{op}: refused: the serve is read-only (no writable supervisor)"))
+        if op not in WIRE_OPS and op not in SERVE_OPS:
+            link.send(_error(call_id, f"{op[:64]}: unknown request"))
             return
-        if op not in CONTROL_OPS and op not in READ_OPS:
-            link.send(_error(call_id, f"{op}: unknown request"))
+        try:
+            args, kwargs = limits.check_args(op, args, kwargs)
+        except InputError as exc:
+            link.send(_error(call_id, str(exc), input_error=True))
             return
-        self._pool.submit(self._call, link, call_id, op, args, kwargs)
+        if budget is not None and not budget.take(link.queued):
+            link.drop(f"over {budget.limit} calls unanswered or replies unread")
+            return
+        self._pool.submit(limits.counted, budget, self._call, link, call_id, op, args, kwargs)
 
     def _call(self, link: ViewerLink, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         try:
@@ -177,43 +200,17 @@ class Serve:
         link.send({"type": "reply", "id": call_id, "ok": True, "value": value})
 
     def _execute(self, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        runtime, control = self.node.runtime, self.node.control
+        if op in SERVE_OPS:
+            return self._serve_op(op)
+        return getattr(self.service, op)(*args, **kw)  # op is one of WIRE_OPS: a NodeService method's name
+
+    def _serve_op(self, op: str) -> Any:
         if op == "history":
             return self.history.points()
-        if op == "wake":
-            runtime.wake()
-            return None
         if op == "request_state_files":
-            runtime.pipeline.request_state_files()
+            self.node.runtime.pipeline.request_state_files()
             return None
-        if op == "stats":
-            return self.stats()
-        if op == "ramp_start":
-            return self._ramp_start(*args)
-        if op == "ramp_abort":
-            return self.ramps.abort(*args)
-        if control is None:
-            if op == "status":
-                return []
-            raise AmdtopError(f"{op}: no worker profiles in the serve")
-        value = getattr(control, op)(*args, **kw)
-        if op in CONTROL_OPS:
-            runtime.wake()  # every viewer sees the change on the next frame
-        return value
-
-    def _ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
-        settings = dict(settings)
-        control = self.node.control
-        if not settings.get("api_key") and control is not None:
-            # The key stays in the serve: a viewer never reads it, the serve's ramp sends it (else 401 from the worker).
-            try:
-                settings["api_key"] = control.api_key(worker)
-            except Exception:
-                settings["api_key"] = None  # a discovered server has no profile, hence no key of ours
-        frame = self.node.runtime.frame
-        found = frame.worker(worker) if frame is not None else None
-        groups = [g.gpus for g in found.tp_groups()] if found is not None else None
-        return self.ramps.start(worker, url, gpus, settings, groups)
+        return self.stats()
 
     # -- publishing ------------------------------------------------------------------------------------------------
     def _on_frame(self, frame: NodeFrame) -> None:
@@ -230,10 +227,8 @@ class Serve:
     def _on_error(self, text: str) -> None:
         self._broadcast({"type": "poll_error", "text": text})
 
-    def _publish_ramp(self, worker: str, doc: dict[str, Any], status: str) -> None:
-        self._broadcast(
-            {"type": "ramp", "worker": worker, "doc": doc, "status": status, "running": self.ramps.running(worker)}
-        )
+    def _publish_ramp(self, worker: str, doc: dict[str, Any], status: str, running: bool) -> None:
+        self._broadcast({"type": "ramp", "worker": worker, "doc": doc, "status": status, "running": running})
 
     def _broadcast(self, message: dict[str, Any]) -> None:
         with self._lock:
@@ -270,12 +265,14 @@ class Serve:
         if listener is not None:
             listener.close()
         with contextlib.suppress(OSError):
-            self.path.unlink()
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self._bound:  # a refused second serve removes nothing of the first's
+                self.path.unlink()
         with self._lock:
             viewers, self._viewers = self._viewers, []
         for v in viewers:
             v.flush_and_close({"type": "bye", "reason": reason})
-        self.ramps.abort_all()
+        self.service.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -286,13 +283,15 @@ def _error(call_id: object, text: str, *, input_error: bool = False) -> dict[str
 def running_serve_pid(state_dir: Path, timeout: float = 2.0) -> int | None:
     """The pid of the serve answering on ``state_dir``'s socket, or ``None`` (no socket, nobody listening)."""
     path = socket_path(state_dir)
+    peer.check_path(state_dir, path)  # a listener another user planted is never read (UntrustedPeer)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(str(path))
+        peer.check_serve(sock, path)
         hello = read_message(sock)
         return int(hello.get("pid") or 0) or None
-    except (OSError, WireError, EOFError, ValueError):
+    except (OSError, WireError, EOFError, ValueError, TypeError):
         return None
     finally:
         sock.close()

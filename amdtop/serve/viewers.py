@@ -2,13 +2,15 @@
 
 Frames are the only messages that may be dropped: a viewer that reads slower than the serve ticks loses its oldest
 unsent frames (counted), so a stalled viewer costs the serve at most ``QUEUE_FRAMES`` frames of memory. Replies to
-control requests and ramp updates are few and never dropped.
+control requests and ramp updates are few and never dropped one by one: a viewer that lets ``QUEUE_MESSAGES`` of
+them pile up unread is itself dropped (its connection closed, one line on the serve's stderr).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import socket
+import sys
 import threading
 from collections import deque
 
@@ -17,6 +19,8 @@ from amdtop.serve.wire import encode, history_delta, kept_parts, without_parts
 
 QUEUE_FRAMES = 4
 """Frames held for one viewer; older ones are dropped for a slow viewer (a newer frame supersedes them)."""
+QUEUE_MESSAGES = 256
+"""Replies and updates held unsent for one viewer before it is dropped: it stopped reading."""
 
 
 class FramePacket:
@@ -100,8 +104,26 @@ class ViewerLink:
         with self._cond:
             if self._closed:
                 return
-            self._other.append(data)
-            self._cond.notify()
+            over = len(self._other) >= QUEUE_MESSAGES
+            if not over:
+                self._other.append(data)
+                self._cond.notify()
+        if over:
+            self.drop(f"{QUEUE_MESSAGES} replies or updates left unread")
+
+    @property
+    def queued(self) -> int:
+        """Replies and updates waiting to be written."""
+        return len(self._other)
+
+    def drop(self, reason: str) -> None:
+        """Close a viewer that broke a bound, saying why on the serve's stderr (the viewer, which is not reading, sees
+        its connection closed: a goodbye written now could cut into a frame the writer is sending)."""
+        if self._closed:
+            return
+        sys.stderr.write(f"amdtop: viewer pid {self.peer_pid} dropped: {reason}\n")
+        sys.stderr.flush()
+        self.close()
 
     def _write_loop(self) -> None:
         while True:

@@ -1,9 +1,12 @@
 """The serve <-> viewer wire format: length-prefixed messages over the serve's Unix socket, versioned by a hello.
 
-Each message is a 4-byte big-endian length and a pickled dict. Pickle runs code on load, which is acceptable here
-only because the socket is the owner's alone: the file is mode 0600 in a 0700 state dir and the serve checks every
-peer's uid with SO_PEERCRED, so whoever can send us a pickle could run that code as us anyway. Frames are pickled
-once per tick and the same bytes go to every viewer.
+Each message is a 4-byte big-endian length and a pickled dict. Pickle can run code on load, so two things hold:
+who may send one is checked before a byte of it is read (:mod:`amdtop.serve.peer`: the state dir and the socket are
+this user's, SO_PEERCRED says the peer runs as this user, or root for a serve), and what it may name is an
+allow-list (:class:`WireUnpickler`: the frame's and the messages' own classes, dataclasses and enums of amdtop, and
+a few plain stdlib types; never a function such as ``os.system``). A wire format that cannot run code at all
+(msgpack or JSON of the frame's fields) is the node service's to settle. Frames are pickled once per tick and the
+same bytes go to every viewer.
 
 A frame's history (a few minutes of every GPU's samples) is most of its bytes and most of a viewer's unpickling, yet
 from one tick to the next it moves on by one point. So a viewer that holds the previous tick gets the frame without
@@ -16,18 +19,63 @@ viewer that missed a tick (a slow one whose queue dropped frames, or one that ju
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
+import hashlib
+import importlib
+import io
 import os
 import pickle
 import socket
 import struct
+import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
+from amdtop.service.api import WIRE_OPS
 
-WIRE_VERSION = "0.2"
-"""Bumped whenever a message or the frame's shape changes: a viewer and a serve of different versions refuse."""
+WIRE_PROTOCOL = "0.3"
+"""The envelope (length-prefixed pickled dicts, the hello, the call/reply/frame/ramp/bye messages): changed by hand
+only when a message's own keys change. What the messages carry is fingerprinted (:func:`field_fingerprint`)."""
+
+
+def _type_key(tp: type) -> str:
+    return f"{tp.__module__}.{tp.__qualname__}"
+
+
+def _walk(tp: object, seen: dict[str, object]) -> None:
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        key = _type_key(tp)
+        if key in seen:
+            return
+        seen[key] = None  # a cycle stops here
+        hints = typing.get_type_hints(tp)
+        fields = dataclasses.fields(tp)
+        seen[key] = [(f.name, repr(hints.get(f.name, f.type))) for f in fields]
+        for f in fields:
+            _walk(hints.get(f.name), seen)
+    elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+        seen[_type_key(tp)] = [(m.name, repr(m.value)) for m in tp]
+    else:
+        for arg in typing.get_args(tp):
+            _walk(arg, seen)
+
+
+def field_fingerprint(root: type = NodeFrame, ops: Iterable[str] = WIRE_OPS) -> str:
+    """A short hash of the frame's field tree (every dataclass reachable from ``root``: its module, name, and each
+    field's name and type, recursively; every enum's members) and of the service's op names: what a pickled frame
+    and a request mean. A changed field changes it; nobody has to remember to."""
+    seen: dict[str, object] = {}
+    _walk(root, seen)
+    text = repr((sorted(seen.items()), sorted(ops)))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+WIRE_VERSION = f"{WIRE_PROTOCOL}-{field_fingerprint()}"
+"""What a viewer and a serve compare in their hellos: of different versions they refuse, naming both."""
 SOCKET_NAME = "serve.sock"
 MAX_MESSAGE = 64 << 20
 """A frame with an hour of history is well under this; a larger length means a broken peer."""
@@ -60,20 +108,73 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_message(sock: socket.socket) -> dict[str, Any]:
-    """The next message from ``sock`` (blocks)."""
-    (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size))
-    if size > MAX_MESSAGE:
-        raise WireError(f"message of {size} bytes is over the {MAX_MESSAGE} limit")
-    # Safe only because the peer is this user (see the module docstring).
-    body = _read_exact(sock, size)
+STDLIB_TYPES = frozenset(
+    {
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "complex"),
+        ("builtins", "bytearray"),
+        ("collections", "OrderedDict"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+    }
+)
+"""The only names outside amdtop a message may carry: plain data types."""
+PLAIN_CLASSES = frozenset({("amdtop.rccl.lines", "LogLines")})
+"""amdtop classes that are neither dataclasses, enums nor named tuples and still ride in a frame (their constructor
+only stores what it is given). A frame that grows another such class fails in the tests with a WireError naming it:
+add it here once its ``__init__`` (which a pickle may call) is known to only store its arguments."""
+
+
+@functools.lru_cache(maxsize=512)
+def allowed_class(module: str, name: str) -> type | None:
+    """The class ``module.name`` when a message may name it, else ``None``: one of :data:`STDLIB_TYPES`, or a class
+    defined in an ``amdtop`` module that is a dataclass, an enum or a named tuple (what frames, statuses, profiles,
+    findings and stop reports are). Functions, builtins such as ``eval`` and every other class are refused."""
+    if (module, name) in STDLIB_TYPES or (module, name) in PLAIN_CLASSES:
+        obj = getattr(importlib.import_module(module), name)
+        return obj if isinstance(obj, type) else None
+    if (module != "amdtop" and not module.startswith("amdtop.")) or "." in name:
+        return None
     try:
-        message = pickle.loads(body)
+        obj = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    if not isinstance(obj, type) or not obj.__module__.startswith("amdtop"):
+        return None
+    named_tuple = issubclass(obj, tuple) and hasattr(obj, "_fields")
+    return obj if dataclasses.is_dataclass(obj) or issubclass(obj, enum.Enum) or named_tuple else None
+
+
+class WireUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only :func:`allowed_class` names (a ``WireError`` names any other)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        cls = allowed_class(module, name)
+        if cls is None:
+            raise WireError(f"message names {module}.{name}, which the wire does not carry")
+        return cls
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    """One message's body (WireError when it is not a mapping of allowed types)."""
+    try:
+        message = WireUnpickler(io.BytesIO(body)).load()
+    except WireError:
+        raise
     except Exception as exc:  # a truncated or foreign body: the peer is broken, not us
         raise WireError(f"unreadable message: {exc}") from None
     if not isinstance(message, dict):
         raise WireError("message is not a mapping")
     return message
+
+
+def read_message(sock: socket.socket) -> dict[str, Any]:
+    """The next message from ``sock`` (blocks); the peer was checked when it connected (:mod:`amdtop.serve.peer`)."""
+    (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size))
+    if size > MAX_MESSAGE:
+        raise WireError(f"message of {size} bytes is over the {MAX_MESSAGE} limit")
+    return decode(_read_exact(sock, size))
 
 
 def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -174,6 +275,7 @@ def check_version(theirs: object, *, serve_side: bool) -> None:
         return
     if serve_side:
         raise WireError(f"serve is {WIRE_VERSION}, viewer {theirs}: restart the viewer")
+    # The usual cause: amdtop upgraded under a serve that still runs the old code.
     raise WireError(f"serve is {theirs}, viewer {WIRE_VERSION}: restart serve")
 
 

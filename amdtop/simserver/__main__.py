@@ -28,6 +28,8 @@ _BOOL_FLAGS = {
     "--enable-auto-tool-choice",
     "--enable-expert-parallel",
     "--enable-server-load-tracking",
+    "--enable-metrics",
+    "--enable-dp-attention",
 }
 
 
@@ -35,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The known options (vllm serve spellings are accepted alongside the simulator's own)."""
     p = argparse.ArgumentParser(prog="python -m amdtop.simserver", description="simulated vLLM OpenAI server")
     p.add_argument("model_tag", nargs="?", default=None, help="model (positional, as in vllm serve)")
-    p.add_argument("--model", default=None)
+    p.add_argument("--model", "--model-path", dest="model", default=None)
+    p.add_argument("--flavour", choices=("vllm", "sglang"), default="vllm", help="whose names, routes and titles to show")
+    p.add_argument("--metrics-page", default=None, help="serve this file verbatim as /metrics (a captured page)")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -43,11 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens-per-s", type=float, default=50.0, help="per-sequence decode speed (0 = unpaced)")
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--log-file", default=None)
-    p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=1)
-    p.add_argument("--dp", "--data-parallel-size", dest="dp", type=int, default=1)
-    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--tp", "--tensor-parallel-size", "--tp-size", dest="tp", type=int, default=1)
+    p.add_argument("--dp", "--data-parallel-size", "--dp-size", dest="dp", type=int, default=1)
+    p.add_argument("--max-num-seqs", "--max-running-requests", dest="max_num_seqs", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=2048)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--gpu-memory-utilization", "--mem-fraction-static", dest="gpu_memory_utilization", type=float,
+                   default=0.9)  # fmt: skip
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--kv-cache-tokens", type=int, default=None, help="KV cache size in tokens (default 524288)")
     p.add_argument("--num-gpu-blocks-override", type=int, default=None, help="KV cache size in blocks (as vllm serve)")
@@ -121,6 +126,8 @@ def config_from_argv(argv: Sequence[str]) -> tuple[SimConfig, list[str]]:
         nccl_debug=os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"),
         gpu_bdfs=visible_bdfs(os.environ),
         p2p_disabled=os.environ.get("NCCL_P2P_DISABLE", "").strip().lower() in ("1", "true", "yes"),
+        flavour=a.flavour,
+        metrics_page=a.metrics_page,
     )
     return cfg, dropped
 

@@ -83,6 +83,10 @@ class SimConfig:
     """``--data-parallel-size``: engines (each with ``capacity`` slots and its own KV cache), labelled ``engine="i"``."""
     dev_mode: bool = False
     """``VLLM_SERVER_DEV_MODE=1``: serve ``/sleep``, ``/wake_up`` and ``/is_sleeping`` as vLLM does (404 otherwise)."""
+    flavour: str = "vllm"
+    """``vllm`` or ``sglang``: whose metric names, routes and process titles the server shows."""
+    metrics_page: str | None = None
+    """A file served verbatim as ``/metrics`` (a real captured page), instead of the simulated one."""
 
 
 @dataclass(slots=True, eq=False)

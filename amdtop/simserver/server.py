@@ -10,7 +10,7 @@ import secrets
 import time
 from typing import Any
 
-from amdtop.simserver import http
+from amdtop.simserver import http, sglang_flavour
 from amdtop.simserver.background import run_background
 from amdtop.simserver.engine import SimConfig, SimEngine, SimRequest
 from amdtop.simserver.logs import SimLog, rccl_init_lines
@@ -72,10 +72,15 @@ class SimServer:
         # vLLM's rule (entrypoints/serve/middleware): --api-key, else VLLM_API_KEY, guards the /v1 routes with
         # ``Authorization: Bearer``; /health and /metrics stay open.
         self.api_keys = tuple(k for k in (cfg.api_keys or (os.environ.get("VLLM_API_KEY", ""),)) if k)
+        if cfg.flavour == "sglang":
+            self.api_keys = cfg.api_keys  # SGLang reads its key from --api-key only
+        self._ranks: list[Any] = []
 
     async def start(self) -> None:
         """Bind, start the engine and log the vLLM start-up milestones."""
         cfg = self.cfg
+        if cfg.flavour == "sglang":
+            return await self._start_sglang()
         self.log.info("api_server.py:1", f"vLLM API server version 0.32.0 (simulated by amdtop), model {cfg.model}")
         self.log.info(
             "utils.py:286",
@@ -101,6 +106,27 @@ class SimServer:
         self.log.info("entry.py:140", f"Starting vLLM server on http://{cfg.host}:{cfg.port}")
         self.log.raw("INFO:     Application startup complete.")
 
+    async def _start_sglang(self) -> None:
+        """:meth:`start` as an SGLang server: its ranks, its log's start and ready lines (sglang's own wording, "The
+        server is fired up and ready to roll!", docs/platforms/amd_gpu.md), no vLLM lines."""
+        cfg = self.cfg
+        self.log.raw(f"[sglang simulated by amdtop] server_args=model_path={cfg.model!r}, tp_size={cfg.tp}, "
+                     f"dp_size={cfg.dp}, port={cfg.port}")  # fmt: skip
+        if cfg.nccl_debug:
+            for line in rccl_init_lines(cfg.tp, os.getpid(), bdfs=cfg.gpu_bdfs, p2p=not cfg.p2p_disabled):
+                self.log.raw(line)
+        for engine in self.engines:
+            engine.start()
+        self._ranks = sglang_flavour.spawn_ranks(cfg)
+        if cfg.background_load:
+            loop = asyncio.get_running_loop()
+            share = max(1, cfg.background_load // len(self.engines))
+            self._backgrounds = [loop.create_task(run_background(e, share)) for e in self.engines]
+            self._background = self._backgrounds[0]
+        self._server = await asyncio.start_server(self._conn, cfg.host, cfg.port, limit=1 << 20)
+        self.log.raw(f"INFO:     Uvicorn running on http://{cfg.host}:{cfg.port} (Press CTRL+C to quit)")
+        self.log.raw("The server is fired up and ready to roll!")
+
     async def serve_forever(self) -> None:
         """Run until cancelled, logging engine stats every 10 s while busy."""
         assert self._server is not None
@@ -114,6 +140,11 @@ class SimServer:
                 task.cancel()
             for engine in self.engines:
                 await engine.stop()
+            for rank in self._ranks:
+                rank.terminate()
+            for rank in self._ranks:
+                with contextlib.suppress(Exception):
+                    rank.wait(timeout=5)
             self.log.info("launcher.py:1", "[shutdown] API server: shutdown triggered")
             self.log.close()
 
@@ -122,7 +153,17 @@ class SimServer:
         now, e = time.monotonic(), self.engine
         dp, dg = e.prompt_tokens_total - p0, e.generation_tokens_total - g0
         self._last_stats = (now, e.prompt_tokens_total, e.generation_tokens_total)
-        if dp or dg or e.running or e.waiting:
+        if (dp or dg or e.running or e.waiting) and self.cfg.flavour == "sglang":
+            # SGLang's scheduler line (its wording, e.g. sgl-project/sglang#11854's log: "Decode batch. #running-req:
+            # 32, #token: 157952, token usage: 0.21, ..., gen throughput (token/s): 693.45, #queue-req: 0")
+            dt = max(1e-9, now - t0)
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            self.log.raw(
+                f"[{stamp}] Decode batch. #running-req: {len(e.running)}, "
+                f"#token: {round(e.kv_usage() * self.cfg.kv_cache_tokens)}, token usage: {e.kv_usage():.2f}, "
+                f"gen throughput (token/s): {dg / dt:.2f}, #queue-req: {len(e.waiting)}"
+            )
+        elif dp or dg or e.running or e.waiting:
             dt = max(1e-9, now - t0)
             self.log.info(
                 "loggers.py:335",
@@ -159,6 +200,12 @@ class SimServer:
                 return await self._send(w, http.json_response(401, {"error": "Unauthorized"}), 401)
         if get and path == "/health":
             return await self._send(w, http.response_bytes(200, b""), 200)
+        if (
+            cfg.flavour == "sglang"
+            and get
+            and path in ("/metrics", "/get_model_info", "/model_info", "/load", "/version")
+        ):
+            return await self._sglang_route(path, w)
         if get and path == "/version":
             return await self._send(w, http.json_response(200, {"version": "0.32.0"}), 200)
         if get and path == "/load":
@@ -200,6 +247,18 @@ class SimServer:
         if path in ("/v1/completions", "/v1/chat/completions"):
             return await self._generate(req, doc, w, chat=path.endswith("chat/completions"))
         return await self._send(w, self._error(404, "Not Found"), 404)
+
+    async def _sglang_route(self, path: str, w: asyncio.StreamWriter) -> int:
+        if path == "/metrics":
+            if self.cfg.metrics_page is not None:
+                with open(self.cfg.metrics_page, "rb") as f:
+                    body = f.read()
+            else:
+                body = sglang_flavour.render(self.engines).encode()
+            return await self._send(w, http.response_bytes(200, body, "text/plain; version=0.0.4; charset=utf-8"), 200)
+        if path in ("/model_info", "/get_model_info"):
+            return await self._send(w, http.json_response(200, sglang_flavour.model_info(self.cfg)), 200)
+        return await self._send(w, self._error(404, "Not Found"), 404)  # vLLM's /load and /version
 
     async def _sleep_route(self, req: http.HttpRequest, w: asyncio.StreamWriter) -> int:
         # vLLM's dev-mode endpoints (vllm/entrypoints/serve/dev): POST /sleep?level=N, POST /wake_up, GET /is_sleeping.

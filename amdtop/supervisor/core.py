@@ -230,9 +230,7 @@ class Supervisor:
     def _gate_check(self, profile: Profile, force: bool, action: str, own: Iterable[int] = ()) -> None:
         """The launch gate (amdtop.audit.gate), from this one place; the reasons ``force`` overrode are recorded."""
         if self.gate is not None:
-            from amdtop.audit.gate import enforce as enforce_gate  # the audit imports the supervisor's profiles
-
-            self._forced[profile.name] = enforce_gate(self.gate, profile, own, force, action)
+            self._forced[profile.name] = self.gate.enforce(profile, own, force, action)
 
     def _numa_for(self, profile: Profile) -> int | None:
         node = resolve_numa(profile, self.topology)
@@ -336,17 +334,19 @@ class Supervisor:
         with self.store.lock(name):
             recovery = self._recover(name, procs.scan())
             old = recovery.record
-            own = (
-                set()
-                if old is None
-                else procs.members(
-                    pgid=old.pgid, start_ticks=old.start_ticks, marker=f"{name}:{old.launch_id}", known=old.known
-                )
-            )
+            own = self._own_pids(name, old)
             self._gate_check(profile, force, "restart", own)
             self._stop(name, profile, grace, recovery)
             self._start(profile, restarts=(old.restarts + 1) if old else 0)
         return self.status_one(name)
+
+    def _own_pids(self, name: str, old: WorkerRecord | None) -> set[int]:
+        """The live processes of ``name``'s recorded run (the gate never counts a worker's own ranks against it)."""
+        if old is None:
+            return set()
+        return procs.members(
+            pgid=old.pgid, start_ticks=old.start_ticks, marker=f"{name}:{old.launch_id}", known=old.known
+        )
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
         """The human diff of ``changes`` to ``name``'s profile; validates them (InputError), writes nothing."""
@@ -373,6 +373,10 @@ class Supervisor:
         validate_profiles(profiles, self.topology)
         # Every check the restart would make comes before the write: a refused retune leaves the file as it was.
         self._check_restartable(name, profiles)
+        if self.gate is not None and self.status_one(name).state is not WorkerState.STOPPED:
+            # The launch gate too (GateRefused unless force): `audit --fix --yes` goes through here as well.
+            changed = next(p for p in profiles if p.name == name)
+            self._gate_check(changed, force, "restart", self._own_pids(name, self.record(name)))
         write_profile_file(self.config, tomlkit.dumps(doc))
         self._doc, self._profiles = doc, profiles
         self._share_keys()

@@ -30,15 +30,33 @@ _DEMO_WORKERS = (
 # A data/expert-parallel MoE deployment on all 8 GPUs: DP=2 x TP=4 (two TP groups, 0-3 and 4-7, one per NUMA node),
 # off the default demo (it takes every GPU): AMDTOP_DEMO_LAYOUT=dp amdtop --demo.
 _DP_DEMO_WORKERS = (("deepseek-moe", "deepseek-ai/DeepSeek-V2-Lite-Chat", (0, 1, 2, 3, 4, 5, 6, 7), 64, 40.0, 150),)
-DP_DEMO_ARGS = {"deepseek-moe": 'data-parallel-size = 2\nenable-expert-parallel = true\nnuma-bind = true\n'}
+DP_DEMO_ARGS = {"deepseek-moe": "data-parallel-size = 2\nenable-expert-parallel = true\nnuma-bind = true\n"}
 """Extra ``[worker.args]`` lines of the DP demo (``numa-bind``: vLLM pins each rank to its own GPU's node)."""
+# An SGLang server beside the default three on the GPU they leave free, off the default demo (a fourth row in the
+# Workers pane): AMDTOP_DEMO_LAYOUT=sglang amdtop --demo. It runs the simulated server in SGLang's flavour (its metric
+# names, routes and process titles: amdtop.simserver.sglang_flavour).
+_SGLANG_DEMO_WORKERS = (("sglang-qwen", "Qwen/Qwen2.5-7B-Instruct", (7,), 32, 80.0, 70),)
 DEMO_LAYOUT_ENV = "AMDTOP_DEMO_LAYOUT"
-"""``dp`` picks the data-parallel demo (its own profile file), anything else the default one."""
+"""``dp`` picks the data-parallel demo, ``sglang`` the default one plus an SGLang worker (each its own profile
+file), anything else the default one."""
 
 
 def demo_layout(env: Mapping[str, str]) -> str:
-    """``dp`` or ``default`` from :data:`DEMO_LAYOUT_ENV`."""
-    return "dp" if env.get(DEMO_LAYOUT_ENV, "").strip().lower() == "dp" else "default"
+    """``dp``, ``sglang`` or ``default`` from :data:`DEMO_LAYOUT_ENV`."""
+    value = env.get(DEMO_LAYOUT_ENV, "").strip().lower()
+    return value if value in ("dp", "sglang") else "default"
+
+
+def _sglang_worker_text(
+    name: str, model: str, gpus: tuple[int, ...], port: int, cap: int, tps: float, ttft: int
+) -> str:
+    cmd = ", ".join(f'"{c}"' for c in (sys.executable, "-m", "amdtop.simserver", "--flavour", "sglang"))
+    return (
+        f'\n[[worker]]\nname = "{name}"\nengine = "sglang"\nmodel = "{model}"\ngpus = {list(gpus)}\n'
+        f'numa_node = "auto"\nport = {port}\ncommand = [{cmd}]\n'
+        f"[worker.args]\nmax-running-requests = {cap * 2}\nmem-fraction-static = 0.85\n"
+        f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\nbackground-load = {int(cap * 0.8)}\n"
+    )
 
 
 def demo_profiles_text(topology: Topology, port_base: int, layout: str = "default") -> str:
@@ -50,8 +68,14 @@ def demo_profiles_text(topology: Topology, port_base: int, layout: str = "defaul
     # The simulated servers print RCCL bus ids of the devices they are given: on a partitioned node those are
     # partitions, so each server is told the node's mode.
     mode_env = f'{PARTITION_ENV} = "{next(iter(modes))}"\n' if len(modes) == 1 else ""
-    workers = _DP_DEMO_WORKERS if layout == "dp" else _DEMO_WORKERS
+    workers: tuple[tuple[str, str, tuple[int, ...], int, float, int], ...] = (
+        _DP_DEMO_WORKERS if layout == "dp" else _DEMO_WORKERS + (_SGLANG_DEMO_WORKERS if layout == "sglang" else ())
+    )
     for i, (name, model, gpus, cap, tps, ttft) in enumerate(workers):
+        if (name, model, gpus, cap, tps, ttft) in _SGLANG_DEMO_WORKERS:
+            if set(gpus) <= known:
+                parts.append(_sglang_worker_text(name, model, gpus, port_base + i, cap, tps, ttft))
+            continue
         if not set(gpus) <= known:
             continue
         cmd = ", ".join(f'"{c}"' for c in (sys.executable, "-m", "amdtop.simserver"))
@@ -61,7 +85,7 @@ def demo_profiles_text(topology: Topology, port_base: int, layout: str = "defaul
             f"[worker.args]\nmax-num-seqs = {cap * 2}\ngpu-memory-utilization = 0.9\n"
             f"capacity = {cap}\ntokens-per-s = {tps}\nttft-ms = {ttft}\nbackground-load = {int(cap * 0.8)}\n"
             + DP_DEMO_ARGS.get(name, "")
-            + 
+            +
             # RCCL init output in the log, as NCCL_DEBUG=INFO gives; one group with P2P off shows a transport fallback
             # (SHM/direct between GPUs the topology links by XGMI) in the Logs and TP groups panes.
             '[worker.env]\nNCCL_DEBUG = "INFO"\n'
@@ -109,7 +133,9 @@ def feed_demand(
         profile = by_name.get(st.name)
         if profile is None:
             continue
-        mem_frac = _number(profile, "gpu-memory-utilization", 0.9)
+        mem_frac = _number(
+            profile, "mem-fraction-static" if profile.engine == "sglang" else "gpu-memory-utilization", 0.9
+        )
         capacity = max(1.0, _number(profile, "capacity", 64))
         per_group: dict[int, float] = {}
         if st.state is WorkerState.ASLEEP:

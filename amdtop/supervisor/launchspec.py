@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdtop.errors import InputError
+from amdtop.supervisor.engines import sglang_serve_args, uses_own_numa_binding
 from amdtop.supervisor.profiles import ArgValue, Profile
 from amdtop.sysread import read_text
-from amdtop.vllm_numa import uses_vllm_numa_binding
 
 MARKER_ENV = "AMDTOP_WORKER"
 """Environment marker inherited by every process of a worker: ``<name>:<launch-id>``."""
@@ -48,7 +48,8 @@ def systemd_usable() -> bool:
     return Path("/run/systemd/system").is_dir() and shutil.which("systemd-run") is not None
 
 
-def _flag(key: str, value: ArgValue) -> list[str]:
+def flag_args(key: str, value: ArgValue) -> list[str]:
+    """``--key value`` (``--key`` for true, nothing for false, ``--key v1 v2`` for a list)."""
     if value is True:
         return [f"--{key}"]
     if value is False:
@@ -64,12 +65,15 @@ LOAD_TRACKING = "enable-server-load-tracking"
 
 def tracks_load(profile: Profile) -> bool:
     """Whether the worker runs with :data:`LOAD_TRACKING`: by default, or set true; a profile turns it off with
-    ``false`` (a vLLM before 0.8)."""
-    return profile.arg(LOAD_TRACKING) in (None, True)
+    ``false`` (a vLLM before 0.8). SGLang has no such flag (nor ``GET /load``)."""
+    return profile.engine == "vllm" and profile.arg(LOAD_TRACKING) in (None, True)
 
 
 def serve_args(profile: Profile) -> list[str]:
-    """``command`` + model + TP size + port + host + the profile's args (in file order)."""
+    """``command`` + model + TP size + port + host + the profile's args (in file order); SGLang's in
+    :func:`amdtop.supervisor.engines.sglang_serve_args`."""
+    if profile.engine == "sglang":
+        return sglang_serve_args(profile)
     argv = [
         *profile.command,
         profile.model,
@@ -88,7 +92,7 @@ def serve_args(profile: Profile) -> list[str]:
     for key, value in profile.args:
         if key == "tensor-parallel-size" or (key == "api-key" and len(profile.api_keys) == 1):
             continue  # one API key travels in the environment (build_env); vLLM reads several only from argv
-        argv += _flag(key, value)
+        argv += flag_args(key, value)
     return argv
 
 
@@ -97,9 +101,12 @@ def build_argv(profile: Profile, numa_node: int | None, *, scope_unit: str | Non
     argv: list[str] = []
     if scope_unit is not None:
         argv += ["systemd-run", "--scope", "--quiet", "--collect", f"--unit={scope_unit}", "--"]
-    if numa_node is not None and not uses_vllm_numa_binding(profile.args):
+    if numa_node is not None and not uses_own_numa_binding(profile.engine, profile.args):
         argv += ["numactl", f"--cpunodebind={numa_node}", f"--membind={numa_node}"]
     return argv + serve_args(profile)
+
+
+FAULT_HANDLER_ENV = "PYTHONFAULTHANDLER"
 
 
 def build_env(
@@ -129,7 +136,7 @@ def build_env(
         raise InputError(
             f"worker[{profile.name}].env.{other}: differs from {var}; set only one of them or make them match"
         )
-    if len(profile.api_keys) == 1:
+    if len(profile.api_keys) == 1 and profile.engine == "vllm":  # SGLang reads its key from argv only
         key = profile.api_keys[0]
         if own.get(API_KEY_ENV, key) != key:
             raise InputError(
@@ -140,6 +147,9 @@ def build_env(
     if state_dir is not None:
         env[STATE_ENV] = state_dir
     env[URL_ENV] = profile.url
+    # A rank that dies of SIGSEGV/SIGBUS/SIGABRT/SIGFPE/SIGILL prints the signal and its Python stacks into its log
+    # (faulthandler acts on those signals only), so the log names the crash; a value the profile or the caller set wins.
+    env.setdefault(FAULT_HANDLER_ENV, "1")
     return env
 
 

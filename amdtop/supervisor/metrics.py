@@ -28,6 +28,7 @@ class EngineMeter:
         self._clock = clock
         self._last: dict[str, tuple[float, float]] = {}
         self._rate: dict[str, float | None] = {}
+        self._hist: dict[str, tuple[float, float]] = {}
 
     def _rate_of(self, engine: str, total: float, now: float) -> float | None:
         last = self._last.get(engine)
@@ -45,6 +46,8 @@ class EngineMeter:
     def update_scrape(self, page: Scrape) -> EngineStats:
         """:meth:`update` for a page already read."""
         now = self._clock()
+        if page.engine_kind == "sglang":
+            return self._sglang(page, now)
         gen = page.by_engine("generation_tokens")
         running, waiting = page.by_engine("running"), page.by_engine("waiting")
         kv, sleep = page.by_engine("kv_cache_usage"), page.sleep_levels()
@@ -81,12 +84,68 @@ class EngineMeter:
             gen_tokens_total=page.total("generation_tokens"),
             requests_finished=page.total("requests_finished"),
             requests_started=page.total("ttft", "_count"),
+            cache_hit_rate=_ratio(page.total("prefix_cache_hits"), page.total("prefix_cache_queries")),
+            ttft_mean_s=self._mean(page, "ttft"),
+            itl_mean_s=self._mean(page, "inter_token_latency"),
+        )
+
+    def _mean(self, page: Scrape, key: str) -> float | None:
+        """Mean of histogram ``key`` over the observations since the previous scrape (since start on the first, or
+        when none came in between: the last known mean beats a blank)."""
+        total, count = page.total(key, "_sum"), page.total(key, "_count")
+        if total is None or not count:
+            return None
+        last = self._hist.get(key)
+        self._hist[key] = (total, count)
+        if last is not None and count > last[1] and total >= last[0]:
+            return (total - last[0]) / (count - last[1])
+        return total / count
+
+    def _sglang(self, page: Scrape, now: float) -> EngineStats:
+        """:meth:`update_scrape` for an SGLang page: the scheduler's gauges per DP rank, the tokenizer's counters for
+        the whole server. Per rank, tokens/s is SGLang's ``gen_throughput`` gauge, read as 0 while the rank runs nothing
+        (the gauge keeps its last value when idle: sgl-project/sglang#4244); the worker's is the counter's rate once two
+        scrapes are seen, the sum of the ranks' gauges before."""
+        running, waiting = page.by_engine("running"), page.by_engine("waiting")
+        kv, gauge = page.by_engine("kv_cache_usage"), page.by_name("sglang:gen_throughput")
+        hit = page.by_name("sglang:cache_hit_rate")
+        engines = []
+        rates: list[float] = []
+        for engine in page.engines():
+            rate = gauge.get(engine)
+            if rate is not None and running.get(engine) == 0:
+                rate = 0.0
+            if rate is not None:
+                rates.append(rate)
+            engines.append(EngineSample(engine, running.get(engine), waiting.get(engine), kv.get(engine), rate))
+        gen_total = page.total("generation_tokens")
+        counted = self._rate_of("*", gen_total, now) if gen_total is not None else None
+        # SGLang's first page reported the hit rate in percent (sgl-project/sglang#1461): a fraction is <= 1.
+        hits = [v / 100.0 if v > 1.0 else v for v in hit.values()]
+        return EngineStats(
+            running=sum(running.values()) if running else None,
+            waiting=sum(waiting.values()) if waiting else None,
+            kv_cache_usage=max(kv.values()) if kv else None,
+            gen_tokens_per_s=counted if counted is not None else (sum(rates) if rates else None),
+            engines=tuple(engines),
+            gen_tokens_total=gen_total,
+            requests_finished=page.total("requests_finished"),
+            requests_started=page.total("ttft", "_count"),
+            cache_hit_rate=max(hits) if hits else None,
+            ttft_mean_s=self._mean(page, "ttft"),
+            itl_mean_s=self._mean(page, "inter_token_latency"),
+            kind="sglang",
         )
 
     def reset(self) -> None:
         """Forget the previous scrape (after a restart)."""
         self._last.clear()
         self._rate.clear()
+        self._hist.clear()
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or not den else num / den
 
 
 def bearer(key: str | None) -> dict[str, str]:
@@ -130,6 +189,11 @@ class Prober:
     def health(self, url: str) -> int | None:
         """HTTP status of ``/health``; ``None`` when refused or timed out (normal while vLLM loads)."""
         got = self._get(url, "/health")
+        return None if got is None else got[0]
+
+    def status(self, url: str, path: str) -> int | None:
+        """HTTP status of ``GET path``; ``None`` when refused or timed out."""
+        got = self._get(url, path)
         return None if got is None else got[0]
 
     def scrape(self, name: str, url: str) -> EngineStats | None:

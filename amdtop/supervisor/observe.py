@@ -31,7 +31,19 @@ def profile_numa(profile: Profile, topology: Topology) -> int | None:
 
 def profile_layout(profile: Profile | None, n_gpus: int) -> WorkerLayout | None:
     """The DP/TP layout the profile's flags give (``None`` for no profile)."""
-    return None if profile is None else layout_from_args(dict(profile.args), n_gpus)
+    if profile is None:
+        return None
+    return profile.layout if profile.engine == "sglang" else layout_from_args(dict(profile.args), n_gpus)
+
+
+def sglang_ready(prober: Prober, url: str) -> int | None:
+    """An SGLang server's readiness: ``GET /model_info`` (``/get_model_info`` before 0.5.2x, deprecated since).
+
+    Not ``/health``: SGLang's generates one token when idle and answers no sooner than a second (sglang 0.5.23
+    ``http_server.py`` ``health_generate``: ``await asyncio.sleep(1)`` before its first check), past the prober's
+    timeout, and 503 while the server warms up, which the vLLM path reads as a crash."""
+    code = prober.status(url, "/model_info")
+    return prober.status(url, "/get_model_info") if code == 404 else code
 
 
 def _asleep(prober: Prober, url: str, engine: EngineStats | None, profile: Profile | None) -> bool:
@@ -76,6 +88,7 @@ def observe(
             log=str(store.log_path(name)),
             note=note,
             layout=profile_layout(profile, len(profile.gpus) if profile else 0),
+            engine_kind=profile.engine if profile else "vllm",
         )
     marker = f"{name}:{rec.launch_id}"
     pids = procs.members(
@@ -90,7 +103,10 @@ def observe(
     elif not leader:
         state = WorkerState.STOPPED if rec.stopped or (rec.stopping and not pids) else WorkerState.CRASHED
     else:
-        code = prober.health(rec.url)
+        if profile is not None and profile.engine == "sglang":
+            code = sglang_ready(prober, rec.url)
+        else:
+            code = prober.health(rec.url)
         if code == 200:
             state = WorkerState.READY
             if not rec.ready_seen:
@@ -180,6 +196,8 @@ def observe(
         ranks=ranks,
         health=health,
         error_line=error,
+        # The profile says which engine it launches; a worker that left the file is known by its page.
+        engine_kind=profile.engine if profile is not None else (engine.kind if engine is not None else "vllm"),
     )
 
 

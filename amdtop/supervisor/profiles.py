@@ -13,14 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from amdtop import sglang_procs
 from amdtop.cpulist import format_cpulist
 from amdtop.errors import InputError
 from amdtop.hip_devices import device_indices, device_numa
 from amdtop.layout import WorkerLayout, layout_from_args
 from amdtop.model import Topology
+from amdtop.supervisor.engines import (
+    DEFAULT_COMMAND,
+    ENGINES,
+    canonical_sglang_args,
+    check_sglang_args,
+    uses_own_numa_binding,
+)
 from amdtop.supervisor.parallel_args import check_parallel_args
 from amdtop.supervisor.retune import check_arg_value
-from amdtop.vllm_numa import uses_vllm_numa_binding
 
 if TYPE_CHECKING:
     import tomlkit
@@ -28,7 +35,7 @@ if TYPE_CHECKING:
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
 """A ``vllm serve`` flag value: scalar, ``true`` (bare flag) or a list (repeated values)."""
 
-_TOP_KEYS = {"name", "model", "gpus", "numa_node", "port", "command", "args", "env", "host", "stop_grace_s"}
+_TOP_KEYS = {"name", "model", "gpus", "numa_node", "port", "command", "args", "env", "host", "stop_grace_s", "engine"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,9 @@ class Profile:
     """Bind address (``--host``), from ``host`` or ``args.host``."""
     stop_grace_s: float | None = None
     """SIGTERM-to-SIGKILL grace for this worker; ``None`` uses the supervisor default."""
+    engine: str = "vllm"
+    """The serving engine: ``vllm`` (``vllm serve``) or ``sglang`` (``python -m sglang.launch_server``); ``args`` are
+    that engine's flags."""
 
     def arg(self, key: str) -> ArgValue | None:
         """Value of flag ``key`` (without dashes), ``None`` when absent."""
@@ -79,7 +89,16 @@ class Profile:
     @property
     def layout(self) -> WorkerLayout:
         """DP/TP/PP sizes, expert parallel and API server count from the args (TP defaults to GPUs / (DP x PP))."""
+        if self.engine == "sglang":
+            return sglang_procs.layout_from_args(canonical_sglang_args(dict(self.args)), len(self.gpus))
         return layout_from_args(dict(self.args), len(self.gpus))
+
+    @property
+    def tp_arg(self) -> ArgValue | None:
+        """The TP size the args give (``tensor-parallel-size``; SGLang's ``tp-size`` or an alias), ``None`` when absent."""
+        if self.engine == "sglang":
+            return canonical_sglang_args(dict(self.args)).get("tp-size")  # type: ignore[return-value]
+        return self.arg("tensor-parallel-size")
 
     @property
     def url(self) -> str:
@@ -131,7 +150,12 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
     port = raw.get("port")
     if not _int(port) or not 1 <= port <= 65535:
         raise InputError(f"{_field(name, 'port')}: missing or not a port number; set port = 1..65535")
-    command = raw.get("command", ["vllm", "serve"])
+    engine = raw.get("engine", "vllm")
+    if engine not in ENGINES:
+        raise InputError(
+            f'{_field(name, "engine")}: {engine!r} is not an engine amdtop launches; use "vllm" or "sglang"'
+        )
+    command = raw.get("command", list(DEFAULT_COMMAND[engine]))
     if not isinstance(command, list) or not command or not all(isinstance(c, str) and c for c in command):
         raise InputError(f'{_field(name, "command")}: must be a non-empty list of strings; e.g. ["vllm", "serve"]')
     args_raw = raw.get("args", {})
@@ -172,10 +196,13 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
             f"{_field(name, 'stop_grace_s')}: {grace!r} is not a number of seconds in 0..{MAX_STOP_GRACE_S:g} "
             "(a week); e.g. 30"
         )
-    tp = dict(args).get("tensor-parallel-size")
-    if tp is not None and not (_int(tp) and tp >= 1):
-        raise InputError(f"{_field(name, 'args.tensor-parallel-size')}: must be a positive integer; e.g. 2")
-    check_parallel_args(name, dict(args), len(gpus))
+    if engine == "sglang":
+        check_sglang_args(name, dict(args), len(gpus))
+    else:
+        tp = dict(args).get("tensor-parallel-size")
+        if tp is not None and not (_int(tp) and tp >= 1):
+            raise InputError(f"{_field(name, 'args.tensor-parallel-size')}: must be a positive integer; e.g. 2")
+        check_parallel_args(name, dict(args), len(gpus))
     return Profile(
         name=name,
         model=model,
@@ -187,6 +214,7 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
         env=env,
         host=host,
         stop_grace_s=None if grace is None else float(grace),
+        engine=engine,
     )
 
 
@@ -282,8 +310,9 @@ def attention_heads(model: str) -> int | None:
 def resolve_numa(profile: Profile, topology: Topology) -> int | None:
     """The NUMA node to pin to (``None``: no pinning), validated against ``topology``."""
     nodes = sorted(n.id for n in topology.numa_nodes)
-    if profile.numa_node == "none" or uses_vllm_numa_binding(profile.args):
-        return None  # vLLM's --numa-bind pins each rank to its own GPU's node: no outer numactl, no span error
+    if profile.numa_node == "none" or uses_own_numa_binding(profile.engine, profile.args):
+        # vLLM's --numa-bind (SGLang's --numa-node) pins each rank to its own GPU's node: no outer numactl, no span error
+        return None
     if profile.numa_node == "auto":
         if not profile.gpus:
             return None
@@ -323,16 +352,23 @@ def validate_profiles(profiles: Sequence[Profile], topology: Topology) -> None:
             gpu_owner[g] = p.name
         if len(set(p.gpus)) != len(p.gpus):
             raise InputError(f"{_field(p.name, 'gpus')}: a GPU is listed twice; list each GPU once")
-        tp = p.arg("tensor-parallel-size")
+        tp = p.tp_arg
+        tp_key = "tp-size" if p.engine == "sglang" else "tensor-parallel-size"
         if p.gpus and tp is not None and p.layout.gpus_needed != len(p.gpus):
             raise InputError(
-                f"{_field(p.name, 'args.tensor-parallel-size')}: {tp} does not match the {len(p.gpus)} GPUs listed; "
+                f"{_field(p.name, 'args.' + tp_key)}: {tp} does not match the {len(p.gpus)} GPUs listed; "
                 f"drop it or list {p.layout.gpus_needed} GPUs"
             )
         heads = attention_heads(p.model)
-        if heads is not None and heads % p.tp_size:
+        # SGLang's DP attention splits the heads over tp / dp ranks only (each DP rank's attention is its own TP group)
+        attn_tp = (
+            p.tp_size // sglang_procs.attention_dp(canonical_sglang_args(dict(p.args)))
+            if p.engine == "sglang"
+            else p.tp_size
+        )
+        if heads is not None and heads % max(1, attn_tp):
             raise InputError(
-                f"{_field(p.name, 'gpus')}: tensor-parallel size {p.tp_size} does not divide the model's {heads} "
+                f"{_field(p.name, 'gpus')}: tensor-parallel size {attn_tp} does not divide the model's {heads} "
                 f"attention heads; use a TP size that divides {heads}"
             )
         resolve_numa(p, topology)

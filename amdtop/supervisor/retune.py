@@ -34,8 +34,21 @@ ARG_KEYS: dict[str, type] = {
     "disable-custom-all-reduce": bool,
 }
 """Retunable ``vllm serve`` flags and their value types."""
+SGLANG_ARG_KEYS: dict[str, type] = {
+    "mem-fraction-static": float,
+    "max-running-requests": int,
+    "chunked-prefill-size": int,
+    "cuda-graph-max-bs": int,
+}
+"""Retunable ``sglang.launch_server`` flags (sglang 0.5.23 ``srt/arg_groups/fields/schedule.py``, ``exec_.py``)."""
+ENGINE_ARG_KEYS: dict[str, frozenset[str]] = {"vllm": frozenset(ARG_KEYS), "sglang": frozenset(SGLANG_ARG_KEYS)}
+"""Which flags each engine takes: a retune of the other engine's flag would start a server that refuses it."""
+ARG_KEYS = {**ARG_KEYS, **SGLANG_ARG_KEYS}
 RETUNE_KEYS = (*ARG_KEYS, "numa_node", "env.NAME")
 INT_LIMITS: dict[str, tuple[int, int]] = {
+    "max-running-requests": (1, 65536),
+    "chunked-prefill-size": (-1, 2**31 - 1),
+    "cuda-graph-max-bs": (1, 4096),
     "max-num-seqs": (1, 65536),
     "max-model-len": (1, 2**31 - 1),
     "block-size": (1, 4096),
@@ -95,16 +108,26 @@ def check_arg_value(name: str, key: str, value: object, text: str | None = None)
     shown = text if text is not None else repr(value)
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"{field}: {shown!r} is not a finite number; e.g. {key}=0.9")
-    if key == "gpu-memory-utilization":
+    if key in ("gpu-memory-utilization", "mem-fraction-static"):
         if not 0.0 < value <= 1.0:
-            raise InputError(f"{field}: {shown} is outside (0, 1]; e.g. gpu-memory-utilization=0.9")
+            raise InputError(f"{field}: {shown} is outside (0, 1]; e.g. {key}=0.9")
         return
+    if key == "chunked-prefill-size" and value == 0:
+        # SGLang: "Setting this to -1 means disabling chunked prefill"; 0 is neither a chunk nor that
+        raise InputError(f"{field}: 0 is not a chunk size; give a token count (e.g. 8192) or -1 to disable it")
     lo, hi = INT_LIMITS[key]
     if not lo <= value <= hi:
         raise InputError(f"{field}: {shown} is outside {lo}..{hi}; e.g. {key}={16 if key == 'block-size' else 64}")
     # vLLM 0.33 takes any block_size > 0 (CacheConfig), but its attention backends need powers of two.
     if key == "block-size" and int(value) & (int(value) - 1):
         raise InputError(f"{field}: {shown} is not a power of two; e.g. block-size=16")
+
+
+def check_engine_key(name: str, engine: str, key: str) -> None:
+    """InputError when flag ``key`` is the other engine's (``mem-fraction-static`` on a vLLM worker...)."""
+    if key in ARG_KEYS and key not in ENGINE_ARG_KEYS.get(engine, ENGINE_ARG_KEYS["vllm"]):
+        own = ", ".join(k for k in ARG_KEYS if k in ENGINE_ARG_KEYS.get(engine, frozenset()))
+        raise InputError(f"worker[{name}].{key}: not a flag of {engine}, which this worker runs; use one of {own}")
 
 
 def _worker_table(doc: tomlkit.TOMLDocument, name: str) -> Any:
@@ -183,6 +206,7 @@ def apply_changes(doc: tomlkit.TOMLDocument, name: str, changes: Mapping[str, st
     out: list[tuple[str, Any, Any]] = []
     for raw_key, text in changes.items():
         key = normalise_key(name, raw_key)
+        check_engine_key(name, str(tbl.get("engine", "vllm")), key)
         old = _current(tbl, key)
         old = old.unwrap() if isinstance(old, Item) else old
         if key.startswith("env."):

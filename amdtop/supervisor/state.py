@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError, InputError, os_reason
-from amdtop.private_files import DIR_MODE, FILE_MODE, private_opener
+from amdtop.private_files import DIR_MODE, FILE_MODE, own_file_opener
 from amdtop.secrets import mask_env as mask_env
 from amdtop.sysread import read_text
 
@@ -37,7 +37,7 @@ def make_dirs(path: Path) -> None:
 
 def open_log(path: Path) -> int:
     """Open a worker log for appending, created 0600 (an older, wider log is narrowed to 0600)."""
-    return private_opener(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    return own_file_opener(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +246,7 @@ class StateStore:
         """
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{name}.lock", "w", opener=private_opener)  # noqa: SIM115 - held across the yield
+            fh = open(self.dir / f".{name}.lock", "w", opener=own_file_opener)  # noqa: SIM115 - held across the yield
         except OSError:
             yield
             return
@@ -263,7 +263,7 @@ class StateStore:
         cannot be written: a status poll only learns, it never fails for that)."""
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{seen.name}.lock", "w", opener=private_opener)  # noqa: SIM115
+            fh = open(self.dir / f".{seen.name}.lock", "w", opener=own_file_opener)  # noqa: SIM115
         except OSError:
             return seen.with_(**changed)
         with fh:
@@ -289,7 +289,7 @@ class StateStore:
         record is used from memory then, and rebuilt again next time)."""
         try:
             make_dirs(self.dir)
-            fh = open(self.dir / f".{rec.name}.lock", "w", opener=private_opener)  # noqa: SIM115
+            fh = open(self.dir / f".{rec.name}.lock", "w", opener=own_file_opener)  # noqa: SIM115
         except OSError:
             return
         with fh:

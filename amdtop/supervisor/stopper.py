@@ -95,12 +95,14 @@ def log_since_launch(rec: WorkerRecord) -> str:
 
 
 def _remove_files(rec: WorkerRecord, mapped: set[str], *, shm_root: Path = procs.SHM_ROOT) -> set[str]:
-    """Delete what is provably this launch's: segments its processes mapped (read from procfs before the kill) and
-    ``vllm_dist_<id>`` files for ids its log named. Segments a state file lists count only when nobody maps them now;
+    """Delete what is provably this launch's: segments its processes mapped (read from procfs before the kill),
+    ``vllm_dist_<id>`` files for ids its log named, and SGLang's segments stamped with one of its processes' pids. Segments a state file lists count only when nobody maps them now;
     every path must pass :func:`procs.removable` (vLLM's names, directly in /dev/shm, ours, not older than the launch).
     """
     ids = procs.dist_ids_in(log_since_launch(rec))
-    candidates = set(mapped) | procs.shm_for_ids(ids, shm_root)
+    candidates = (
+        set(mapped) | procs.shm_for_ids(ids, shm_root) | procs.shm_for_pids({p for p, _ in rec.known}, shm_root)
+    )
     recorded = {p for p in rec.shm if p not in candidates}
     busy = procs.shm_in_use() if recorded or candidates else set()
     candidates |= recorded

@@ -2,8 +2,8 @@
 
 One TP=2 start is shared by the module (a start costs ~40 s of both cores): SIGSTOP rank 1 -> ``health`` names rank 1
 within 15 s, ``worker_stalled`` (frame, ``snapshot --json --window``) within the window, both clear within 30 s of
-SIGCONT; SIGSTOP of EngineCore (no rank stopped) -> a progress stall (``engine_idle``/``collective_wait``); then SIGKILL
-rank 1 -> the crash names rank 1 and its signal. vLLM itself notices none of the stop:
+SIGCONT; SIGSTOP of EngineCore (no rank stopped) -> a progress stall (``engine_idle``/``collective_wait``); then SIGSEGV
+rank 1 -> the crash names rank 1, its signal and the lines it printed before (health and a log incident). vLLM itself notices none of the stop:
 ``/health`` stays 200 and its gauges read 0 (shared/reference/vllm.md section 12).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,7 +82,7 @@ def _stream_forever(url: str, stop: threading.Event, chunks: list[int]) -> None:
                     if stop.is_set():
                         return
         except httpx.HTTPError:
-            time.sleep(0.5)  # the server died (the SIGKILL test): try again until told to stop
+            time.sleep(0.5)  # the server died (the SIGSEGV test): try again until told to stop
 
 
 @pytest.fixture(scope="module")
@@ -229,10 +230,10 @@ def test_sigstop_enginecore_is_a_progress_stall(tp2: Tp2) -> None:
     _wait_tokens(tp2)
 
 
-def test_sigkill_rank1_crash_names_rank_and_signal(tp2: Tp2) -> None:
+def test_sigsegv_rank1_crash_names_rank_signal_and_lines_before(tp2: Tp2) -> None:
     _wait_tokens(tp2)
     rank1 = tp2.rank_pid(1)
-    os.kill(rank1, signal.SIGKILL)
+    os.kill(rank1, signal.SIGSEGV)
     deadline = time.monotonic() + 60
     st = tp2.status()
     while not (st.health is not None and st.health.verdict == "rank_dead" and st.error_line):
@@ -240,15 +241,36 @@ def test_sigkill_rank1_crash_names_rank_and_signal(tp2: Tp2) -> None:
         time.sleep(1.0)
         st = tp2.status()
     assert st.health is not None and (st.health.rank, st.health.pid) == (1, rank1)
-    # vLLM logs the exit code, or "None" when it logs before collecting the rank; the zombie amdtop saw says SIGKILL.
-    assert "rank 1 died (killed by SIGKILL)" in st.error_line
+    # vLLM logs the exit code, or "None" when it logs before collecting the rank; the zombie amdtop saw says SIGSEGV.
+    assert "rank 1 died (killed by SIGSEGV)" in st.error_line
     print(f"\nE2E {NAME}: {st.state.value}: {st.error_line}")
     done = tp2.cli("workers", "status", "--json")
     (row,) = [w for w in json.loads(done.stdout) if w["name"] == NAME]
     assert row["state"] == "crashed", row
     assert row["health"]["verdict"] == "rank_dead" and row["health"]["rank"] == 1 and row["health"]["pid"] == rank1
-    assert "rank 1 died (killed by SIGKILL)" in row["health"]["message"]
-    assert "rank 1 died (killed by SIGKILL)" in row["error_line"]
+    assert "rank 1 died (killed by SIGSEGV)" in row["health"]["message"]
+    # The log says it too, as one incident: the rank, its signal (faulthandler, which amdtop turns on for the workers
+    # it launches, printed it) and the lines rank 1 printed before it.
+    if os.environ.get("AMDTOP_E2E_KEEP_LOG"):
+        shutil.copy(tp2.state_dir / "logs" / f"{NAME}.log", os.environ["AMDTOP_E2E_KEEP_LOG"])
+    # The dashboard's pipeline (it follows the workers' logs) reads the same crash from the log, as one incident:
+    # the signal the dying rank's handler printed (tvm_ffi's "Segfault encountered", or faulthandler's, which amdtop
+    # turns on for its workers), its rank from vLLM's "VllmWorker-1 died" line, and the lines rank 1 printed before.
+    pipeline = NodePipeline(SimBackend(), tp2.supervisor, discover=False, follow_logs=True, workers_every_s=1.0)
+    try:
+        frame = pipeline.tick()
+        deadline = time.monotonic() + 30
+        while not any(i.kind == "worker_crashed" for i in frame.incidents):
+            assert time.monotonic() < deadline, f"no crash incident: {frame.incidents}"
+            time.sleep(1.0)
+            frame = pipeline.tick()
+    finally:
+        pipeline.close()
+    (crash,) = [i for i in frame.incidents if i.kind == "worker_crashed"]
+    print(f"\nE2E {NAME}: incident: {crash.summary}")
+    assert crash.worker == NAME and crash.signal == "SIGSEGV" and crash.ranks == (1,)
+    assert any("Segfault" in e or "Segmentation fault" in e for e in crash.evidence), crash.evidence
+    assert any(e.startswith("(Worker_TP1 ") for e in crash.evidence), crash.evidence  # rank 1's own lines before it
 
 
 def test_failed_launch_names_the_error_line(tmp_path: Path) -> None:

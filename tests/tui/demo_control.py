@@ -26,6 +26,7 @@ from amdtop.simserver.logs import rccl_init_lines
 from amdtop.supervisor.demo import demo_profiles_text, feed_demand
 from amdtop.supervisor.observe import profile_numa
 from amdtop.supervisor.profiles import Profile, profiles_from_document
+from amdtop.supervisor.retune import retune_words
 from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
 
 DEMO_PORT_BASE = 18080  # the Supervisor's default for the demo
@@ -137,8 +138,8 @@ class DemoControl:
                 engine=EngineStats(running=running, waiting=0.0,
                                    kv_cache_usage=running * (PROMPT_TOKENS + OUTPUT_TOKENS / 2) / KV_TOKENS,
                                    gen_tokens_per_s=round(running * _num(p, "tokens-per-s", 30.0)),
-                                   engines=engines, sleep_level=0 if engines else None),
-                simulated=True, layout=p.layout if not p.layout.is_plain else None,
+                                   engines=engines, sleep_level=0 if engines else None, kind=p.engine),
+                simulated=True, layout=p.layout if not p.layout.is_plain else None, engine_kind=p.engine,
             )  # fmt: skip
         if self.pid_base is not None:
             status = replace(status, pid=self.pid_base + self.names().index(name))
@@ -178,6 +179,14 @@ class DemoControl:
             if p.name == name:
                 return p
         raise InputError(f"worker[{name}]: no such worker")
+
+    def api_key(self, name: str) -> str | None:
+        """The demo profiles carry no key."""
+        return None
+
+    def profile_words(self, name: str) -> tuple[str, ...]:
+        """The retune dialog's words of ``name`` (secrets masked), as the node service gives them."""
+        return retune_words(self.profile(name))
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
         self._get(name)

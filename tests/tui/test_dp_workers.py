@@ -124,3 +124,24 @@ async def test_retune_dialog_checks_dp_against_the_gpus(tmp_path: Any) -> None:
             "retune moe: worker[moe].args.data-parallel-size: DP3xTP2 needs 6 GPUs"
         )
         assert cfg.read_text() == text
+
+
+async def test_sglang_worker_is_named_with_its_engine() -> None:
+    app = make_app(demo_layout="sglang")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _ready(pilot)
+        await pilot.press("5")
+        table = app.dashboard.query_one("#pane-workers", WorkersTable)
+        assert table.row_count == 4
+        assert str(table.get_row("w-sglang-qwen")[0]) == "sglang-qwen sglang"
+        assert str(table.get_row("w-llama-70b")[0]) == "llama-70b"  # vLLM, the default, is not named
+        assert str(table.get_row("w-sglang-qwen")[2]) == "7"
+
+
+def test_sglang_worker_beside_vllm_workers(snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _ready(pilot)
+        await pilot.press("5")
+        await pilot.pause()
+
+    assert snap_compare(make_app(demo_layout="sglang"), terminal_size=(200, 50), run_before=run_before)

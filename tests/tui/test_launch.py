@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from amdtop.cli.common import node_spec
 from amdtop.errors import NoGpuFound
+from amdtop.runtime.spec import NodeSpec
 from amdtop.telemetry.sim import SimBackend
 from tests.tui.conftest import make_app, settle
 from tui import launch
@@ -26,11 +28,12 @@ def _args(tmp_path: Path, **kw: Any) -> argparse.Namespace:
 def test_no_gpu_opens_sim_with_banner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from amdtop.runtime import node as runtime_node
 
-    def no_gpu(args: argparse.Namespace) -> Any:
+    def no_gpu(_spec: NodeSpec) -> Any:
         raise NoGpuFound("no GPU found")
 
-    monkeypatch.setattr(runtime_node, "open_from_args", no_gpu)
-    node = runtime_node.open_node(_args(tmp_path), ui=True)
+    monkeypatch.setattr(NodeSpec, "open_backend", no_gpu)
+    # an empty sysfs: no accelerator on the bus either (the host's own /sys may hold GPUs that a real backend missed)
+    node = runtime_node.open_node(node_spec(_args(tmp_path, sysfs_root=tmp_path)), ui=True)
     try:
         assert isinstance(node.backend, SimBackend) and node.demo is True
         assert node.notes[0] == "No GPU found — showing a simulated 8x MI300X node (--demo)"
@@ -42,7 +45,7 @@ def test_no_gpu_opens_sim_with_banner(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_demo_flag_opens_sim_without_banner(tmp_path: Path) -> None:
     from amdtop.runtime import open_node
 
-    node = open_node(_args(tmp_path, demo=True), ui=True)
+    node = open_node(node_spec(_args(tmp_path, demo=True)), ui=True)
     try:
         assert isinstance(node.backend, SimBackend) and node.demo is True
         assert launch.NO_GPU_BANNER not in node.notes
@@ -55,8 +58,8 @@ def test_real_backend_without_profiles_has_no_controller(tmp_path: Path, monkeyp
 
     backend = SimBackend()
     backend.name = "sysfs"  # stands in for a real backend: no demo workers, no profile file
-    monkeypatch.setattr(runtime_node, "open_from_args", lambda args: backend)
-    node = runtime_node.open_node(_args(tmp_path), ui=True)
+    monkeypatch.setattr(NodeSpec, "open_backend", lambda _spec: backend)
+    node = runtime_node.open_node(node_spec(_args(tmp_path)), ui=True)
     try:
         assert node.control is None and node.supervisor is None and node.notes == []
     finally:

@@ -52,11 +52,17 @@ async def test_lost_terminal_exits() -> None:
     assert not app.is_running
 
 
-async def test_a_frame_checks_the_terminal_once_a_second() -> None:
+async def test_a_frame_checks_the_terminal_once_a_second(monkeypatch: Any) -> None:
     # The tty watch rides on the frames (its own 1 s timer woke the app once more every second): a frame
     # checks at most once a second, and the first frame after an SSH drop exits.
+    import types
+
+    import tui.app
     from tui.messages import SnapshotReady
 
+    # The app's clock stands still unless the test moves it: five frames applied on a loaded CI machine can take
+    # more than a second of real time (seen once: two checks 1.3 s apart).
+    monkeypatch.setattr(tui.app, "time", types.SimpleNamespace(monotonic=lambda: 1000.0, time=time.time, strftime=time.strftime, gmtime=time.gmtime, localtime=time.localtime))
     app = make_app()
     app.watch_tty = True
     checks: list[float] = []

@@ -11,7 +11,7 @@ import pytest
 from amdtop.analysis import discover
 from amdtop.cli import main as cli_main
 from amdtop.model import WorkerState, WorkerStatus
-from amdtop.runtime import node as runtime_node
+from amdtop.runtime.spec import NodeSpec
 from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
 
 
@@ -20,7 +20,7 @@ def test_snapshot_json_flags_imbalance_of_discovered_worker(monkeypatch: pytest.
     sim.name = "fake"  # a real-backend stand-in: discovery runs
     sim.set_demand("w", {0: GpuDemand(0.9, 100 * GIB), 1: GpuDemand(0.3, 100 * GIB)})
     found = WorkerStatus("vllm-4242", WorkerState.READY, (0, 1), pid=4242, source="discovered")
-    monkeypatch.setattr(runtime_node, "open_from_args", lambda args: sim)
+    monkeypatch.setattr(NodeSpec, "open_backend", lambda _spec: sim)
     monkeypatch.setattr(discover, "discover_vllm", lambda proc, gpu_pids, among=None: [found])
     assert cli_main.main(["snapshot", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

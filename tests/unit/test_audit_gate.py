@@ -244,3 +244,19 @@ def test_restart_does_not_count_the_workers_own_ranks(tmp_path: Path, sim: SimBa
     finally:
         sup.stop("llama", grace=0.2)
         sup.close()
+
+
+def test_leftover_sglang_scheduler_on_the_target_gpu(sim: SimBackend) -> None:
+    # A leftover SGLang rank as ps shows it: argv[0] is the title SGLang's scheduler sets (sglang::scheduler_TP<t>).
+    proc = subprocess.Popen(["sglang::scheduler_TP0", "60"], executable="/bin/sleep")
+    try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        for _ in range(200):
+            if cmdline.read_bytes().startswith(b"sglang::"):
+                break
+            time.sleep(0.01)
+        sim.set_demand("old", {0: GpuDemand(0.0, 80 * GIB, pid=proc.pid, name="sglang::schedul")})
+        assert "1 leftover vLLM process(es) hold llama's GPUs or port" in titles(gate(sim))
+    finally:
+        proc.kill()
+        proc.wait()

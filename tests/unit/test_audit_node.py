@@ -152,3 +152,24 @@ def test_every_rule_has_a_unique_id() -> None:
         "partition_mixed",
         "gpu_hot_idle",
     }
+
+
+def test_gpus_failed_init_from_the_pci_bus(tree: SysfsTree) -> None:
+    from tests.fixtures.sysfs_tree import MI300X_BDFS
+
+    # the node's own 8 GPUs are on its bus with amdgpu bound, and a ninth accelerator sits there with no driver
+    bus = tree.root / "bus" / "pci" / "devices"
+    bus.mkdir(parents=True)
+    for i, bdf in enumerate((*MI300X_BDFS, "0000:f5:00.0")):
+        dev = tree.root / "devices" / "pci0000:00" / bdf
+        dev.mkdir(parents=True, exist_ok=True)
+        for name, value in (("vendor", "0x1002"), ("device", "0x74a1"), ("class", "0x120000")):
+            (dev / name).write_text(value + "\n")
+        if i < 8:
+            (tree.root / "bus" / "pci" / "drivers" / "amdgpu").mkdir(parents=True, exist_ok=True)
+            (dev / "driver").symlink_to(tree.root / "bus" / "pci" / "drivers" / "amdgpu")
+        (bus / bdf).symlink_to(dev)
+    (f,) = [f for f in run_audit(context(tree)).findings if f.id == "gpus_failed_init"]
+    assert f.severity == "error" and f.title == "1 AMD GPU on the PCI bus failed driver init"
+    assert f.evidence == ("0000:f5:00.0: AMD 0x74a1 class 0x120000, driver none bound",)
+    assert "power cycle" not in (f.fix.advice or "") and "modprobe amdgpu" in (f.fix.advice or "")

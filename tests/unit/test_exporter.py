@@ -393,3 +393,32 @@ def test_export_ticks_on_its_own_clock_not_on_scrapes(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_runtime_exporter_polls_on_the_runtime_clock_whoever_scrapes(tmp_path: Path) -> None:
+    """amdtop export / serve / x: ten scrapes between two ticks poll nothing; amdtop_exporter_polls counts ticks."""
+    from amdtop import runtime
+    from amdtop.exporter import runtime_exporter
+    from amdtop.runtime import NodeSpec
+
+    node = runtime.open(NodeSpec(config=tmp_path / "none.toml", state_dir=tmp_path, backend="sim"), kernel=False)
+    try:
+        exp = runtime_exporter(node.runtime, "127.0.0.1:0")
+        node.runtime.tick()
+        sampled = node.backend.sample
+        calls = [0]
+
+        def counting_sample() -> Any:
+            calls[0] += 1
+            return sampled()
+
+        node.backend.sample = counting_sample  # type: ignore[method-assign]
+        bodies = [exp.render() for _ in range(10)]
+        assert calls[0] == 0 and len(set(bodies)) == 1  # the scrapes served the one frame; nothing polled
+        assert scrape(exp)["amdtop_exporter_polls"].samples[0].value == 1
+        node.runtime.tick()
+        node.runtime.tick()
+        assert calls[0] == 2
+        assert scrape(exp)["amdtop_exporter_polls"].samples[0].value == 3  # the runtime's polls, not 12 scrapes
+    finally:
+        node.close()

@@ -19,7 +19,7 @@ def events(name: str):  # type: ignore[no-untyped-def]
 def test_every_fixture_names_its_source() -> None:
     for path in FIXTURES.glob("*.log"):
         first = path.read_text().splitlines()[0]
-        assert first.startswith(("# source: https://", "# BUILT, not a capture")), path.name
+        assert first.startswith(("# source: https://", "# source: captured on ", "# BUILT, not a capture")), path.name
         assert path.name.startswith("BUILT") == first.startswith("# BUILT"), path.name
 
 
@@ -180,10 +180,11 @@ def test_a_kmsg_record_with_escaped_newlines_and_its_dictionary() -> None:
     message = "\\x0a".join(line.split("] ", 1)[-1].strip() for line in lines)
     record = f"3,1187,1843308145,-;{message}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:b3:00.0\n"
     got = kmsg_message(record)
+    # each line behind the record's time since boot, as dmesg prints it (the monitor dates faults by it)
     assert got == [
-        "NVRM: The NVIDIA GPU 0000:b3:00.0",
-        "NVRM: (PCI ID: 10de:26b5) installed in this system has",
-        "NVRM: fallen off the bus and is not responding to commands.",
+        "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+        "[ 1843.308145] NVRM: (PCI ID: 10de:26b5) installed in this system has",
+        "[ 1843.308145] NVRM: fallen off the bus and is not responding to commands.",
     ]
     (e,) = parse_lines(got)
     assert (e.cause, e.bdf) == (FaultCause.FALLEN_OFF_BUS, "0000:b3:00.0")

@@ -57,10 +57,11 @@ def test_every_rank_printing_the_ipc_warn_is_one_flag_naming_them_all() -> None:
 
 
 def test_node_header_fatal_error_line_is_an_error_not_unknown() -> None:
-    # the form issue 27 quotes from ROCm/rccl#2188 (host and pid redacted to "node"): host node, device 1
+    # the form issue 27 quotes from ROCm/rccl#2188 (host and pid redacted to "node"): host node, device 1; no line
+    # names the rank of that process, and [1] is its device, not its rank (issue 35)
     rep = parse_lines(["node [1] [FATAL ERROR]: HIP failure: 'invalid argument'"])
     (err,) = rep.errors
-    assert rep.unknown_lines == 0 and (err.kind, err.host, err.dev, err.rank) == ("fatal_error", "node", 1, 1)
+    assert rep.unknown_lines == 0 and (err.kind, err.host, err.dev, err.rank) == ("fatal_error", "node", 1, None)
 
 
 def test_reverse_path_warn_folds_into_its_failed_trace() -> None:

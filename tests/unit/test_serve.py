@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from amdtop.cli.common import node_spec
 from amdtop.cli.main import build_parser
 from amdtop.errors import AmdtopError
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
@@ -37,7 +38,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     args = build_parser().parse_args(
         ["--demo", "--state-dir", str(tmp_path / "state"), "--config", str(tmp_path / "none.toml"), "--interval", "0.2"]
     )
-    node = open_node(args, ui=True)
+    node = open_node(node_spec(args), ui=True)
     srv = Serve(node, tmp_path / "state")
     srv.start()
     node.runtime.start()
@@ -228,9 +229,7 @@ def test_hour_history_is_a_bounded_ring() -> None:
     assert history.capacity == 3600
     snap = NodeSnapshot(timestamp=0.0, hostname="h", backend="sim", topology=Topology((), (), ()), gpus=())
     for i in range(4000):
-        history.add(
-            NodeFrame(snapshot=snap, history=(GpuHistory(0, (float(i),), (1.0,), (2.0,)),), tick=i)
-        )
+        history.add(NodeFrame(snapshot=snap, history=(GpuHistory(0, (float(i),), (1.0,), (2.0,)),), tick=i))
     points = history.points()
     assert len(points) == 3600
     assert points[0][1] == ((0, 400.0, 1.0, 2.0),)

@@ -137,7 +137,7 @@ def test_command_not_found() -> None:
         ),
         (
             worker(extra="gpu = [1]\n"),
-            "worker[a].gpu: unknown key; use one of args, command, env, gpus, host, model, name, numa_node, port, stop_grace_s (vllm flags go in [worker.args])",
+            "worker[a].gpu: unknown key; use one of args, command, engine, env, gpus, host, model, name, numa_node, port, stop_grace_s (vllm flags go in [worker.args])",
         ),
         (
             worker() + "\n" + worker(port=18002, gpus="[3]"),

@@ -153,7 +153,7 @@ def test_retune_diff_writeback_keeps_comments(tmp_path: Path) -> None:
         ),
         (
             {"dtype": "half"},
-            "worker[a].dtype: cannot be retuned; use one of max-num-seqs, gpu-memory-utilization, block-size, max-model-len, max-num-batched-tokens, data-parallel-size, api-server-count, enable-expert-parallel, enforce-eager, disable-custom-all-reduce, numa_node, env.NAME",
+            "worker[a].dtype: cannot be retuned; use one of max-num-seqs, gpu-memory-utilization, block-size, max-model-len, max-num-batched-tokens, data-parallel-size, api-server-count, enable-expert-parallel, enforce-eager, disable-custom-all-reduce, mem-fraction-static, max-running-requests, chunked-prefill-size, cuda-graph-max-bs, numa_node, env.NAME",
         ),
         (
             {"numa_node": "7"},
@@ -317,14 +317,14 @@ def test_deep_sweep_takes_orphaned_vllm_titles_of_an_unanchored_group(tmp_path: 
 def test_cli_without_gpu_supervises_cpu_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from amdtop.cli import workers as cli_workers
     from amdtop.cli.main import main
     from amdtop.errors import NoGpuFound
+    from amdtop.runtime.spec import NodeSpec
 
     def no_gpu(_args: object) -> object:
         raise NoGpuFound("no GPU found")
 
-    monkeypatch.setattr(cli_workers, "open_from_args", no_gpu)
+    monkeypatch.setattr(NodeSpec, "open_backend", no_gpu)
     cfg = tmp_path / "c.toml"
     cfg.write_text(
         '[[worker]]\nname = "cpu"\nmodel = "m"\ngpus = []\nnuma_node = 0\nport = 18032\ncommand = ["sleep"]\n'

@@ -1,8 +1,8 @@
-"""The kernel-fault monitor the global options ask for (``--kernel-log``), shared by the headless commands and the TUI."""
+"""The kernel-fault monitor a :class:`~amdtop.runtime.spec.NodeSpec` asks for (``--kernel-log``), shared by the
+headless commands, the serve and the dashboard."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -16,17 +16,13 @@ def _warn(note: str) -> None:
 
 
 def kernel_monitor(
-    args: argparse.Namespace, backend: TelemetryBackend, *, headless: bool = True
+    path: Path | None, sysfs_root: Path, backend: TelemetryBackend, *, headless: bool = True
 ) -> KernelFaultMonitor | None:
-    """A monitor of ``--kernel-log`` (a file, read from its start), else of this host's kernel log.
+    """A monitor of ``path`` (a file, read from its start), else of this host's kernel log.
 
     The simulated node's GPUs are not this host's: its kernel log is read only when a file is named (to replay one).
     ``headless`` commands say on stderr, once, that no kernel log can be read; the TUI says it in its status line.
     """
-    path = getattr(args, "kernel_log", None)
     if path is None and backend.name == "sim":
         return None
-    root = Path(getattr(args, "sysfs_root", None) or "/sys")
-    return KernelFaultMonitor(
-        None if path is None else Path(path), sysfs_root=root, on_note=_warn if headless else None
-    )
+    return KernelFaultMonitor(path, sysfs_root=sysfs_root, on_note=_warn if headless else None)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Session 12 on the lent H200, one device call per STEP set (wheels in tmp/whl):
+#   xid:    a device-side assert (Xid 43), then 40 s later `amdtop snapshot --json`, an in-process dashboard and a
+#           dashboard attached to a serve started after the fault, each checked for the fault (issue 35).
+#   idle / busy: `amdtop serve` + an attached viewer against the in-process dashboard, nvitop and a bare Textual clock
+#           (the floor), the serve's own CPU over the same windows (issues 33 and 34).
+# usage: STEPS="xid idle busy" RUNS=2 SECS=20 bash bench/h200_session12_run.sh
+set -u
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site tmp/whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+LOG=$OUT/log.txt
+step() { echo "=== $* ($(date +%T))" | tee -a $LOG; }
+want() { [[ " ${STEPS:-xid idle busy} " == *" $1 "* ]]; }
+ticks() { awk '{print $14+$15}' /proc/$1/stat; }
+C=/tmp/none.toml
+step info
+{ nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu --format=csv; python3 -c 'import sys,textual,psutil; print(sys.version, textual.__version__, psutil.__version__)'; nproc; uptime; git log --oneline -1 2>/dev/null; } >>$LOG 2>&1
+if want xid; then
+  step xid-assert
+  python3 -c "
+import torch
+x = torch.zeros(4, device='cuda'); i = torch.tensor([10], device='cuda'); y = x[i]; torch.cuda.synchronize()
+" >$OUT/xid_assert.txt 2>&1
+  dmesg | grep NVRM | tail -3 | tee -a $LOG
+  sleep 40
+  step xid-snapshot-40s-later
+  timeout 60 python3 -m amdtop snapshot --json --backend nvml --config $C >$OUT/xid_snapshot.json 2>>$LOG
+  python3 - "$OUT/xid_snapshot.json" <<'PY' | tee -a $LOG
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("flags:", [(f.get("kind"), f.get("gpu"), f.get("message", "")[:120]) for f in d.get("flags", [])])
+print("incidents:", json.dumps(d.get("incidents"))[:600])
+print("kernel_log:", d.get("kernel_log"))
+PY
+  step xid-dashboard-in-process
+  python3 bench/tui_cpu.py --runs 1 --seconds 4 --warmup 2 --marker nvml --save $OUT/xid_tui \
+    -- python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/xid-inproc --config $C >/dev/null 2>&1
+  python3 -c "import re,sys,glob; t=open(sorted(glob.glob('$OUT/xid_tui/*'))[-1],errors='replace').read(); t=re.sub(r'\x1b\[[0-9;?]*[A-Za-z]','',t); print('in-process dashboard shows Xid 43:', 'Xid 43' in t or 'Xid43' in t)" | tee -a $LOG
+  step xid-dashboard-attached
+  python3 -m amdtop serve --backend nvml --interval 1 --state-dir /tmp/xid-serve --config $C --listen 127.0.0.1:19410 >$OUT/xid_serve.log 2>&1 &
+  XS=$!; sleep 5
+  python3 bench/tui_cpu.py --runs 1 --seconds 4 --warmup 2 --marker nvml --save $OUT/xid_att \
+    -- python3 -m tui --state-dir /tmp/xid-serve --config $C --interval 1 >/dev/null 2>&1
+  python3 -c "import re,sys,glob; t=open(sorted(glob.glob('$OUT/xid_att/*'))[-1],errors='replace').read(); t=re.sub(r'\x1b\[[0-9;?]*[A-Za-z]','',t); print('attached viewer shows Xid 43:', 'Xid 43' in t or 'Xid43' in t, '| attached:', 'attached' in t)" | tee -a $LOG
+  kill $XS; wait $XS 2>/dev/null
+  dmesg -T | grep NVRM >$OUT/xid_dmesg.txt
+fi
+if want idle || want busy; then
+  S=/tmp/serve-state
+  python3 -m amdtop serve --backend nvml --interval 1 --state-dir $S --config $C --listen 127.0.0.1:19400 >$OUT/serve.log 2>&1 &
+  SERVE=$!
+  sleep 6
+  viewer() {
+    local t0; t0=$(ticks $SERVE); local w0; w0=$(date +%s.%N)
+    python3 bench/tui_cpu.py --runs ${RUNS:-2} --seconds ${SECS:-20} --marker nvml --markdown \
+      --peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop \
+      --peer "python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc --config $C" \
+      --peer-marker nvml --peer-label in-process \
+      --peer 'python3 bench/textual_floor.py' --peer-marker backend --peer-label floor \
+      --label viewer -- python3 -m tui --state-dir $S --config $C --interval 1 2>>$OUT/tui_$1.jsonl | tee $OUT/tui_$1.json | tee -a $LOG
+    echo "serve CPU % over the $1 runs: $(python3 -c "print(round(100*($(ticks $SERVE)-$t0)/100/($(date +%s.%N)-$w0),3))")" | tee -a $LOG
+    echo "serve RSS KiB: $(awk '/VmRSS/{print $2}' /proc/$SERVE/status)" | tee -a $LOG
+  }
+  if want idle; then step viewer-idle; viewer idle; fi
+  if want busy; then
+    step load-start
+    python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 500 & LOADPID=$!
+    python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 500 --pause 0.05 & SECONDPID=$!
+    sleep 12
+    step viewer-busy; viewer busy
+    if want spy; then
+      step spy-serve-busy
+      /tmp/site/bin/py-spy record -r 100 -d 20 -f raw -n -o $OUT/serve_busy.raw -p $SERVE >>$LOG 2>&1 || python3 -m py_spy record -r 100 -d 20 -f raw -o $OUT/serve_busy.raw -p $SERVE >>$LOG 2>&1
+    fi
+    kill $LOADPID $SECONDPID 2>/dev/null
+  fi
+  kill $SERVE 2>/dev/null; wait
+fi
+step done

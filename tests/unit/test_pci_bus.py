@@ -1,0 +1,100 @@
+"""The PCI bus as ground truth: accelerators without a driver, or that the backend does not show, failed to come up;
+a node whose MI300Xs failed driver init says so with the kernel's own lines (a real capture) and never opens the demo."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amdtop.pcibus import GpusFailedInit, failed, scan, verdict
+from amdtop.runtime.spec import NodeSpec
+from tests.fixtures.sysfs_tree import MI300X_BDFS, build_pci_bus, mi300x_on_bus
+
+KERNEL = Path(__file__).resolve().parents[1] / "fixtures" / "kernel" / "amdgpu_psp_init_failed_mi300x_rocm_4021.log"
+
+
+def test_scan_finds_accelerators_and_their_drivers(tmp_path: Path) -> None:
+    root = build_pci_bus(tmp_path, mi300x_on_bus())
+    found = scan(root)
+    assert [a.bdf for a in found] == list(MI300X_BDFS)  # the BMC's display function is not a GPU
+    assert {(a.vendor, a.device_id, a.pci_class, a.driver) for a in found} == {("AMD", "0x74a1", 0x120000, None)}
+    bound = scan(build_pci_bus(tmp_path / "ok", mi300x_on_bus("amdgpu")))
+    assert {a.driver for a in bound} == {"amdgpu"}
+    assert failed(bound, MI300X_BDFS) == ()
+    assert [a.bdf for a in failed(bound, MI300X_BDFS[:7])] == [MI300X_BDFS[7]]  # bound but not in the backend
+    assert scan(tmp_path / "nothing") == ()
+
+
+def test_verdict_quotes_the_kernel_and_asks_for_a_power_cycle_rocm_4021(tmp_path: Path) -> None:
+    from amdtop.kernel.bus_check import init_failure_lines
+
+    lines = init_failure_lines(KERNEL)
+    assert any("early_init of IP block <psp> failed -22" in ln for ln in lines[""])
+    assert any("Fatal error during GPU init" in ln for ln in lines["0000:1b:00.0"])
+    inc = verdict(failed(scan(build_pci_bus(tmp_path, mi300x_on_bus())), ()), lines)
+    assert inc is not None and inc.kind == "gpu_init_failed"
+    assert inc.summary.startswith("8 AMD GPUs on the PCI bus failed driver init (kernel: ")
+    assert "early_init of IP block <psp> failed -22" in inc.summary
+    assert "full power cycle" in inc.fix and "not a warm reboot" in inc.fix
+
+
+def _args(tmp_path: Path, root: Path, **kw: Any) -> NodeSpec:
+    """The node the global options would name: auto backend over ``root``, the kernel log fixture."""
+    from amdtop.cli.common import node_spec
+
+    base = dict(
+        backend="auto", sysfs_root=root, demo=False, config=tmp_path / "none.toml", state_dir=tmp_path,
+        interval=1.0, readonly=False, seed=0, demo_partition=None, kernel_log=KERNEL,
+    )  # fmt: skip
+    base.update(kw)
+    return node_spec(argparse.Namespace(**base))
+
+
+def test_a_bus_of_failed_gpus_never_opens_the_demo(tmp_path: Path) -> None:
+    from amdtop.runtime import open_node
+
+    root = build_pci_bus(tmp_path, mi300x_on_bus())
+    with pytest.raises(GpusFailedInit) as info:
+        open_node(_args(tmp_path, root), ui=True)
+    assert "8 AMD GPUs on the PCI bus failed driver init" in str(info.value)
+    assert info.value.incident.evidence
+
+
+def test_snapshot_on_a_bus_of_failed_gpus_says_so(tmp_path: Path) -> None:
+    root = build_pci_bus(tmp_path, mi300x_on_bus())
+    out = subprocess.run(
+        [sys.executable, "-m", "amdtop", "--sysfs-root", str(root), "--kernel-log", str(KERNEL), "snapshot", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and out.stdout == ""
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("amdtop: error: 8 AMD GPUs on the PCI bus failed driver init (kernel: ")
+    assert "full power cycle" in line
+
+
+def test_a_gpu_the_backend_does_not_show_is_an_incident_in_the_frame(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from amdtop.kernel.monitor import KernelFaultMonitor
+    from amdtop.telemetry.base import BackendOptions
+    from amdtop.telemetry.sysfs import open_backend
+    from tests.fixtures.sysfs_tree import build_mi300x_8
+
+    topology = open_backend(BackendOptions(sysfs_root=build_mi300x_8(tmp_path / "node").root)).topology()
+    seven = replace(topology, gpus=topology.gpus[:7])
+    root = build_pci_bus(tmp_path / "bus", mi300x_on_bus("amdgpu"))
+    mon = KernelFaultMonitor(KERNEL, sysfs_root=root, worker_logs=False)
+    try:
+        assert not [i for i in mon.poll(topology).status.incidents if i.kind == "gpu_init_failed"]
+        (inc,) = [i for i in mon.poll(seven).status.incidents if i.kind == "gpu_init_failed"]
+    finally:
+        mon.close()
+    assert inc.summary.startswith("1 AMD GPU on the PCI bus is not shown by the backend")
+    assert dict(inc.detail)["bdfs"] == (MI300X_BDFS[7],)
