@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
+from amdtop.incidents.model import Incident
 from amdtop.model import Flag, FlagKind
 from amdtop.rccl.views import CommView, PairView, WorkerLogs
 
@@ -53,9 +54,24 @@ def flag_line(flag: Flag) -> str:
     return f"! {flag.kind.value}{' [' + ' · '.join(where) + ']' if where else ''}: {flag.message}"
 
 
-def render_logs(workers: Sequence[WorkerLogs], flags: Sequence[Flag], *, max_groups: int = 2) -> Text:
-    """The head of the Logs pane from typed values (errors first, then each worker's communicators)."""
+def render_logs(
+    workers: Sequence[WorkerLogs],
+    flags: Sequence[Flag],
+    *,
+    kernel: Sequence[Incident] = (),
+    max_groups: int = 2,
+) -> Text:
+    """The head of the Logs pane from typed values (errors first, then each worker's communicators); ``kernel``: the
+    kernel log's incidents, live ones as alarms and those from before amdtop started (or past the hold) as history
+    with their age, so an operator who arrives after a fault still sees it."""
     text = Text()
+    for inc in kernel:
+        if inc.historic:
+            # the summary starts with the fault's age ("2 h ago: GPU 6 ...")
+            text.append(f"history: {inc.kind}: {inc.summary}\n", style="dim")
+        else:
+            text.append(f"!! {inc.kind}: {inc.summary}\n", style="bold red")
+            text.append(f"   cause: {inc.cause}\n   fix: {inc.fix}\n", style="red")
     for w in workers:
         for inc in w.incidents:
             # one verdict per incident above the per-line flags: what happened, why, and what to do

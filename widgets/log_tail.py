@@ -14,6 +14,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Input, Log, Static
 
+from amdtop.incidents.model import Incident
 from amdtop.model import Flag, FlagKind
 from amdtop.rccl.lines import ERROR, WARN, LogLine, LogLines, classify
 from amdtop.rccl.monitor import LogUpdate
@@ -90,7 +91,7 @@ class LogTailPane(Widget, can_focus=True):
         self._dropped = 0
         self._summary: str | Text = "no communicator seen yet"
         self._flags: tuple[Flag, ...] = ()
-        self._state: tuple[tuple[WorkerLogs, ...], tuple[Flag, ...]] | None = None
+        self._state: tuple[tuple[WorkerLogs, ...], tuple[Flag, ...], tuple[Incident, ...]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("no communicator seen yet", id="logs-summary", markup=False)
@@ -153,20 +154,23 @@ class LogTailPane(Widget, can_focus=True):
             self._flags = flags
             self._show_summary()
 
-    def show_update(self, update: LogUpdate) -> None:
-        """Apply one :class:`amdtop.rccl.monitor.LogUpdate`: new lines, dropped count, communicators and flags."""
-        self.feed(update.lines, update.dropped)
-        self.show_logs(update.workers, update.flags)
+    def show_update(self, update: LogUpdate | None, kernel: Sequence[Incident] = ()) -> None:
+        """Apply one :class:`amdtop.rccl.monitor.LogUpdate` (new lines, dropped count, communicators and flags) and
+        the kernel log's incidents of the same frame."""
+        if update is not None:
+            self.feed(update.lines, update.dropped)
+        workers, flags = (update.workers, update.flags) if update is not None else ((), ())
+        self.show_logs(workers, flags, kernel)
 
-    def show_logs(self, workers: Sequence[WorkerLogs], flags: Sequence[Flag]) -> None:
+    def show_logs(self, workers: Sequence[WorkerLogs], flags: Sequence[Flag], kernel: Sequence[Incident] = ()) -> None:
         """Render the head from typed values: per worker its communicators, every pair's transport (fallbacks and
         inter-node pairs marked), grouped warnings; every log-derived flag with its message, worker and GPUs."""
-        state = (tuple(workers), tuple(flags))
+        state = (tuple(workers), tuple(flags), tuple(kernel))
         if state == self._state:
             return
         self._state = state
         self._flags = ()
-        self._summary = render_logs(workers, flags)
+        self._summary = render_logs(workers, flags, kernel=kernel)
         self._show_summary()
 
     def show_worker(self, worker: str | None) -> None:

@@ -92,6 +92,12 @@ def test_an_old_fault_is_history_with_its_age_not_an_alarm(tmp_path: Path, topol
     assert inc.historic and inc.kind == "kernel_fault"
     assert inc.age_s == pytest.approx(7200, abs=1)
     assert inc.summary.startswith("2 h ago: GPU 6")
+    # the Logs pane's head shows it as history, not as an alarm
+    from widgets.log_summary import render_logs
+
+    head = render_logs((), (), kernel=update.status.incidents)
+    assert head.plain.startswith("history: kernel_fault: 2 h ago: GPU 6")
+    assert not any("red" in str(span.style) for span in head.spans)
 
 
 def test_default_kernel_source_reads_the_ring_buffer_from_its_start() -> None:

@@ -301,8 +301,9 @@ class DashboardScreen(Screen[None]):
             self._now = now
             self._worker_rows = views.worker_rows(frame, now, self.expanded)
             self._show_workers()
-            if frame.logs is not None:
-                self.query_one("#pane-logs", LogTailPane).show_update(frame.logs)
+            kernel = frame.kernel_log.incidents if frame.kernel_log is not None else ()
+            if frame.logs is not None or kernel:
+                self.query_one("#pane-logs", LogTailPane).show_update(frame.logs, kernel)
             process_actions.show_frame(self, frame)
             self.relayout()  # rows came or went: the panes' shares may move
         repaint_now(self, self._tick_widgets)
