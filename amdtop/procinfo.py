@@ -108,6 +108,17 @@ def read_ppid_pgid(pid: int, proc: Path = PROC) -> tuple[int, int] | None:
         return None
 
 
+def start_time(pid: int, proc: Path = PROC) -> float | None:
+    """When ``pid`` started (seconds since the epoch): boot time plus its start in clock ticks; ``None`` if gone."""
+    try:
+        stat = read_text(proc / str(pid) / "stat")
+        btime_line = next(line for line in read_text(proc / "stat").splitlines() if line.startswith("btime "))
+        ticks = int(stat[stat.rfind(")") + 2 :].split()[19])
+        return int(btime_line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
 def list_pids(proc: Path = PROC) -> list[int]:
     """All numeric entries of procfs."""
     try:

@@ -27,8 +27,8 @@ from amdtop.procinfo import (
     read_cmdline,
     read_environ,
     read_ppid_pgid,
+    start_time,
 )
-from amdtop.sysread import read_text
 from amdtop.thresholds import REDISCOVER_EVERY_S
 
 _PREFIX = os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM")
@@ -71,16 +71,6 @@ def _port(cmdline: tuple[str, ...]) -> int | None:
     if any(part.endswith("vllm") for part in cmdline[:2]) and "serve" in cmdline:
         return 8000  # vllm serve's default port
     return None
-
-
-def _start_time(pid: int, proc: Path) -> float | None:
-    try:
-        stat = read_text(proc / str(pid) / "stat")
-        btime_line = next(line for line in read_text(proc / "stat").splitlines() if line.startswith("btime "))
-        ticks = int(stat[stat.rfind(")") + 2 :].split()[19])
-        return int(btime_line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, StopIteration, IndexError, ValueError):
-        return None
 
 
 def discover_vllm(
@@ -198,7 +188,7 @@ def _server(
         rank_pids=tuple(ranks),
         cpu_affinity=tuple(sorted(cpus)),
         mems_allowed=tuple(sorted(mems)),
-        started_at=_start_time(lead, proc_root),
+        started_at=start_time(lead, proc_root),
         source="discovered",
         layout=layout if not layout.is_plain or layout.expert_parallel or layout.api_servers else None,
     )

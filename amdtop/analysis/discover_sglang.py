@@ -14,8 +14,16 @@ from pathlib import Path
 
 from amdtop import sglang_procs
 from amdtop.model import WorkerState, WorkerStatus
-from amdtop.procinfo import PROC, ancestors, list_pids, read_binding, read_cmdline, read_environ, read_ppid_pgid
-from amdtop.sysread import read_text
+from amdtop.procinfo import (
+    PROC,
+    ancestors,
+    list_pids,
+    read_binding,
+    read_cmdline,
+    read_environ,
+    read_ppid_pgid,
+    start_time,
+)
 
 DEFAULT_PORT = 30000
 """``sglang.launch_server``'s port when ``--port`` is not given (``ServerArgs.port``)."""
@@ -42,18 +50,6 @@ def _lead(pid: int, proc_root: Path) -> int:
         if not argv or not argv[0].startswith(sglang_procs.TITLE):
             break
     return top
-
-
-def _start_time(pid: int, proc_root: Path) -> float | None:
-    import os
-
-    try:
-        stat = read_text(proc_root / str(pid) / "stat")
-        btime = next(line for line in read_text(proc_root / "stat").splitlines() if line.startswith("btime "))
-        ticks = int(stat[stat.rfind(")") + 2 :].split()[19])
-        return int(btime.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, StopIteration, IndexError, ValueError):
-        return None
 
 
 def discover_sglang(
@@ -135,7 +131,7 @@ def _server(
         rank_pids=tuple(ranks),
         cpu_affinity=tuple(sorted(cpus)),
         mems_allowed=tuple(sorted(mems)),
-        started_at=_start_time(lead, proc_root),
+        started_at=start_time(lead, proc_root),
         source="discovered",
         layout=layout if not layout.is_plain or layout.expert_parallel else None,
         engine_kind="sglang",
