@@ -25,7 +25,7 @@ class TextPane(ScrollView):
     """
 
     DEFAULT_CSS = """
-    TextPane { height: auto; }
+    TextPane { height: auto; overflow-x: hidden; }  /* wrapped to its width: a horizontal scrollbar would only be a stray row */
     """
 
     view: reactive[tuple[Text, ...] | None] = reactive(None, always_update=True, repaint=False)
