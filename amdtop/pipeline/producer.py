@@ -101,6 +101,7 @@ class NodePipeline:
         wall_clock: Callable[[], float] = time.time,
         host_procs: ProcessHost | None = None,
         auditor: Auditor | None = None,
+        processes_every_s: float = 0.0,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given);
         ``kernel`` reads the kernel log for GPU faults."""
@@ -144,13 +145,18 @@ class NodePipeline:
         # Host facts of the GPU processes come from this host's /proc; a captured proc tree has none to give.
         if host_procs is None and proc_root != PROC:
             host_procs = NoHost()
-        self.processes = ProcessTable(host_procs)
+        # The host facts of GPU processes on their own cadence (0: every tick), see ProcessTable.
+        self.processes = ProcessTable(host_procs, every_s=processes_every_s, clock=clock)
         self.auditor = auditor
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
         """Refresh amdtop's workers on the next tick (a control action changed them); safe from any thread."""
         self._refresh.set()
+        # The process lists too (a backend that reads them on a slower cadence): a launched rank's row at once.
+        request_processes = getattr(self.backend, "request_processes", None)
+        if callable(request_processes):
+            request_processes()
         if self.auditor is not None:
             self.auditor.request()
 

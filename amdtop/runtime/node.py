@@ -28,7 +28,7 @@ from amdtop.runtime.loop import NodeRuntime
 from amdtop.runtime.spec import NodeSpec
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
-from amdtop.thresholds import TP_WINDOW_S
+from amdtop.thresholds import PROCESSES_EVERY_S, TP_WINDOW_S
 
 if TYPE_CHECKING:
     from amdtop.supervisor.core import Supervisor
@@ -194,6 +194,7 @@ def open_node(
             window_s=window_s,
             kernel=kernel_monitor(spec.kernel_log, spec.sysfs_root, backend, headless=not ui) if kernel else None,
             auditor=Auditor(sys_root=spec.sysfs_root, profiles=profile_lookup(control)),
+            processes_every_s=PROCESSES_EVERY_S,
         )
     except BaseException:
         backend.close()
