@@ -86,6 +86,8 @@ class LogTailPane(Widget, can_focus=True):
         super().__init__(name=name, id=id, classes=classes)
         self.max_lines = max_lines
         self._buffer: deque[LogLine] = deque(maxlen=max_lines * 4)
+        self._summary_shown: Text | None = None
+        self._status_shown: str | None = None
         self._workers: list[str] = []
         self._pending = 0
         self._dropped = 0
@@ -185,7 +187,9 @@ class LogTailPane(Widget, can_focus=True):
             style = "bold red" if flag.kind in (FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT) else "bold magenta"
             text.append(f"\n! {flag.kind.value}: {flag.message}", style=style)
         summary = self._child(Static, "#logs-summary")
-        if summary is not None:
+        # Static.update is a layout pass (a repaint of the screen): only for a summary that reads differently.
+        if summary is not None and text != self._summary_shown:
+            self._summary_shown = text
             summary.update(text)
 
     # -- filtering -------------------------------------------------------------------------------------------
@@ -238,8 +242,10 @@ class LogTailPane(Widget, can_focus=True):
             parts.append(f"{self._dropped} lines dropped")
         parts.append("keys: e t w / p c")
         status = self._child(Static, "#logs-status")
-        if status is not None:
-            status.update("  ·  ".join(parts))
+        line = "  ·  ".join(parts)
+        if status is not None and line != self._status_shown:  # unchanged at nearly every batch of lines
+            self._status_shown = line
+            status.update(line)
 
     def watch_mode(self) -> None:
         if self.is_mounted:
