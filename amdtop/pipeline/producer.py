@@ -110,7 +110,9 @@ class NodePipeline:
         self.proc_root = proc_root
         self.tracker = ImbalanceTracker(window_s, threshold_pct)
         self.discovery = (
-            VllmDiscovery(proc_root, full_every_s=rediscover_every_s, clock=clock) if discover else None
+            VllmDiscovery(proc_root, full_every_s=rediscover_every_s, clock=clock, trees_every_s=processes_every_s)
+            if discover
+            else None
         )
         self.state_dir = state_dir
         self.demo_load = demo_load

@@ -108,3 +108,30 @@ def test_process_rows_without_a_cadence_read_the_host_every_tick() -> None:
     for t in (1.0, 2.0, 3.0):
         table.rows(_snap(t, procs, None), [])
     assert host.reads == 3
+
+
+def test_discovery_walks_the_gpu_process_trees_when_they_change_or_on_the_cadence(tmp_path: Path) -> None:
+    from amdtop.analysis import VllmDiscovery
+
+    now = [0.0]
+    discovery = VllmDiscovery(tmp_path, full_every_s=1000.0, clock=lambda: now[0], trees_every_s=3.0)
+    discovery.find({10: (0,)})  # the first call: the full walk
+    assert (discovery.full_walks, discovery.tree_walks) == (1, 0)
+    now[0] = 1.0
+    discovery.find({10: (0,)})
+    assert discovery.tree_walks == 0  # the same GPU processes, 1 s later: nothing read
+    now[0] = 1.5
+    discovery.find({10: (0,), 11: (0,)})
+    assert discovery.tree_walks == 1  # a new GPU process: walked at once
+    now[0] = 5.0
+    discovery.find({10: (0,), 11: (0,)})
+    assert discovery.tree_walks == 2  # the cadence
+
+
+def test_discovery_without_a_cadence_walks_every_call(tmp_path: Path) -> None:
+    from amdtop.analysis import VllmDiscovery
+
+    discovery = VllmDiscovery(tmp_path, full_every_s=1000.0, clock=lambda: 0.0)
+    for _ in range(3):
+        discovery.find({10: (0,)})
+    assert (discovery.full_walks, discovery.tree_walks) == (1, 2)
