@@ -135,3 +135,23 @@ def test_discovery_without_a_cadence_walks_every_call(tmp_path: Path) -> None:
     for _ in range(3):
         discovery.find({10: (0,)})
     assert (discovery.full_walks, discovery.tree_walks) == (1, 2)
+
+
+def test_sysfs_reads_the_kfd_process_list_on_its_cadence(tmp_path: Path) -> None:
+    import shutil
+
+    from amdtop.telemetry.sysfs import SysfsBackend
+    from tests.fixtures.sysfs_tree import build_mi300x_8
+
+    tree = build_mi300x_8(tmp_path)
+    backend = SysfsBackend(tree.root, tree.proc_root, clock=lambda: 1.0, hostname="f", processes_every_s=3600.0)
+    first = backend.sample()
+    assert {p.pid for p in first.gpus[0].processes} == {4242} and first.processes_at == 1.0
+    kfd = tree.root / "class" / "kfd" / "kfd" / "proc" / "4242"
+    shutil.rmtree(kfd)  # the process exits
+    second = backend.sample()
+    assert second.gpus[0].processes is first.gpus[0].processes  # not read again yet
+    backend.request_processes()
+    assert backend.sample().gpus[0].processes == ()
+    every_poll = SysfsBackend(tree.root, tree.proc_root, clock=lambda: 1.0, hostname="f")
+    assert every_poll.sample().processes_at is None
