@@ -155,3 +155,21 @@ def test_sysfs_reads_the_kfd_process_list_on_its_cadence(tmp_path: Path) -> None
     assert backend.sample().gpus[0].processes == ()
     every_poll = SysfsBackend(tree.root, tree.proc_root, clock=lambda: 1.0, hostname="f")
     assert every_poll.sample().processes_at is None
+
+
+def test_amdsmi_reads_the_process_lists_on_their_cadence(tmp_path: Path, monkeypatch: Any, smi: Any) -> None:
+    import shutil
+
+    from amdtop.telemetry.amdsmi_backend import AmdsmiBackend
+    from tests.fixtures.sysfs_tree import build_mi300x_8
+
+    tree = build_mi300x_8(tmp_path)
+    monkeypatch.setenv("AMDTOP_FAKE_AMDSMI_SYSFS", str(tree.root))
+    monkeypatch.setenv("AMDTOP_FAKE_AMDSMI_PROC", str(tree.proc_root))
+    backend = AmdsmiBackend(smi, tree.root, clock=lambda: 1.0, hostname="f", processes_every_s=3600.0)
+    first = backend.sample()
+    assert {p.pid for p in first.gpus[0].processes} == {4242} and first.processes_at == 1.0
+    shutil.rmtree(tree.root / "class" / "kfd" / "kfd" / "proc" / "4242")  # the process exits
+    assert backend.sample().gpus[0].processes is first.gpus[0].processes  # not read again yet
+    backend.request_processes()
+    assert backend.sample().gpus[0].processes == ()
