@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TypeVar
 
+from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.text import Text
 from textual.app import ComposeResult
@@ -42,6 +43,20 @@ class LevelHighlighter(Highlighter):
             text.stylize("green")
         elif "NCCL INFO" not in plain:
             text.stylize("dim")
+
+
+class TailLog(Log):
+    """Textual's ``Log`` measuring each batch's width where it is written.
+
+    ``Log.write_lines`` (Textual 8.2.8) starts a worker thread per write to measure the new lines (``_update_size``),
+    and that worker's state messages and its hand-back through ``call_from_thread`` came with every batch of a
+    worker's log lines, once a second while the workers log. A batch here is a tick's lines (at most ``max_lines``):
+    measured in place, then handed to the same ``_update_maximum_width``."""
+
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+        if lines:
+            process = self._process_line
+            self._update_maximum_width(updates, max(cell_len(process(line)) for line in lines))
 
 
 class LogTailPane(Widget, can_focus=True):
@@ -99,7 +114,7 @@ class LogTailPane(Widget, can_focus=True):
         yield Static("no communicator seen yet", id="logs-summary", markup=False)
         yield Static("", id="logs-status", markup=False)
         yield Input(placeholder="search (enter applies, empty clears)", id="logs-search")
-        log = Log(max_lines=self.max_lines, highlight=True, id="logs-log")
+        log = TailLog(max_lines=self.max_lines, highlight=True, id="logs-log")
         log.highlighter = LevelHighlighter()
         yield log
 
