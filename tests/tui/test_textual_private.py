@@ -368,3 +368,42 @@ def test_the_pen_shows_what_textual_shows_in_fewer_bytes() -> None:
     assert out.endswith("\x1b[0m") and len(out) < len(textual)
     # Two cells differing in the foreground only: the second sends that colour alone.
     assert "█\x1b[38;5;208m" not in out and "▆\x1b[38;5;208m█" in out
+
+
+def test_runs_that_start_in_one_style_go_together() -> None:
+    """A history tick: on each of two rows a green and an orange cell change. Textual's order switches colour at every
+    cell; the update sends the green ones, then the orange ones, and the terminal shows the same cells."""
+    from rich.style import Style
+
+    tty_crop.install()
+    console = Console(width=20, legacy_windows=False, force_terminal=True, color_system="256")
+    green, orange = Style(color="color(112)", bgcolor="color(233)"), Style(color="color(208)", bgcolor="color(233)")
+    chops = [{0: Strip([Segment("▆", green)]), 10: Strip([Segment("█", orange)])} for _ in range(2)]
+    update = _compositor.ChopsUpdate(chops, [(0, 0, 11), (1, 0, 11)], [[1, 11], [1, 11]])
+    out = tty_crop.render_segments(
+        update, Console(width=20, legacy_windows=False, force_terminal=True, color_system="256")
+    )
+    textual = tty_crop.original()(update, console)
+    assert out.index("\x1b[2;1H") < out.index("\x1b[1;11H")  # both greens first
+    assert out.count("\x1b[38;5;208") == 1 and out.count("\x1b[38;5;112") == 1
+    seen = {(r, c): cell for r, c in ((1, 1), (1, 11), (2, 1), (2, 11)) for cell in [_at(out, r, c)]}
+    assert seen == {(r, c): _at(textual, r, c) for r, c in seen}
+
+
+def _at(output: str, row: int, col: int) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The character written last at (row, col), with the SGR state a terminal applies to it."""
+    import re
+
+    styles = ""  # every SGR sequence so far: the state is what they leave, read by _cells_seen
+    r = c = 1
+    found: tuple[str, tuple[tuple[str, str], ...]] = ("", ())
+    for token in re.findall(r"\x1b\[[0-9;]*[mH]|[^\x1b]", output):
+        if token.endswith("H") and token.startswith("\x1b["):
+            r, c = (int(n) for n in token[2:-1].split(";"))
+        elif token.startswith("\x1b["):
+            styles += token
+        else:
+            if (r, c) == (row, col):
+                found = (token, _cells_seen(styles + token)[-1][1])
+            c += 1
+    return found
