@@ -155,12 +155,17 @@ class NodePipeline:
     def request_workers(self) -> None:
         """Refresh amdtop's workers on the next tick (a control action changed them); safe from any thread."""
         self._refresh.set()
-        # The process lists too (a backend that reads them on a slower cadence): a launched rank's row at once.
-        request_processes = getattr(self.backend, "request_processes", None)
-        if callable(request_processes):
-            request_processes()
+        self.request_processes()  # a launched rank's row at once, a stopped one's gone
         if self.auditor is not None:
             self.auditor.request()
+
+    def request_processes(self) -> None:
+        """Read the GPU process lists on the next tick, where the backend reads them on a slower cadence (the launch
+        gate judges a frame ticked for it: a worker stopped a moment ago must not still hold its GPU there); safe from
+        any thread."""
+        request = getattr(self.backend, "request_processes", None)
+        if callable(request):
+            request()
 
     def request_state_files(self) -> None:
         """Re-read the probe and ramp results on the next tick (one was just written); safe from any thread."""

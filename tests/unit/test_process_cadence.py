@@ -173,3 +173,21 @@ def test_amdsmi_reads_the_process_lists_on_their_cadence(tmp_path: Path, monkeyp
     assert backend.sample().gpus[0].processes is first.gpus[0].processes  # not read again yet
     backend.request_processes()
     assert backend.sample().gpus[0].processes == ()
+
+
+def test_the_launch_gate_judges_process_lists_read_for_it(tmp_path: Path) -> None:
+    """A worker stopped a moment ago must not still hold its GPU in the frame the gate judges: the gate's tick reads
+    the process lists whatever their cadence."""
+    from amdtop.runtime.gate import frame_gate
+    from amdtop.runtime.loop import NodeRuntime
+    from amdtop.runtime.spec import NodeSpec
+
+    backend, nvml = _backend(tmp_path, every=3600.0)
+    pipeline = NodePipeline(backend, discover=False, proc_root=tmp_path, processes_every_s=3600.0)
+    runtime = NodeRuntime(pipeline, 1.0)
+    runtime.tick()
+    assert nvml.calls["n"] == 1  # type: ignore[attr-defined]
+    gate = frame_gate(runtime, backend.topology(), NodeSpec(config=tmp_path / "c.toml", state_dir=tmp_path))
+    gate.sample()
+    assert nvml.calls["n"] == 2  # type: ignore[attr-defined]
+    pipeline.close()
