@@ -301,6 +301,9 @@ class RemoteService:
     def wake(self) -> None:
         self.client.call_async("wake")  # the next frame answers it; nothing to wait for
 
+    def request_state_files(self) -> None:
+        self.client.call_async("request_state_files")
+
     # -- control ----------------------------------------------------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
         return list(self._call("status"))

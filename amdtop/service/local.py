@@ -45,6 +45,10 @@ class LocalService:
     def wake(self) -> None:
         self.node.runtime.wake()
 
+    def request_state_files(self) -> None:
+        self.node.pipeline.request_state_files()
+        self.node.runtime.wake()
+
     # -- control ----------------------------------------------------------------------------------------------------
     def _control(self, op: str) -> SupervisorOwner:
         """The supervisor's owner for ``op``, or the one-line refusal every view shows."""
@@ -91,7 +95,12 @@ class LocalService:
     def stacks(self, name: str) -> str:
         from amdtop.supervisor.stacks import dump_stacks, render_stacks, worker_targets
 
-        worker = next((w for w in self.status() if w.name == name), None)
+        # The newest frame's worker: its ranks as every view shows them (discovered servers included), else the
+        # supervisor's own status (before the first frame).
+        frame = self.node.runtime.frame
+        worker = frame.worker(name) if frame is not None else None
+        if worker is None:
+            worker = next((w for w in self.status() if w.name == name), None)
         if worker is None:
             raise InputError(f"stacks: no worker {name!r}")
         if not worker_targets(worker):

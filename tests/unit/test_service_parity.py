@@ -38,6 +38,7 @@ which is never a request: nothing else is local-only."""
 W = "mistral-7b"
 ARGS: dict[str, tuple[Any, ...]] = {
     "wake": (),
+    "request_state_files": (),
     "status": (),
     "launch": (W,),
     "restart": (W,),
