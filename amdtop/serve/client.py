@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
+from amdtop.hub import Hub
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.serve import peer
@@ -33,7 +34,6 @@ from amdtop.serve.wire import (
     with_parts_of,
 )
 from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
-from amdtop.service.hub import Hub
 
 CALL_TIMEOUT_S = 600.0
 """A stop waits for a worker's grace period and a launch for its process: minutes at most."""

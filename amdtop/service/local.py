@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from amdtop.errors import AmdtopError, InputError
 from amdtop.gpuprocs.signals import Refusal, plan_signal, send_signal
+from amdtop.hub import Hub
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
 from amdtop.serve.ramps import ServeRamps
 from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
-from amdtop.service.hub import Hub
 
 if TYPE_CHECKING:
     from amdtop.supervisor.owner import SupervisorOwner
