@@ -147,7 +147,10 @@ class LocalService:
         frame = self.node.runtime.frame
         found = frame.worker(worker) if frame is not None else None
         groups = [g.gpus for g in found.tp_groups()] if found is not None else None
-        return self.node_ramps.start(worker, url, gpus, settings, groups)
+        try:
+            return self.node_ramps.start(worker, url, gpus, settings, groups)
+        except (ValueError, TypeError) as exc:  # a refused URL or setting: bad input, the same line over the wire
+            raise InputError(f"ramp {worker}: {exc}") from None
 
     def ramp_abort(self, worker: str) -> str:
         if self.readonly:
