@@ -298,6 +298,9 @@ class NodeSnapshot:
     """Per-GPU samples in index order."""
     flags: tuple[Flag, ...] = field(default=())
     """Problems the backend itself detected (lost GPUs); analysis adds more."""
+    processes_at: float | None = None
+    """Wall-clock time the GPUs' process lists were read, where the backend reads them on a slower cadence than the
+    poll (``None``: read with this poll)."""
 
     def sample(self, index: int) -> GpuSample | None:
         """Return the sample of GPU ``index``."""

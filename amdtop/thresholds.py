@@ -14,6 +14,10 @@ HISTORY_POINTS = 300
 WORKERS_EVERY_S = 2.0
 """Worker status walks the workers' processes and calls each server over HTTP: every 2 s is enough (nvitop polls
 processes every 2 s too); a control action asks for the next tick at once."""
+PROCESSES_EVERY_S = 3.0
+"""The GPU process lists (NVML's running processes and per-process utilisation: on a busy H200 most of a poll's CPU,
+an ioctl into the driver) are read this often, not every tick; the Processes pane names the reading's time. A control
+action asks for the next tick at once, as for the workers."""
 REDISCOVER_EVERY_S = 30.0
 """Full walk of /proc for vLLM servers that hold no GPU the backend lists (CPU vLLM, a GPU process list the backend
 cannot read): its cost grows with the host's process count, so it runs rarely."""

@@ -4,6 +4,7 @@
 #           dashboard attached to a serve started after the fault, each checked for the fault (issue 35).
 #   idle / busy: `amdtop serve` + an attached viewer against the in-process dashboard, nvitop and a bare Textual clock
 #           (the floor), the serve's own CPU over the same windows (issues 33 and 34).
+#   rss:    (session 13) the in-process dashboard's and nvitop's resident memory per mapping (bench/rss_map.py).
 # usage: STEPS="xid idle busy" RUNS=2 SECS=20 bash bench/h200_session12_run.sh
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -45,6 +46,24 @@ PY
   python3 -c "import re,sys,glob; t=open(sorted(glob.glob('$OUT/xid_att/*'))[-1],errors='replace').read(); t=re.sub(r'\x1b\[[0-9;?]*[A-Za-z]','',t); print('attached viewer shows Xid 43:', 'Xid 43' in t or 'Xid43' in t, '| attached:', 'attached' in t)" | tee -a $LOG
   kill $XS; wait $XS 2>/dev/null
   dmesg -T | grep NVRM >$OUT/xid_dmesg.txt
+fi
+if want rss; then
+  # Session 13 (issue 34): where the in-process dashboard's resident memory is, beside nvitop's (bench/rss_map.py).
+  step rss
+  python3 bench/tui_cpu.py --runs 1 --seconds 8 --warmup 4 --marker nvml -- \
+    python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/rss-inproc --config $C >/dev/null 2>&1 &
+  RT=$!; sleep 9
+  for p in $(pgrep -f "^python3 -m tui --no-attach --readonly --backend nvml"); do
+    python3 bench/rss_map.py $p --top 30 >$OUT/rss_inproc.txt 2>&1
+  done
+  wait $RT
+  python3 bench/tui_cpu.py --runs 1 --seconds 8 --warmup 4 --marker H200 -- python3 -m nvitop --interval 1 >/dev/null 2>&1 &
+  RT=$!; sleep 9
+  for p in $(pgrep -f "^python3 -m nvitop --interval 1"); do
+    python3 bench/rss_map.py $p --top 30 >$OUT/rss_nvitop.txt 2>&1
+  done
+  wait $RT
+  head -12 $OUT/rss_inproc.txt $OUT/rss_nvitop.txt | tee -a $LOG
 fi
 if want idle || want busy; then
   S=/tmp/serve-state

@@ -40,6 +40,13 @@ def main() -> int:
     ap.add_argument("--procs", type=int, default=2000)
     ap.add_argument("--size", default="200x50")
     ap.add_argument("--baseline", default=None, help="another checkout of the code, measured as a peer")
+    ap.add_argument(
+        "--demo-port-base",
+        type=int,
+        default=None,
+        help="ports of the demo workers (default 18080): another session's demo on 18080-18082 makes the gate refuse"
+        " the launches, and the workers case then runs without workers",
+    )
     a = ap.parse_args()
     cols, rows = (int(x) for x in a.size.split("x"))
     results: dict[str, list[dict[str, object]]] = {}
@@ -47,6 +54,12 @@ def main() -> int:
 
     def amdtop(readonly: bool, code: str | None = None) -> list[str]:
         state = tempfile.mkdtemp(prefix="amdtop-cpu-")
+        if a.demo_port_base is not None:
+            # The demo's profile file, written before amdtop starts, is the one it uses (ensure_demo_profiles).
+            from amdtop.supervisor.demo import ensure_demo_profiles
+            from amdtop.telemetry.sim import SimBackend
+
+            ensure_demo_profiles(Path(state), SimBackend().topology(), port_base=a.demo_port_base)
         argv = [AMDTOP, "--demo", "--interval", "1", "--state-dir", state, "--config", f"{state}/none.toml"]
         if code is not None:
             argv = ["env", f"PYTHONPATH={code}", *argv]  # env execs: the measured pid is amdtop's

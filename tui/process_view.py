@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 from rich.text import Text
@@ -50,6 +51,14 @@ def duration(seconds: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}%"
+
+
+def read_at(frame: NodeFrame | None) -> str:
+    """`` · read 10:32:25Z`` where the backend reads the process lists on a slower cadence than the tick (the rows are
+    that reading's, not the tick's); empty where they are read every tick."""
+    if frame is None or frame.snapshot.processes_at is None:
+        return ""
+    return " · read " + time.strftime("%H:%M:%SZ", time.gmtime(frame.snapshot.processes_at))
 
 
 def one_line(command: str | None, name: str | None) -> str:

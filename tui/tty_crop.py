@@ -33,6 +33,7 @@ from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.segment import Segment
+from rich.style import Style
 from textual.geometry import Region
 from textual.strip import Strip
 
@@ -124,11 +125,99 @@ def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+_WHOLE = 1 << 30
+"""An end past any strip: :meth:`Pen.cells` then writes all of it."""
+
+
+class Pen:
+    """The terminal's colours across one partial update's writes (SGR state, as curses keeps one).
+
+    Textual renders each segment as ``ESC[style m text ESC[0m``: a 1 Hz tick that changes a dozen cells sends a dozen
+    full styles and resets, two thirds of its bytes (``bench/tty_regions.py`` on the H200 replay). The pen leaves
+    the style on between writes (cursor moves do not change it), sends nothing for a segment in the style already
+    set, only the colour that changed between two styles without attributes (bold, dim, reverse...), and a reset plus
+    the whole style otherwise; :meth:`close` resets at the end, so the terminal is left as Textual leaves it."""
+
+    __slots__ = ("append", "color_system", "style")
+
+    def __init__(self, append: Any, console: Console) -> None:
+        self.append = append
+        self.color_system = getattr(console, "_color_system", None) or ColorSystem.TRUECOLOR
+        self.style: Style | None = None
+
+    def write(self, style: Style | None, text: str) -> None:
+        """Write ``text`` in ``style`` (``None``: the default)."""
+        append = self.append
+        if style is None:
+            ansi = ""
+        else:
+            if style._link:
+                self.close()  # a hyperlink: Textual's own form, which ends in a reset
+                append(Strip.render_style(style, text, color_system=self.color_system))
+                return
+            ansi = style._ansi
+            if ansi is None:
+                ansi = Strip.render_ansi(style, self.color_system)
+        if not ansi:
+            self.close()
+            append(text)
+            return
+        assert style is not None
+        current = self.style
+        if current is not None:
+            if current is style or current == style:
+                append(text)
+                return
+            if not (current._attributes & current._set_attributes) and not (style._attributes & style._set_attributes):
+                codes: list[str] = []
+                if style._color != current._color:
+                    fg = style._color
+                    codes += ("39",) if fg is None else fg.downgrade(self.color_system).get_ansi_codes()
+                if style._bgcolor != current._bgcolor:
+                    bg = style._bgcolor
+                    codes += ("49",) if bg is None else bg.downgrade(self.color_system).get_ansi_codes(False)
+                if codes:
+                    append(f"\x1b[{';'.join(codes)}m")
+                self.style = style
+                append(text)
+                return
+            append("\x1b[0m")
+        append(f"\x1b[{ansi}m")
+        self.style = style
+        append(text)
+
+    def cells(self, strip: Strip, start: int, end: int) -> None:
+        """Cells [start, end) of ``strip`` (the whole strip: 0, its length)."""
+        pos = 0
+        for segment in strip:
+            text, style, _control = segment
+            seg_start, pos = pos, pos + cell_len(text)
+            if pos <= start:
+                continue
+            if seg_start >= end:
+                break
+            if seg_start < start:
+                segment = segment.split_cells(start - seg_start)[1]
+            if pos > end:
+                segment = segment.split_cells(cell_len(segment.text) - (pos - end))[0]
+            if segment.text:
+                self.write(style, segment.text)
+
+    def close(self) -> None:
+        """Back to the default style."""
+        if self.style is not None:
+            self.append("\x1b[0m")
+            self.style = None
+
+
 def render_segments(self: Any, console: Console) -> str:
     """``ChopsUpdate.render_segments`` sending, of each chop a dirty span touches, only what differs from what the
-    shadow says is on the screen (the whole chop where the shadow does not know it)."""
+    shadow says is on the screen (the whole chop where the shadow does not know it), through one :class:`Pen`."""
     sequences: list[str] = []
     append = sequences.append
+    pen = Pen(append, console)
+    jobs: list[tuple[int, int, int, Strip, int, int]] = []
+    groups: dict[Style | None, int] = {}
     chops = self.chops
     chop_ends = self.chop_ends
     shadow = shadow_of(console)
@@ -156,13 +245,32 @@ def render_segments(self: Any, console: Console) -> str:
                 del row[other]
             row[x] = (end, segments)
             for run_start, run_stop in runs:
-                # Control.move_to(x, y) writes this; building the Control object cost a tenth of an idle dashboard.
-                append(f"\x1b[{y + 1};{x + run_start + 1}H")
-                if run_start or run_stop != end - x:
-                    append(render_cells(strip, run_start, run_stop, console))
-                else:
-                    append(strip.render(console))
+                whole = not run_start and run_stop == end - x  # the whole strip, as strip.render writes it
+                group = groups.setdefault(_style_at(segments, run_start), len(groups))
+                jobs.append((group, y, x + run_start, strip, run_start, _WHOLE if whole else run_stop))
+    # The runs of one update cover distinct cells, so their order is free: those that start in one style go together
+    # (a history tick's dozen cells alternate two colours row by row: a colour switch per cell, else two in all).
+    jobs.sort(key=_group_of)
+    for _group, y, at, strip, run_start, run_stop in jobs:
+        # Control.move_to(x, y) writes this; building the Control object cost a tenth of an idle dashboard.
+        append(f"\x1b[{y + 1};{at + 1}H")
+        pen.cells(strip, run_start, run_stop)
+    pen.close()
     return "".join(sequences)
+
+
+def _group_of(job: tuple[int, int, int, Strip, int, int]) -> int:
+    return job[0]
+
+
+def _style_at(segments: list[Segment], cell: int) -> Style | None:
+    """The style of the segment holding ``cell``."""
+    pos = 0
+    for text, style, _control in segments:
+        pos += cell_len(text)
+        if pos > cell:
+            return style
+    return None
 
 
 def span_chops(self: Any, spans: list[tuple[int, int, int]]) -> list[dict[int, Any]]:

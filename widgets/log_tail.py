@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TypeVar
 
+from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.text import Text
 from textual.app import ComposeResult
@@ -42,6 +43,20 @@ class LevelHighlighter(Highlighter):
             text.stylize("green")
         elif "NCCL INFO" not in plain:
             text.stylize("dim")
+
+
+class TailLog(Log):
+    """Textual's ``Log`` measuring each batch's width where it is written.
+
+    ``Log.write_lines`` (Textual 8.2.8) starts a worker thread per write to measure the new lines (``_update_size``),
+    and that worker's state messages and its hand-back through ``call_from_thread`` came with every batch of a
+    worker's log lines, once a second while the workers log. A batch here is a tick's lines (at most ``max_lines``):
+    measured in place, then handed to the same ``_update_maximum_width``."""
+
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+        if lines:
+            process = self._process_line
+            self._update_maximum_width(updates, max(cell_len(process(line)) for line in lines))
 
 
 class LogTailPane(Widget, can_focus=True):
@@ -86,6 +101,8 @@ class LogTailPane(Widget, can_focus=True):
         super().__init__(name=name, id=id, classes=classes)
         self.max_lines = max_lines
         self._buffer: deque[LogLine] = deque(maxlen=max_lines * 4)
+        self._summary_shown: Text | None = None
+        self._status_shown: str | None = None
         self._workers: list[str] = []
         self._pending = 0
         self._dropped = 0
@@ -97,7 +114,7 @@ class LogTailPane(Widget, can_focus=True):
         yield Static("no communicator seen yet", id="logs-summary", markup=False)
         yield Static("", id="logs-status", markup=False)
         yield Input(placeholder="search (enter applies, empty clears)", id="logs-search")
-        log = Log(max_lines=self.max_lines, highlight=True, id="logs-log")
+        log = TailLog(max_lines=self.max_lines, highlight=True, id="logs-log")
         log.highlighter = LevelHighlighter()
         yield log
 
@@ -185,7 +202,9 @@ class LogTailPane(Widget, can_focus=True):
             style = "bold red" if flag.kind in (FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT) else "bold magenta"
             text.append(f"\n! {flag.kind.value}: {flag.message}", style=style)
         summary = self._child(Static, "#logs-summary")
-        if summary is not None:
+        # Static.update is a layout pass (a repaint of the screen): only for a summary that reads differently.
+        if summary is not None and text != self._summary_shown:
+            self._summary_shown = text
             summary.update(text)
 
     # -- filtering -------------------------------------------------------------------------------------------
@@ -238,8 +257,10 @@ class LogTailPane(Widget, can_focus=True):
             parts.append(f"{self._dropped} lines dropped")
         parts.append("keys: e t w / p c")
         status = self._child(Static, "#logs-status")
-        if status is not None:
-            status.update("  ·  ".join(parts))
+        line = "  ·  ".join(parts)
+        if status is not None and line != self._status_shown:  # unchanged at nearly every batch of lines
+            self._status_shown = line
+            status.update(line)
 
     def watch_mode(self) -> None:
         if self.is_mounted:

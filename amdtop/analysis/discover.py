@@ -222,23 +222,37 @@ class VllmDiscovery:
         *,
         full_every_s: float = REDISCOVER_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
+        trees_every_s: float = 0.0,
     ) -> None:
-        """Nothing is read until the first :meth:`find`."""
+        """Nothing is read until the first :meth:`find`. ``trees_every_s``: while the GPU processes stay the same,
+        walk their trees at most this often (0: at every call); a changed GPU process list walks them at once."""
         self.proc_root = proc_root
         self.full_every_s = full_every_s
+        self.trees_every_s = trees_every_s
         self.clock = clock
         self._full_at: float | None = None
+        self._trees_at: float | None = None
+        self._gpu_pids: dict[int, tuple[int, ...]] | None = None
         self._found: list[WorkerStatus] = []
         self.full_walks = 0
+        self.tree_walks = 0
 
     def find(self, gpu_pids: Mapping[int, tuple[int, ...]]) -> list[WorkerStatus]:
         """The servers running now."""
         now = self.clock()
         if self._full_at is None or now - self._full_at >= self.full_every_s:
-            self._full_at = now
+            self._full_at = self._trees_at = now
+            self._gpu_pids = dict(gpu_pids)
             self.full_walks += 1
             self._found = discover_vllm(self.proc_root, gpu_pids)
             return self._found
+        # The same GPU processes as the last walk, walked less than trees_every_s ago: the same servers (a server
+        # that stops takes its GPU processes with it, which changes the list).
+        if self._trees_at is not None and now - self._trees_at < self.trees_every_s and gpu_pids == self._gpu_pids:
+            return self._found
+        self._trees_at = now
+        self._gpu_pids = dict(gpu_pids)
+        self.tree_walks += 1
         seeds = set(gpu_pids) | {p for w in self._found for p in w.pids}
         self._found = discover_vllm(self.proc_root, gpu_pids, vllm_family(seeds, self.proc_root)) if seeds else []
         return self._found

@@ -7,7 +7,8 @@ the difference is memory no live process holds (driver reservations, or a leftov
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -119,12 +120,15 @@ def build_rows(
     workers: Sequence[WorkerStatus],
     host: Mapping[int, HostInfo],
     physical: Sequence[WorkerStatus] | None = None,
+    now: float | None = None,
 ) -> tuple[tuple[ProcessRow, ...], tuple[GpuProcessTotal, ...]]:
-    """Rows in GPU order, biggest memory first within a GPU, and one total per GPU that is not lost."""
+    """Rows in GPU order, biggest memory first within a GPU, and one total per GPU that is not lost. Elapsed times
+    are taken at ``now`` (default: the snapshot's time)."""
     owners, ranks = _owners(snap, workers, physical)
     rows: list[ProcessRow] = []
     totals: list[GpuProcessTotal] = []
-    now = snap.timestamp
+    if now is None:
+        now = snap.timestamp
     host_get, owner_get, rank_get = host.get, owners.get, ranks.get
     for sample in snap.gpus:
         if sample.lost:
@@ -176,17 +180,43 @@ def gpu_pids(snap: NodeSnapshot) -> list[int]:
 
 
 class ProcessTable:
-    """The pipeline's part: host facts for the pids on GPUs, joined with the backend's rows and the workers."""
+    """The pipeline's part: host facts for the pids on GPUs, joined with the backend's rows and the workers.
 
-    def __init__(self, host: ProcessHost | None = None) -> None:
+    With ``every_s`` > 0 the host facts (CPU, RSS, command line: a /proc read per process) are read when the pids
+    change, when the backend read its process lists anew (``NodeSnapshot.processes_at``), or every ``every_s``; in
+    between the rows repeat, elapsed times included (taken at the reading), and rows equal to the last tick's are
+    the last tick's tuple, so a view or the wire's delta can tell "unchanged" by identity."""
+
+    def __init__(
+        self, host: ProcessHost | None = None, every_s: float = 0.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """Read host facts from ``host`` (default: the live host through psutil)."""
         self.host: ProcessHost = host if host is not None else HostProcs()
+        self.every_s = every_s
+        self.clock = clock
+        self._pids: list[int] | None = None
+        self._info: dict[int, HostInfo] = {}
+        self._read_at = 0.0
+        self._wall = 0.0
+        self._procs_at: float | None = None
+        self._last: tuple[tuple[ProcessRow, ...], tuple[GpuProcessTotal, ...]] = ((), ())
 
     def rows(
         self, snap: NodeSnapshot, workers: Sequence[WorkerStatus], physical: Sequence[WorkerStatus] | None = None
     ) -> tuple[tuple[ProcessRow, ...], tuple[GpuProcessTotal, ...]]:
         """One tick's rows and totals (``physical``: the workers on their physical GPUs, as the frame holds them)."""
-        return build_rows(snap, workers, self.host.read(gpu_pids(snap)), physical)
+        pids = gpu_pids(snap)
+        if self.every_s <= 0:
+            return build_rows(snap, workers, self.host.read(pids), physical)
+        now = self.clock()
+        if pids != self._pids or snap.processes_at != self._procs_at or now - self._read_at >= self.every_s:
+            self._info = self.host.read(pids)
+            self._pids, self._procs_at, self._read_at = pids, snap.processes_at, now
+            self._wall = snap.timestamp if snap.processes_at is None else snap.processes_at
+        rows, totals = build_rows(snap, workers, self._info, physical, now=self._wall)
+        last_rows, last_totals = self._last
+        self._last = (last_rows if rows == last_rows else rows, last_totals if totals == last_totals else totals)
+        return self._last
 
     def close(self) -> None:
         """Release what the host reader keeps open (its stat descriptors)."""

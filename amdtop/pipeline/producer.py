@@ -101,6 +101,7 @@ class NodePipeline:
         wall_clock: Callable[[], float] = time.time,
         host_procs: ProcessHost | None = None,
         auditor: Auditor | None = None,
+        processes_every_s: float = 0.0,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given);
         ``kernel`` reads the kernel log for GPU faults."""
@@ -109,7 +110,9 @@ class NodePipeline:
         self.proc_root = proc_root
         self.tracker = ImbalanceTracker(window_s, threshold_pct)
         self.discovery = (
-            VllmDiscovery(proc_root, full_every_s=rediscover_every_s, clock=clock) if discover else None
+            VllmDiscovery(proc_root, full_every_s=rediscover_every_s, clock=clock, trees_every_s=processes_every_s)
+            if discover
+            else None
         )
         self.state_dir = state_dir
         self.demo_load = demo_load
@@ -144,15 +147,25 @@ class NodePipeline:
         # Host facts of the GPU processes come from this host's /proc; a captured proc tree has none to give.
         if host_procs is None and proc_root != PROC:
             host_procs = NoHost()
-        self.processes = ProcessTable(host_procs)
+        # The host facts of GPU processes on their own cadence (0: every tick), see ProcessTable.
+        self.processes = ProcessTable(host_procs, every_s=processes_every_s, clock=clock)
         self.auditor = auditor
 
     # -- requests from other threads ----------------------------------------------------------------------------
     def request_workers(self) -> None:
         """Refresh amdtop's workers on the next tick (a control action changed them); safe from any thread."""
         self._refresh.set()
+        self.request_processes()  # a launched rank's row at once, a stopped one's gone
         if self.auditor is not None:
             self.auditor.request()
+
+    def request_processes(self) -> None:
+        """Read the GPU process lists on the next tick, where the backend reads them on a slower cadence (the launch
+        gate judges a frame ticked for it: a worker stopped a moment ago must not still hold its GPU there); safe from
+        any thread."""
+        request = getattr(self.backend, "request_processes", None)
+        if callable(request):
+            request()
 
     def request_state_files(self) -> None:
         """Re-read the probe and ramp results on the next tick (one was just written); safe from any thread."""

@@ -17,6 +17,7 @@ def frame_gate(runtime: NodeRuntime, topology: Topology, spec: NodeSpec) -> Laun
     holds its VRAM there, and its restart was refused for memory no live process holds."""
 
     def sample() -> NodeSnapshot | None:
+        runtime.pipeline.request_processes()  # the process lists of now, not of the last reading (up to 3 s old)
         return runtime.tick().snapshot
 
     return LaunchGate(topology, sample, sys_root=spec.sysfs_root)

@@ -29,7 +29,7 @@ from amdtop.runtime.loop import NodeRuntime
 from amdtop.runtime.spec import NodeSpec
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
-from amdtop.thresholds import TP_WINDOW_S
+from amdtop.thresholds import PROCESSES_EVERY_S, TP_WINDOW_S
 
 if TYPE_CHECKING:
     from amdtop.gpuprocs import ProcessHost
@@ -233,6 +233,7 @@ def open_node(
             kernel=faults,
             host_procs=parts.host_procs,
             auditor=Auditor(sys_root=spec.sysfs_root, proc_root=parts.proc_root, profiles=profile_lookup(control)),
+            processes_every_s=PROCESSES_EVERY_S,
         )
     except BaseException:
         backend.close()

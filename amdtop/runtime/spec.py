@@ -14,6 +14,7 @@ from pathlib import Path
 from amdtop.errors import InputError
 from amdtop.telemetry import open_backend
 from amdtop.telemetry.base import BackendOptions, TelemetryBackend
+from amdtop.thresholds import PROCESSES_EVERY_S
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class NodeSpec:
                 raise InputError(f"--sysfs-root: {root} is not readable; fix its permissions or pick another tree")
         if self.demo_partition is not None and not (self.demo or self.backend == "sim"):
             raise InputError("--demo-partition: only the simulated node has a settable partition mode; add --demo")
-        return BackendOptions(sysfs_root=root, seed=self.seed, partition=self.demo_partition)
+        return BackendOptions(
+            sysfs_root=root, seed=self.seed, partition=self.demo_partition, processes_every_s=PROCESSES_EVERY_S
+        )
 
     @property
     def backend_name(self) -> str:

@@ -230,9 +230,11 @@ def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tup
     return tuple(out)
 
 
-KEPT_PARTS = ("audit", "snapshot.topology")
+KEPT_PARTS = ("audit", "snapshot.topology", "processes", "process_totals")
 """Frame parts a viewer takes from its last frame when the serve's are the same objects (identity, not equality:
-free to tell). The audit's report is most of what is left of an idle frame once its history goes as a delta."""
+free to tell). The audit's report is most of what is left of an idle frame once its history goes as a delta; the
+process rows repeat as the same tuples between readings of the process lists (``amdtop.gpuprocs.ProcessTable``), and
+a viewer handed the same tuples does not redraw them."""
 
 
 def _part(frame: NodeFrame, path: str) -> object:
@@ -250,7 +252,8 @@ def _with_part(obj: Any, path: str, value: object) -> Any:
 
 def kept_parts(previous: NodeFrame, frame: NodeFrame) -> tuple[str, ...]:
     """The parts of :data:`KEPT_PARTS` that ``frame`` shares with ``previous``."""
-    return tuple(p for p in KEPT_PARTS if (v := _part(frame, p)) is not None and v is _part(previous, p))
+    # An empty part (no process rows) costs nothing to send: only what is there is kept.
+    return tuple(p for p in KEPT_PARTS if (v := _part(frame, p)) is not None and v != () and v is _part(previous, p))
 
 
 def without_parts(frame: NodeFrame, parts: tuple[str, ...]) -> NodeFrame:

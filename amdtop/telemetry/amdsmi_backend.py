@@ -17,6 +17,7 @@ import io
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -130,14 +131,21 @@ class AmdsmiBackend:
         *,
         clock: Callable[[], float] = time.time,
         hostname: str | None = None,
+        processes_every_s: float = 0.0,
     ) -> None:
-        """Initialise the library and read the static facts.
+        """Initialise the library and read the static facts; the process lists every ``processes_every_s`` (0: every
+        poll; see :class:`~amdtop.telemetry.base.BackendOptions`).
 
         Raises:
             BackendUnavailable: init failed or no GPU was found.
         """
         self._smi = smi
         self._clock = clock
+        self._procs_every = processes_every_s
+        self._procs_due = threading.Event()
+        self._procs_read_at: float | None = None
+        self._procs_wall: float | None = None
+        self._procs: dict[int, tuple[GpuProcess, ...]] = {}
         self._hostname = hostname or socket.gethostname()
         self._open = False
         self._engines = EngineRates()
@@ -299,14 +307,34 @@ class AmdsmiBackend:
         """Poll every GPU once; a GPU that stopped answering is reported lost."""
         samples: list[GpuSample] = []
         flags: list[Flag] = []
+        now, every = time.monotonic(), self._procs_every
+        read = (
+            self._procs_due.is_set() or self._procs_read_at is None or every <= 0 or now - self._procs_read_at >= every
+        )
+        if read:
+            self._procs_due.clear()
+            self._procs_read_at, self._procs_wall = now, self._clock()
         for i, info in enumerate(self._infos):
             try:
-                samples.append(plausible(self._sample_gpu(i)))
+                samples.append(plausible(self._sample_gpu(i, read)))
             except _Lost as lost:
                 samples.append(GpuSample(i, lost=True, error=str(lost)))
                 flags.append(lost_flag(info))
-        self._engines.forget_unseen()
-        return NodeSnapshot("amdsmi", self._hostname, self._clock(), self._topology, tuple(samples), tuple(flags))
+        if read:
+            self._engines.forget_unseen()
+        return NodeSnapshot(
+            "amdsmi",
+            self._hostname,
+            self._clock(),
+            self._topology,
+            tuple(samples),
+            tuple(flags),
+            processes_at=self._procs_wall if every > 0 else None,
+        )
+
+    def request_processes(self) -> None:
+        """Read the process lists at the next poll (a worker was launched or stopped); safe from any thread."""
+        self._procs_due.set()
 
     def _core_call(self, i: int, fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -318,7 +346,7 @@ class AmdsmiBackend:
         except self._smi.AmdSmiException:
             return None
 
-    def _sample_gpu(self, i: int) -> GpuSample:
+    def _sample_gpu(self, i: int, read_procs: bool = True) -> GpuSample:
         smi, h = self._smi, self._handles[i]
         act = self._core_call(i, smi.amdsmi_get_gpu_activity, h)
         used = self._core_call(i, smi.amdsmi_get_gpu_memory_usage, h, smi.AmdSmiMemoryType.VRAM)
@@ -349,7 +377,7 @@ class AmdsmiBackend:
             sclk_mhz=sclk,
             mclk_mhz=mclk,
             mem_util_pct=_num(act.get("umc_activity")),
-            processes=self._partition_processes(i) if self._parts[i] else self._processes(h),
+            processes=self._gpu_processes(i, h) if read_procs else self._procs.get(i, ()),
             xgmi_links=self._link_metrics(i, h),
             ecc=self._ecc_counts(i, h),
             **self._violations(i, h),
@@ -414,6 +442,11 @@ class AmdsmiBackend:
         self._ecc_age[i] = 1
         return self._ecc[i]
 
+    def _gpu_processes(self, i: int, h: Any) -> tuple[GpuProcess, ...]:
+        # Kept per GPU: between readings the sample repeats the same tuple (see BackendOptions.processes_every_s).
+        procs = self._procs[i] = self._partition_processes(i) if self._parts[i] else self._processes(h)
+        return procs
+
     def _partition_processes(self, i: int) -> tuple[GpuProcess, ...]:
         out: list[GpuProcess] = []
         for f in self._parts[i]:
@@ -452,4 +485,4 @@ def open_backend(options: BackendOptions) -> AmdsmiBackend:
     Raises:
         BackendUnavailable: amdsmi missing, broken, without a driver, or without GPUs.
     """
-    return AmdsmiBackend(load_amdsmi(), options.sysfs_root)
+    return AmdsmiBackend(load_amdsmi(), options.sysfs_root, processes_every_s=options.processes_every_s)

@@ -23,6 +23,10 @@ class BackendOptions:
     """Simulated node layout (``mi300x-8``, ``pcie-4``, ``empty``)."""
     partition: str | None = None
     """Partition mode of the simulated GPUs (``--demo-partition``: ``CPX``, ``CPX/NPS4``, ``DPX/NPS1``...)."""
+    processes_every_s: float = 0.0
+    """Read the per-process lists (and NVML's per-process utilisation) at most this often, repeating the last list in
+    between; 0 reads them at every poll (one-shot commands, tests). The live dashboard and ``serve`` pass
+    :data:`amdtop.thresholds.PROCESSES_EVERY_S`."""
 
 
 @runtime_checkable

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -91,6 +92,8 @@ class _Device:
     violations_age: int = 0
     """Polls since :attr:`ecc` was read (0: read at the next poll)."""
     """(link id, remote GPU BDF or ``None`` for an NVSwitch) of each active NVLink, filled with the topology."""
+    procs: tuple[GpuProcess, ...] = ()
+    """The process list of the last process reading (repeated, the same tuple, until the next)."""
 
 
 class NvmlBackend:
@@ -125,6 +128,11 @@ class NvmlBackend:
         self._names: dict[int, str | None] = {}
         self._seen: set[int] = set()
         self._proc_util = ProcessUtilization(nvml)
+        # Process lists are read every options.processes_every_s (monotonic clock), not every poll: on a busy GPU
+        # nvmlDeviceGetProcessUtilization was most of the poll's CPU (session 12's py-spy of the serve).
+        self._procs_due = threading.Event()
+        self._procs_read_at: float | None = None
+        self._procs_wall: float | None = None
         self._topology = self._read_topology()
 
     # -- static -------------------------------------------------------------------------------------------------
@@ -260,7 +268,26 @@ class NvmlBackend:
         self._names[pid] = name
         return name
 
-    def _sample_gpu(self, dev: _Device) -> GpuSample:
+    def request_processes(self) -> None:
+        """Read the process lists at the next poll (a worker was launched or stopped); safe from any thread."""
+        self._procs_due.set()
+
+    def _read_processes(self, dev: _Device) -> tuple[GpuProcess, ...]:
+        nv, h = self._nvml, dev.handle
+        procs = self._soft(dev, "procs", nv.nvmlDeviceGetComputeRunningProcesses, h) or []
+        # Per-process SM share only where a process is listed: an idle GPU costs no extra call.
+        busy = self._proc_util.read(dev.index, h) if procs else None
+        return tuple(
+            GpuProcess(
+                int(p.pid),
+                self._process_name(int(p.pid)),
+                int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,
+                gpu_util_pct=None if busy is None else busy.get(int(p.pid), 0.0),
+            )
+            for p in procs
+        )
+
+    def _sample_gpu(self, dev: _Device, read_procs: bool = True) -> GpuSample:
         nv = self._nvml
         h = dev.handle
         util = self._soft(dev, "util", nv.nvmlDeviceGetUtilizationRates, h)
@@ -269,9 +296,8 @@ class NvmlBackend:
         temp = self._soft(dev, "temp", nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
         sclk = self._soft(dev, "sclk", nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
         mclk = self._soft(dev, "mclk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
-        procs = self._soft(dev, "procs", nv.nvmlDeviceGetComputeRunningProcesses, h) or []
-        # Per-process SM share only where a process is listed: an idle GPU costs no extra call.
-        busy = self._proc_util.read(dev.index, h) if procs else None
+        if read_procs:
+            dev.procs = self._read_processes(dev)
         acc, clock = self._violations(dev)
         return GpuSample(
             index=dev.index,
@@ -284,15 +310,7 @@ class NvmlBackend:
             sclk_mhz=float(sclk) if sclk is not None else None,
             mclk_mhz=float(mclk) if mclk is not None else None,
             mem_util_pct=float(util.memory) if util is not None else None,
-            processes=tuple(
-                GpuProcess(
-                    int(p.pid),
-                    self._process_name(int(p.pid)),
-                    int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,
-                    gpu_util_pct=None if busy is None else busy.get(int(p.pid), 0.0),
-                )
-                for p in procs
-            ),
+            processes=dev.procs,
             xgmi_links=self._nvlink_counters(dev),
             throttle_active=self._event_reasons(dev),
             throttle_acc=acc,
@@ -375,12 +393,21 @@ class NvmlBackend:
         """Poll every GPU once; a GPU that errors is reported lost and the others still update."""
         samples: list[GpuSample] = []
         flags: list[Flag] = []
-        self._seen = set()
+        now = time.monotonic()
+        every = self._options.processes_every_s
+        read_procs = (
+            self._procs_due.is_set() or self._procs_read_at is None or every <= 0 or now - self._procs_read_at >= every
+        )
+        if read_procs:
+            self._procs_due.clear()
+            self._procs_read_at = now
+            self._procs_wall = time.time()
+            self._seen = set()
         for dev in self._devices:
             reason = dev.lost_reason
             if reason is None:
                 try:
-                    samples.append(plausible(self._sample_gpu(dev)))
+                    samples.append(plausible(self._sample_gpu(dev, read_procs)))
                     continue
                 except self._nvml.NVMLError as exc:
                     reason = f"NVML: {exc}"
@@ -388,9 +415,13 @@ class NvmlBackend:
                         dev.lost_reason = reason
             samples.append(GpuSample(dev.index, lost=True, error=reason))
             flags.append(Flag(FlagKind.GPU_LOST, f"GPU {dev.index} lost: {reason}", gpus=(dev.index,)))
-        if len(self._names) > len(self._seen):
+        if read_procs and len(self._names) > len(self._seen):
             self._names = {pid: name for pid, name in self._names.items() if pid in self._seen}
-        return NodeSnapshot("nvml", self._hostname, time.time(), self._topology, tuple(samples), tuple(flags))
+        # Only a cadence slower than the poll is named: a process list read at this poll needs no time of its own.
+        procs_at = self._procs_wall if every > 0 else None
+        return NodeSnapshot(
+            "nvml", self._hostname, time.time(), self._topology, tuple(samples), tuple(flags), processes_at=procs_at
+        )
 
     def _shutdown(self) -> None:
         try:

@@ -17,6 +17,7 @@ import errno
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -149,8 +150,10 @@ class SysfsBackend:
         *,
         clock: Callable[[], float] = time.time,
         hostname: str | None = None,
+        processes_every_s: float = 0.0,
     ) -> None:
-        """Read the static node facts under ``sysfs_root``.
+        """Read the static node facts under ``sysfs_root``; the KFD process list and the processes' fdinfo engine
+        time every ``processes_every_s`` (0: every poll; see :class:`~amdtop.telemetry.base.BackendOptions`).
 
         Raises:
             BackendUnavailable: no amdgpu card under ``sysfs_root``.
@@ -163,6 +166,11 @@ class SysfsBackend:
         self._proc_root = str(proc_root)
         self._kfd_proc = str(sysfs_root / "class" / "kfd" / "kfd" / "proc")
         self._engines = FdinfoEngines(self._proc_root)
+        self._procs_every = processes_every_s
+        self._procs_due = threading.Event()
+        self._procs_read_at: float | None = None
+        self._procs_wall: float | None = None
+        self._proc_tuples: dict[int, tuple[GpuProcess, ...]] = {}
         kfd_nodes = read_kfd_nodes(sysfs_root)
         by_bdf = {n.bdf: n for n in kfd_nodes if n.is_gpu}
         cards.sort(key=lambda c: (by_bdf[c.bdf].node if c.bdf in by_bdf else 1 << 30, c.bdf))
@@ -233,17 +241,37 @@ class SysfsBackend:
 
     def sample(self) -> NodeSnapshot:
         """Poll every GPU once; a GPU whose files vanished is reported lost."""
-        procs = self._with_engine_time(self._processes())
+        now, every = time.monotonic(), self._procs_every
+        if self._procs_due.is_set() or self._procs_read_at is None or every <= 0 or now - self._procs_read_at >= every:
+            # Between readings each GPU repeats the same tuple (a view or the wire tells "unchanged" by identity).
+            self._procs_due.clear()
+            self._procs_read_at, self._procs_wall = now, self._clock()
+            procs = self._with_engine_time(self._processes())
+            self._proc_tuples = {
+                gpu_id: tuple(sorted(found, key=lambda p: (p.pid, p.partition or 0))) for gpu_id, found in procs.items()
+            }
         samples: list[GpuSample] = []
         flags: list[Flag] = []
         for gpu in self._gpus:
-            s = self._sample_gpu(gpu, procs)
+            s = self._sample_gpu(gpu, self._proc_tuples)
             if s.lost:
                 flags.append(lost_flag(gpu.info))
             samples.append(plausible(s))
-        return NodeSnapshot("sysfs", self._hostname, self._clock(), self._topology, tuple(samples), tuple(flags))
+        return NodeSnapshot(
+            "sysfs",
+            self._hostname,
+            self._clock(),
+            self._topology,
+            tuple(samples),
+            tuple(flags),
+            processes_at=self._procs_wall if every > 0 else None,
+        )
 
-    def _sample_gpu(self, gpu: _Gpu, procs: dict[int, list[GpuProcess]]) -> GpuSample:
+    def request_processes(self) -> None:
+        """Read the process lists at the next poll (a worker was launched or stopped); safe from any thread."""
+        self._procs_due.set()
+
+    def _sample_gpu(self, gpu: _Gpu, procs: dict[int, tuple[GpuProcess, ...]]) -> GpuSample:
         values: dict[str, Any] = {}
         for m in gpu.metrics:
             try:
@@ -257,7 +285,7 @@ class SysfsBackend:
                 values[m.field] = None
                 continue
             values[m.field] = raw if m.divisor is None else raw / m.divisor
-        found = procs.get(gpu.gpu_id, []) if gpu.gpu_id else []
+        found = procs.get(gpu.gpu_id, ()) if gpu.gpu_id else ()
         if gpu.gpu_metrics is not None:
             values.update(sample_fields(read_gpu_metrics(gpu.gpu_metrics)))
         if gpu.ras:
@@ -269,7 +297,7 @@ class SysfsBackend:
         return GpuSample(
             gpu.info.index,
             vram_total_bytes=gpu.info.vram_total_bytes,
-            processes=tuple(sorted(found, key=lambda p: (p.pid, p.partition or 0))),
+            processes=found,
             **values,
         )
 
@@ -343,4 +371,4 @@ def open_backend(options: BackendOptions) -> SysfsBackend:
     Raises:
         BackendUnavailable: no amdgpu card there.
     """
-    return SysfsBackend(options.sysfs_root, options.proc_root)
+    return SysfsBackend(options.sysfs_root, options.proc_root, processes_every_s=options.processes_every_s)

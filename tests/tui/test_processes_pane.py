@@ -303,3 +303,17 @@ async def test_pane_json_and_exporter_read_the_same_rows() -> None:
         assert shown == in_json == exported and len(shown) == 9
         alice = next(p for g in doc["gpus"] for p in g["processes"] if p["pid"] == ALICE)
         assert (alice["user"], alice["owner"], alice["cpu_pct"], alice["elapsed_s"]) == ("alice", "foreign", 99.7, 5400.0)
+
+
+def test_the_subtitle_names_when_the_rows_were_read() -> None:
+    """Process lists read on their own cadence (issue 34): the pane says which reading its rows are, in UTC as the
+    status clock; rows read with every tick say nothing."""
+    from amdtop.model import NodeSnapshot, Topology
+    from amdtop.pipeline import NodeFrame
+    from tui import process_view
+
+    snap = NodeSnapshot("nvml", "h", 1_700_000_001.0, Topology((), (), ()), (), processes_at=1_700_000_000.0)
+    assert process_view.read_at(NodeFrame(snapshot=snap)) == " · read 22:13:20Z"
+    every_tick = NodeSnapshot("sim", "h", 1_700_000_001.0, Topology((), (), ()), ())
+    assert process_view.read_at(NodeFrame(snapshot=every_tick)) == ""
+    assert process_view.read_at(None) == ""

@@ -303,3 +303,107 @@ def test_repaint_leaves_textuals_path_when_a_part_is_missing() -> None:
     widget = Bare()
     assert repaint.repaint_now(object(), [widget]) == 0
     assert widget._repaint_required  # untouched: Textual's own idle handler still repaints it
+
+
+def _cells_seen(output: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """What a terminal shows for ``output`` (one line, cursor moves to columns of row 1): each written character with
+    the SGR state it was written in (fg, bg, attributes), read code by code as a terminal does."""
+    import re
+
+    state: dict[str, str] = {}
+    seen: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+    for token in re.findall(r"\x1b\[[0-9;]*[mH]|[^\x1b]", output):
+        if token.endswith("H") and token.startswith("\x1b["):
+            continue
+        if not token.startswith("\x1b["):
+            seen.append((token, tuple(sorted(state.items()))))
+            continue
+        codes = token[2:-1].split(";") if token[2:-1] else ["0"]
+        i = 0
+        while i < len(codes):
+            code = codes[i]
+            if code == "0":
+                state.clear()
+            elif code in ("38", "48"):
+                n = 3 if codes[i + 1] == "5" else 5
+                state["fg" if code == "38" else "bg"] = ";".join(codes[i : i + n])
+                i += n - 1
+            elif code == "39":
+                state.pop("fg", None)
+            elif code == "49":
+                state.pop("bg", None)
+            elif code.isdigit() and (30 <= int(code) <= 37 or 90 <= int(code) <= 97):
+                state["fg"] = code
+            elif code.isdigit() and (40 <= int(code) <= 47 or 100 <= int(code) <= 107):
+                state["bg"] = code
+            else:
+                state[f"attr{code}"] = code
+            i += 1
+    return seen
+
+
+def test_the_pen_shows_what_textual_shows_in_fewer_bytes() -> None:
+    """Styles left on across writes (issue 34: two thirds of a tick's bytes were repeated styles and resets): every
+    character ends up in the same colours and attributes as Textual's own rendering, and the terminal is left reset."""
+    from rich.style import Style
+
+    console = Console(width=40, legacy_windows=False, force_terminal=True, color_system="256")
+    green, orange = Style(color="color(112)", bgcolor="color(233)"), Style(color="color(208)", bgcolor="color(233)")
+    bold, plain_bg = Style(bold=True, color="color(112)"), Style(bgcolor="color(17)")
+    strips = [
+        Strip([Segment("▆", green), Segment("█", orange), Segment("x", orange), Segment("y", None)]),
+        Strip([Segment("ab", bold), Segment("c", green), Segment("d", plain_bg), Segment("e", Style())]),
+        Strip([Segment("1", green), Segment("2", green), Segment("3", bold), Segment("4", orange)]),
+    ]
+    ours: list[str] = []
+    pen = tty_crop.Pen(ours.append, console)
+    theirs = []
+    for x, strip in enumerate(strips):
+        ours.append(f"\x1b[1;{10 * x + 1}H")
+        pen.cells(strip, 0, strip.cell_length)
+        theirs.append(f"\x1b[1;{10 * x + 1}H" + strip.render(console))
+    pen.close()
+    out, textual = "".join(ours), "".join(theirs)
+    assert _cells_seen(out) == _cells_seen(textual)
+    assert out.endswith("\x1b[0m") and len(out) < len(textual)
+    # Two cells differing in the foreground only: the second sends that colour alone.
+    assert "█\x1b[38;5;208m" not in out and "▆\x1b[38;5;208m█" in out
+
+
+def test_runs_that_start_in_one_style_go_together() -> None:
+    """A history tick: on each of two rows a green and an orange cell change. Textual's order switches colour at every
+    cell; the update sends the green ones, then the orange ones, and the terminal shows the same cells."""
+    from rich.style import Style
+
+    tty_crop.install()
+    console = Console(width=20, legacy_windows=False, force_terminal=True, color_system="256")
+    green, orange = Style(color="color(112)", bgcolor="color(233)"), Style(color="color(208)", bgcolor="color(233)")
+    chops = [{0: Strip([Segment("▆", green)]), 10: Strip([Segment("█", orange)])} for _ in range(2)]
+    update = _compositor.ChopsUpdate(chops, [(0, 0, 11), (1, 0, 11)], [[1, 11], [1, 11]])
+    out = tty_crop.render_segments(
+        update, Console(width=20, legacy_windows=False, force_terminal=True, color_system="256")
+    )
+    textual = tty_crop.original()(update, console)
+    assert out.index("\x1b[2;1H") < out.index("\x1b[1;11H")  # both greens first
+    assert out.count("\x1b[38;5;208") == 1 and out.count("\x1b[38;5;112") == 1
+    seen = {(r, c): cell for r, c in ((1, 1), (1, 11), (2, 1), (2, 11)) for cell in [_at(out, r, c)]}
+    assert seen == {(r, c): _at(textual, r, c) for r, c in seen}
+
+
+def _at(output: str, row: int, col: int) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The character written last at (row, col), with the SGR state a terminal applies to it."""
+    import re
+
+    styles = ""  # every SGR sequence so far: the state is what they leave, read by _cells_seen
+    r = c = 1
+    found: tuple[str, tuple[tuple[str, str], ...]] = ("", ())
+    for token in re.findall(r"\x1b\[[0-9;]*[mH]|[^\x1b]", output):
+        if token.endswith("H") and token.startswith("\x1b["):
+            r, c = (int(n) for n in token[2:-1].split(";"))
+        elif token.startswith("\x1b["):
+            styles += token
+        else:
+            if (r, c) == (row, col):
+                found = (token, _cells_seen(styles + token)[-1][1])
+            c += 1
+    return found

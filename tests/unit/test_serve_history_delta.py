@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from amdtop.gpuprocs import GpuProcessTotal, ProcessRow
 from amdtop.model import NodeSnapshot, Topology
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
 from amdtop.serve.client import ServeClient
@@ -103,6 +104,24 @@ def test_a_viewer_keeps_only_the_parts_the_wire_names() -> None:
     assert with_parts_of(sent, a, ("snapshot.topology",)) == b
     with pytest.raises(WireError, match=r"frame part 'snapshot\.hostname' is not one a viewer keeps"):
         with_parts_of(sent, a, ("snapshot.hostname",))
+
+
+def test_process_rows_unchanged_since_the_last_frame_stay_with_the_viewer() -> None:
+    """Between readings of the process lists the pipeline hands on the same row tuples (issue 34): the serve sends
+    none of them, the viewer puts its own back (the same objects, so its pane does not redraw them)."""
+    rows = (ProcessRow(0, 10, "python3", 1 << 30),)
+    totals = (GpuProcessTotal(0, 1, 1 << 30, 2 << 30),)
+    a = dataclasses.replace(_frame(1, ()), processes=rows, process_totals=totals)
+    b = dataclasses.replace(_frame(2, ()), snapshot=a.snapshot, processes=rows, process_totals=totals)
+    parts = kept_parts(a, b)
+    assert parts == ("snapshot.topology", "processes", "process_totals")
+    sent = without_parts(b, parts)
+    assert sent.processes is None and sent.process_totals is None
+    back = with_parts_of(sent, a, parts)
+    assert back.processes is rows and back.process_totals is totals
+    # Equal rows that are other objects (a reading that found the same) go whole: identity is what is free to tell.
+    c = dataclasses.replace(b, processes=tuple(r._replace() for r in rows))
+    assert kept_parts(b, c) == ("snapshot.topology", "process_totals")
 
 
 def _frame(tick: int, history: tuple[GpuHistory, ...]) -> NodeFrame:

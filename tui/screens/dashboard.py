@@ -116,6 +116,8 @@ class DashboardScreen(Screen[None]):
         self._worker_flags: dict[str, str] = {}
         self._focus_before: Widget | None = None
         self._early: list[tuple[NodeFrame, str, float]] = []
+        self._procs_shown: tuple[object, ...] | None = None
+        """What the Processes pane last drew from (rows, totals, sort, order, filter, tree), by identity."""
         self.termed: set[tuple[int, float | None]] = set()
         """(pid, start) of processes sent TERM from the Processes pane: the next signal to them is KILL."""
 
@@ -383,11 +385,19 @@ class DashboardScreen(Screen[None]):
 
     def show_processes(self) -> None:
         table = self.query_one("#pane-procs", ProcessesTable)
+        frame = self.last_frame
         subtitle = table.sort_label + (f" · /{self.filter_term}" if self.filter_term else "")
+        subtitle += process_view.read_at(frame)
         if table.border_subtitle != subtitle:  # each assignment redraws the border
             table.border_subtitle = subtitle
-        if self.last_frame is not None:
-            table.show(process_view.process_rows(self.last_frame, table.sort, table.reverse, self.filter_term, table.by_worker))
+        if frame is None:
+            return
+        # The pipeline hands the same row tuples on while no row changed: nothing to rebuild, compare or draw.
+        shown = (frame.processes, frame.process_totals, table.sort, table.reverse, self.filter_term, table.by_worker)
+        if self._procs_shown is not None and all(a is b for a, b in zip(shown, self._procs_shown, strict=True)):
+            return
+        self._procs_shown = shown
+        table.show(process_view.process_rows(frame, table.sort, table.reverse, self.filter_term, table.by_worker))
 
     @on(ProcessesTable.SortChanged)
     def _procs_sorted(self) -> None:
