@@ -3,7 +3,8 @@
 The CPU build runs DP=2 x TP=1 (seen 2026-12-02: two ``VLLM::EngineCore_DP<r>``, each with one plain ``VLLM::Worker``,
 two ``VLLM::APIServer_<i>`` and a ``VLLM::DPCoordinator`` under the ``vllm serve`` launcher). It refuses
 ``--enable-sleep-mode`` ("Sleep mode is not supported on current platform") but with ``VLLM_SERVER_DEV_MODE=1`` its
-engines record the sleep state, which is what amdtop reads.
+engines record the sleep state, which is what amdtop reads. It runs ``--enforce-eager``: nothing here measures speed,
+and two engines compiling side by side on two shared cores were the slowest start of the quiet step.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def dp_profile(port: int) -> str:
     return (
         f'[[worker]]\nname = "dp2"\nmodel = "{TINY_MODEL}"\ngpus = []\nnuma_node = "none"\nport = {port}\n'
         f'command = ["{VLLM_BIN}", "serve"]\nstop_grace_s = 30\n'
-        f'[worker.args]\ndata-parallel-size = 2\nmax-model-len = 512\ndtype = "float32"\n'
+        f'[worker.args]\ndata-parallel-size = 2\nmax-model-len = 512\ndtype = "float32"\nenforce-eager = true\n'
         f'served-model-name = "{SERVED_NAME}"\n[worker.env]\n{env_lines}'
     )
 
