@@ -1,7 +1,7 @@
 """The knee's cause on real vLLM (CPU): a deliberately small KV cache gives ``kv_cache``; the large one does not.
 
-One extra server start only (the small cache, stopped when this module ends, so two servers never run together after
-it); the large-cache case reuses the session's ``vllm_tp1`` worker. The small-cache server also carries an API key
+One extra server start only (the small cache, launched beside the session's worker and stopped when this module ends,
+so two servers never run together after it); the large-cache case reuses the session's ``vllm_tp1`` worker. The small-cache server also carries an API key
 (issue 23 item 7: the key reaches vLLM through ``VLLM_API_KEY``, never argv; vLLM enforces it; amdtop's readiness probe
 and ramp send it as ``Authorization: Bearer``): one start for both, where the keyed case had one of its own. It runs
 ``--enforce-eager``: neither case measures speed (the verdict comes from exact counters), and it starts without a
@@ -29,16 +29,14 @@ import pytest
 from amdtop.model import WorkerState
 from amdtop.ramp import Ramp, RampConfig
 from amdtop.ramp.cause import CAUSES
-from amdtop.supervisor import Supervisor
-from amdtop.telemetry.sim import SimBackend
 from tests.e2e.conftest import (
+    EARLY,
     READY_TIMEOUT_S,
     SERVED_NAME,
-    VLLM_CACHE_ROOT,
+    EarlyStarts,
     VllmWorker,
     marked_pids,
     profile_toml,
-    require_vllm,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -60,16 +58,13 @@ def _small_cache_profile() -> str:
     return text.replace("[worker.args]\n", f"[worker.args]\n{args}", 1)
 
 
+EARLY["vllm_small_kv"] = ("kvsmall", _small_cache_profile)  # launched beside the session's TP=1 worker
+
+
 @pytest.fixture(scope="module")
-def vllm_small_kv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmWorker]:
-    require_vllm()
-    VLLM_CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    root = tmp_path_factory.mktemp("vllm-kvsmall")
-    config = root / "workers.toml"
-    config.write_text(_small_cache_profile())
-    sup = Supervisor(config, root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0)
-    t0 = time.monotonic()
-    sup.launch("kvsmall")
+def vllm_small_kv(early_starts: EarlyStarts) -> Iterator[VllmWorker]:
+    launched = early_starts.take("kvsmall", _small_cache_profile())
+    sup, t0, root, config = launched.supervisor, launched.t0, launched.root, launched.config
     try:
         st = sup.wait_ready("kvsmall", timeout=READY_TIMEOUT_S)  # readiness with the key known to the prober
         print(f"\nE2E kvsmall: launch->ready {time.monotonic() - t0:.1f} s")
