@@ -6,6 +6,7 @@ Everything here tolerates processes that exit while being read (returns empty va
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,18 @@ def read_binding(pid: int, proc: Path = PROC) -> ProcBinding | None:
     except ValueError:
         return None
     return ProcBinding(pid, cpus, mems)
+
+
+def union_binding(pids: Iterable[int], proc: Path = PROC) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The CPUs and memory nodes any of ``pids`` may use (a worker's binding is its processes' together)."""
+    cpus: set[int] = set()
+    mems: set[int] = set()
+    for pid in pids:
+        binding = read_binding(pid, proc)
+        if binding is not None:
+            cpus.update(binding.cpus)
+            mems.update(binding.mems)
+    return tuple(sorted(cpus)), tuple(sorted(mems))
 
 
 def read_cmdline(pid: int, proc: Path = PROC) -> tuple[str, ...]:

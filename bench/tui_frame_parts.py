@@ -20,6 +20,9 @@ from textual.screen import Screen
 from textual.widget import Widget
 
 import tui.screens.dashboard as dashboard
+from amdtop import runtime
+from amdtop.runtime import NodeParts, NodeSpec
+from amdtop.service.local import LocalService
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
 from tui.app import AmdtopApp
@@ -56,16 +59,12 @@ def main() -> int:
             sup.launch(name)
         for name in sup.names():
             sup.wait_ready(name, timeout=60)
-    app = AmdtopApp(
-        sim,
-        workers=sup,
-        control=sup if a.workers else None,
-        demo_load=sup.demo_load(),
-        readonly=not a.workers,
-        follow_logs=True,
-        discover=False,
-        state_dir=state,
-    )
+    # Opened as `amdtop` opens a node (the supervisor standing in for the profile file's): one LocalService.
+    spec = NodeSpec(config=state / "none.toml", state_dir=state, readonly=not a.workers)
+    parts = NodeParts(backend=sim, workers=sup, demo_load=sup.demo_load(), discover=False)
+    node = runtime.open(spec, ui=True, kernel=False, parts=parts)
+    app = AmdtopApp(LocalService(node, state, readonly=not a.workers), state_dir=state)
+    node.runtime.start()
 
     async def run() -> None:
         async with app.run_test(size=(200, 50)) as pilot:
@@ -82,6 +81,7 @@ def main() -> int:
     try:
         asyncio.run(run())
     finally:
+        node.runtime.stop()
         if a.workers:
             for name in sup.names():
                 sup.stop(name, grace=2)

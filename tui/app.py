@@ -16,17 +16,10 @@ from textual.binding import Binding
 from textual.driver import Driver
 from textual.screen import Screen
 
-from amdtop.audit.auditor import Auditor, profile_lookup
 from amdtop.audit.model import AuditReport
-from amdtop.control import DemoLoad
 from amdtop.exporter import Exporter
-from amdtop.gpuprocs import ProcessHost
-from amdtop.kernel.monitor import KernelFaultMonitor
-from amdtop.pipeline import NodeFrame, NodePipeline, WorkerSource
-from amdtop.rccl.monitor import LogMonitor
-from amdtop.runtime import NodeRuntime
+from amdtop.pipeline import NodeFrame
 from amdtop.service import NodeService
-from amdtop.telemetry.base import TelemetryBackend
 from tui import input_driver, tty_crop
 from tui.control_actions import ControlActions
 from tui.messages import PollFailed, SnapshotReady
@@ -41,7 +34,7 @@ TTY_FALLBACK_S = 10.0
 
 
 class AmdtopApp(ControlActions, App[int]):
-    """Dashboard and controller. Tests inject the backend, the worker source/controller and the clock."""
+    """Dashboard and controller of one node service (tests open theirs over a seeded simulator: tests.tui.conftest)."""
 
     CSS_PATH = "app.tcss"
     TITLE = "amdtop"
@@ -83,72 +76,39 @@ class AmdtopApp(ControlActions, App[int]):
 
     def __init__(
         self,
-        backend: TelemetryBackend,
+        service: NodeService,
         *,
-        workers: WorkerSource | None = None,
-        control: NodeService | None = None,
         interval: float = 1.0,
-        readonly: bool = False,
-        clock: Callable[[], float] = time.time,
         banner: str | None = None,
-        proc_root: Path = Path("/proc"),
+        clock: Callable[[], float] = time.time,
         state_dir: Path | None = None,
-        autopoll: bool = True,
         watch_tty: bool = False,
-        log_monitor: LogMonitor | None = None,
-        follow_logs: bool = False,
-        discover: bool = True,
-        demo_load: DemoLoad | None = None,
         exporter_listen: str = "127.0.0.1:9464",
-        kernel_faults: KernelFaultMonitor | None = None,
-        host_procs: ProcessHost | None = None,
         config_path: Path | None = None,
-        runtime: NodeRuntime | None = None,
     ) -> None:
-        """``runtime``: the node runtime :func:`amdtop.runtime.open_node` opened (``amdtop``); without one (tests,
-        snapshots) the app builds its own over ``backend`` and the other parts."""
+        """``service``: the node, in-process or an ``amdtop serve``'s (never asked which); the rest is display only:
+        ``interval`` as the header says it, the banner, the clock of the header, the state dir the link probe writes
+        to, whether to exit when the terminal goes away, the exporter's address and the profile file's name. Whoever
+        opened the node starts its polling and closes it."""
         super().__init__()
         tty_crop.install()  # once per process: partial updates send the changed cells only (the bytes over SSH)
-        self.backend = backend
-        self.control = None if readonly else control
+        self.service = service
+        self.readonly = service.readonly
         self.interval = interval
-        self.readonly = readonly
         self.clock = clock
         self.banner = banner
         self.state_dir = state_dir or Path(".")
-        self.autopoll = autopoll
         self.watch_tty = watch_tty
         self._tty_checked = -math.inf
         self.on_terminal_lost: Callable[[], None] | None = None
         self.exporter: Exporter | None = None
         self.exporter_listen = exporter_listen
         self.paused = False
-        if runtime is None:
-            pipeline = NodePipeline(
-                backend,
-                workers,
-                proc_root=proc_root,
-                discover=discover,
-                monitor=log_monitor,
-                follow_logs=follow_logs,
-                state_dir=state_dir,
-                demo_load=demo_load,
-                kernel=kernel_faults,
-                host_procs=host_procs,
-                # A test's stand-in procfs stands for a stand-in node: read no sysfs of the host running the tests.
-                auditor=Auditor(
-                    sys_root=Path("/sys") if proc_root == Path("/proc") else proc_root,
-                    proc_root=proc_root,
-                    profiles=profile_lookup(workers),
-                ),
-            )
-            runtime = NodeRuntime(pipeline, interval)
-        # The dashboard is one subscriber of the runtime: the exporter and a ramp's observer read its newest frame
-        # whatever is drawn (a modal on top or a paused view skip drawing, not publishing).
-        self.runtime = runtime
-        self.pipeline = runtime.pipeline
-        self.interval = runtime.interval
+        # The dashboard is one subscriber of the node: the exporter and a ramp read its newest frame whatever is drawn
+        # (a modal on top or a paused view skip drawing, not publishing).
         self._unsubscribe: Callable[[], None] | None = None
+        self.received = 0
+        """Frames the node published to this view (the exporter's poll count: one frame per poll of the node)."""
         self.config_path = config_path
         """The worker profiles' file, named where the Workers pane is empty."""
         self._pending: NodeFrame | None = None
@@ -156,8 +116,6 @@ class AmdtopApp(ControlActions, App[int]):
         self.poll_error: str | None = None
         self.dashboard = DashboardScreen(banner)
         self.frames = 0
-        self.serve_client: Any = None
-        """The ``amdtop serve`` connection when attached (``tui.attached``): ramps run in the serve."""
         self.serve_gone: list[str] = []
         """Why the serve went away while attached (the viewer then exits 1 and says so)."""
 
@@ -174,11 +132,13 @@ class AmdtopApp(ControlActions, App[int]):
         return self.dashboard
 
     def on_mount(self) -> None:
-        self._unsubscribe = self.runtime.subscribe(
+        self._unsubscribe = self.service.subscribe(
             lambda frame: self.post_message(SnapshotReady(frame)), lambda error: self.post_message(PollFailed(error))
         )
-        if self.autopoll:
-            self.runtime.start()
+        try:
+            self.post_message(SnapshotReady(self.service.latest()))  # the frame published before this view came
+        except RuntimeError:
+            pass  # no frame yet: the first one comes to the subscription
         if self.watch_tty:
             # A blocked or ignored SIGHUP must not leave us running on a dead tty. Frames check it (two ioctls, at most
             # once a second: a timer of its own woke the app once more every second); this slow timer covers a
@@ -186,30 +146,17 @@ class AmdtopApp(ControlActions, App[int]):
             self.set_interval(TTY_FALLBACK_S, self._check_tty, name="tty-watch")
 
     def on_unmount(self) -> None:
+        # The node is its opener's to close (the dashboard's, the serve's): this view only leaves it.
         if self._unsubscribe is not None:
             self._unsubscribe()
-        self.runtime.stop()
         if self.exporter is not None:
             self.exporter.stop()
-        if self.control is not None:
-            self.control.close()  # releases the supervisor's HTTP client; workers keep running
-        self.pipeline.close()
-        self.backend.close()
+        self.service.close()
 
     # -- frames ----------------------------------------------------------------------------------------------------
     def wake_poller(self) -> None:
-        """Ask the runtime for a frame now (a control action changed the workers)."""
-        self.runtime.wake()
-
-    def step(self, n: int = 1) -> NodeFrame:
-        """Tick the runtime ``n`` times synchronously (every subscriber gets each frame) and draw the last one (tests
-        and snapshots)."""
-        self.pipeline.request_workers()
-        frame = self.runtime.tick()
-        for _ in range(n - 1):
-            frame = self.runtime.tick()
-        self._show(frame)
-        return frame
+        """Ask the node for a frame now (a control action changed the workers)."""
+        self.service.wake()
 
     def _frame_checks_tty(self) -> None:
         if self.watch_tty:
@@ -228,8 +175,9 @@ class AmdtopApp(ControlActions, App[int]):
         if not self.is_running:
             return  # shutting down: the screen stack may already be empty (self.screen would raise)
         self._frame_checks_tty()
+        self.received += 1
         if message.frame.tick and message.frame.tick <= self._drawn_tick:
-            return  # drawn already (step() draws at once what it published)
+            return  # drawn already (a test's step draws at once what it published)
         self.poll_error = None
         self._pending = message.frame
         # Skip work nobody sees: a modal on top or a paused view keeps the frame for later.
@@ -302,7 +250,7 @@ class AmdtopApp(ControlActions, App[int]):
         if worker is None:
             self.notify("select a worker first (its ranks' stacks are dumped)", severity="warning", timeout=4)
             return
-        self.push_screen(StacksScreen(worker))
+        self.push_screen(StacksScreen(worker, self.service.stacks))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self._control_enabled(action)
@@ -338,7 +286,10 @@ class AmdtopApp(ControlActions, App[int]):
 
     def newest_frame(self) -> NodeFrame | None:
         """The newest frame, drawn or held back while a screen is on top."""
-        return self.runtime.frame or self.dashboard.last_frame
+        try:
+            return self.service.latest()
+        except RuntimeError:
+            return self.dashboard.last_frame
 
     def action_command_mode(self) -> None:
         self.dashboard.open_command()

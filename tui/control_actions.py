@@ -16,10 +16,9 @@ from textual import work
 from amdtop.audit.gate import GateRefused
 from amdtop.exporter import runtime_exporter
 from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.pipeline import NodeFrame
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
-from amdtop.ramp import RampConfig
-from amdtop.ramp.observe import observer_from_frames
 from amdtop.ramp.target import check_base_url
 from tui.gate_dialog import offer_force
 from tui.messages import ControlDone, RetuneDiffReady
@@ -71,8 +70,6 @@ class ControlActions:
         if action in CONTROL_ACTIONS:
             if self.readonly:
                 return False
-            if action != "ramp" and self.control is None:
-                return False
             if self.dashboard.selected_worker() is None:
                 return None
         # Exporting is observation: `x` stays in --readonly; the probe loads every GPU, so it does not.
@@ -105,7 +102,7 @@ class ControlActions:
     @work(thread=True, group="control", exit_on_error=False, description="retune diff")
     def _retune_diff(self: AmdtopApp, name: str, changes: Mapping[str, str]) -> None:
         try:
-            diff = self.control.retune_diff(name, changes)
+            diff = self.service.retune_diff(name, changes)
         except Exception as exc:
             self.post_message(ControlDone(f"retune {name}: {one_line(exc)}", error=True, worker=name))
             return
@@ -119,8 +116,7 @@ class ControlActions:
 
             results = run_probe(TorchDist(), topology, gpus, PROBE_SIZES, workers=groups)
             save_results(self.state_dir, results)
-            self.pipeline.request_state_files()
-            self.wake_poller()
+            self.service.request_state_files()  # the node reads them (in-process or the serve, one state dir)
         except Exception as exc:  # torch missing, CUDA/ROCm errors: one line, the dashboard goes on
             self.post_message(ControlDone(str(exc) if str(exc).startswith("probe") else f"probe: {exc}", error=True))
             return
@@ -143,7 +139,7 @@ class ControlActions:
     def on_retune_diff_ready(self: AmdtopApp, message: RetuneDiffReady) -> None:
         def done(ok: bool | None) -> None:
             if ok:
-                self._call("retune", message.worker, lambda: self.control.retune(message.worker, message.changes))
+                self._call("retune", message.worker, lambda: self.service.retune(message.worker, message.changes))
 
         self.push_screen(
             ConfirmScreen(f"Retune {message.worker} and restart it?\n\n{message.diff}", yes="Retune"), done
@@ -176,7 +172,7 @@ class ControlActions:
     def action_launch(self: AmdtopApp, name: str | None = None) -> None:
         name = name or self.dashboard.selected_worker()
         if name:
-            self._call("launch", name, lambda: self.control.launch(name))
+            self._call("launch", name, lambda: self.service.launch(name))
 
     def _confirmed(
         self: AmdtopApp, verb: str, question: str, fn: Callable[[str], Any], name: str | None = None
@@ -193,11 +189,11 @@ class ControlActions:
 
     def action_restart(self: AmdtopApp, name: str | None = None) -> None:
         question = "Restart worker {name}? Its requests in flight are lost."
-        self._confirmed("restart", question, self.control.restart, name)
+        self._confirmed("restart", question, self.service.restart, name)
 
     def action_stop(self: AmdtopApp, name: str | None = None) -> None:
         question = "Stop worker {name}? Every process of its group is terminated."
-        self._confirmed("stop", question, self.control.stop, name)
+        self._confirmed("stop", question, self.service.stop, name)
 
     def action_retune(self: AmdtopApp, name: str | None = None, changes: Mapping[str, str] | None = None) -> None:
         name = name or self.dashboard.selected_worker()
@@ -215,11 +211,9 @@ class ControlActions:
 
     def _retune_start(self: AmdtopApp, name: str) -> tuple[str, ...]:
         """The worker's current flags and env (secrets masked) for the dialog; none for a worker without a profile
-        (a discovered server) or a controller that keeps none."""
-        if self.control is None:
-            return ()
+        (a discovered server) or a node that keeps none."""
         try:
-            return tuple(self.control.profile_words(name))
+            return tuple(self.service.profile_words(name))
         except Exception:  # a discovered server has no profile
             return ()
 
@@ -228,10 +222,10 @@ class ControlActions:
         name = name or self.dashboard.selected_worker()
         frame = self.dashboard.last_frame
         worker = next((w for w in frame.workers if w.name == name), None) if frame else None
-        control = self.control
+        control = self.service
         if worker is None or name is None:
             return
-        if control is None or worker.source != "amdtop":
+        if worker.source != "amdtop":
             self.notify(f"{name}: sleep/wake works on amdtop's own workers only", severity="warning")
             return
         if worker.state is WorkerState.ASLEEP:
@@ -257,35 +251,24 @@ class ControlActions:
         except ValueError as exc:
             self.notify(f"{name}: cannot ramp: {exc}", severity="warning")
             return
-        control = self.control
+        service = self.service
 
         def apply(n: int) -> None:
-            if control is not None:
-                self._call("retune", worker.name, lambda: control.retune(worker.name, {"max-num-seqs": str(n)}))
+            self._call("retune", worker.name, lambda: service.retune(worker.name, {"max-num-seqs": str(n)}))
 
         def apply_changes(changes: dict[str, str]) -> None:
-            if control is not None:
-                self._call("retune", worker.name, lambda: control.retune(worker.name, changes))
+            self._call("retune", worker.name, lambda: service.retune(worker.name, changes))
 
-        remote = None
-        if self.serve_client is not None:
-            from tui.attached import RemoteRamp
-
-            # Attached: the serve runs the ramp (it outlives this viewer); a ramp it runs or ran is shown, not redone.
-            remote = RemoteRamp(self.serve_client, worker.name, tuple(worker.gpus) or None)
-        # The ramp screen loads when first opened: its chart pulls in textual-plotext and plotext (~1.6 MiB RSS) that
-        # a dashboard (the attached viewer above all) never needs until a ramp is asked for.
+        # The node runs the ramp (in-process or in the serve; it outlives this screen and, attached, this viewer) and
+        # sends the worker's API key itself; a ramp it runs or ran is shown, not redone. The screen loads when first
+        # opened: its chart pulls in textual-plotext and plotext (~1.6 MiB RSS) that a dashboard never needs until a
+        # ramp is asked for.
         from tui.screens.ramp import RampScreen
+        from tui.service_ramp import ServiceRamp
 
-        key = None if control is None else control.api_key(worker.name)  # a keyed worker answers 401 without it
         screen = RampScreen(
-            worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply,
-            config=RampConfig(url=worker.url, api_key=key) if key else None,
-            apply_changes=apply_changes if control is not None else None,
-            # The runtime's frames (every tick, also while this screen covers the dashboard): per-step GPU data costs
-            # no device call and no recomputation of its own.
-            observer=observer_from_frames(self.runtime.latest, worker.gpus or None, [g.gpus for g in worker.tp_groups()]),
-            remote=remote,
+            worker.url, None, worker=worker.name, state_dir=self.state_dir, apply=apply, apply_changes=apply_changes,
+            runner=ServiceRamp(service, worker.name, tuple(worker.gpus) or None),
         )  # fmt: skip
         self.push_screen(screen)
 
@@ -296,16 +279,35 @@ class ControlActions:
             self.notify("exporter stopped")
             return
 
-        # The runtime's newest frame, published whatever is drawn: exporting adds no device call, and a modal or a
+        # The node's newest frame, published whatever is drawn: exporting adds no device call, and a modal or a
         # paused view does not leave /metrics behind.
         try:
-            self.exporter = runtime_exporter(self.runtime, self.exporter_listen)
+            self.exporter = runtime_exporter(FramesSeen(self), self.exporter_listen)
             self.exporter.start()
         except Exception as exc:
             self.exporter = None
             self.notify(f"exporter: {exc}", severity="error")
             return
         self.notify(f"exporter serving {self.exporter.url}")
+
+
+class FramesSeen:
+    """The exporter's view of the node through this dashboard: its newest frame, and the frames the node published
+    to it as the poll count (one frame per poll)."""
+
+    def __init__(self, app: AmdtopApp) -> None:
+        self._app = app
+
+    @property
+    def polls(self) -> int:
+        return self._app.received
+
+    @property
+    def last_duration_s(self) -> float:
+        return 0.0  # a view does not time the node's polls
+
+    def latest(self) -> NodeFrame:
+        return self._app.service.latest()
 
 
 def one_line(exc: BaseException) -> str:

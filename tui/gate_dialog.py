@@ -22,9 +22,7 @@ def gate_text(verb: str, name: str, exc: GateRefused) -> str:
 
 def offer_force(app: AmdtopApp, verb: str, name: str, exc: GateRefused) -> None:
     """Show the reasons; on yes, run the same action with ``force`` (UI thread)."""
-    control = app.control
-    if control is None:
-        return
+    control = app.service
     app.dashboard.set_worker_error(name, str(exc).splitlines()[0])
 
     def done(ok: bool | None) -> None:

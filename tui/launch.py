@@ -72,15 +72,13 @@ def run(args: argparse.Namespace) -> int:
         from tui.failed_gpus import FailedGpusApp
 
         return int(FailedGpusApp(exc.incident).run() or 1)
+    service = LocalService(node, spec.state_dir, readonly=spec.readonly)
     app = AmdtopApp(
-        node.backend,
-        workers=node.control,
-        control=LocalService(node, spec.state_dir, readonly=spec.readonly),
-        readonly=spec.readonly,
+        service,
+        interval=node.runtime.interval,
         banner=" · ".join(node.notes) or None,
         state_dir=spec.state_dir,
         watch_tty=True,
-        runtime=node.runtime,
         config_path=spec.config,
     )
     autostart = node.start_demo(app.failures.put)
@@ -93,13 +91,14 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM (kill, a job runner, a benchmark) likewise: the demo's workers held their ports after it, and the next
     # `amdtop --demo` found every launch refused.
     previous_term = signal.signal(signal.SIGTERM, loss.on_sighup) if autostart is not None else None
+    # Polling starts now: the dashboard draws the newest frame when it mounts and every one after.
+    node.runtime.start()
     try:
         result = app.run()
     finally:
         signal.signal(signal.SIGHUP, previous)
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
-        node.stop_demo()
-        if node.control is not None:
-            node.control.close()  # the HTTP client of the supervisor; workers keep running
+        service.close()  # its ramps are aborted
+        node.close()  # the tick loop, the demo's workers, the monitors and the backend; real workers keep running
     return int(result or 0)

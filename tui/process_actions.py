@@ -6,7 +6,7 @@ import os
 import signal
 from typing import TYPE_CHECKING
 
-from amdtop.gpuprocs.signals import Refusal, plan_signal, send_signal
+from amdtop.gpuprocs.signals import Refusal, plan_signal
 from amdtop.pipeline import NodeFrame
 from tui.process_view import find_row
 from tui.screens.confirm import ConfirmScreen
@@ -15,6 +15,7 @@ from widgets.processes_table import ProcessesTable
 from widgets.workers_table import WorkersTable
 
 if TYPE_CHECKING:
+    from tui.app import AmdtopApp
     from tui.screens.dashboard import DashboardScreen
 
 NO_PROCESSES = "no process holds GPU memory"
@@ -39,7 +40,7 @@ def setup_panes(board: DashboardScreen) -> None:
     procs = board.query_one("#pane-procs", ProcessesTable)
     procs.readonly = app.readonly
     procs.set_empty_text(NO_PROCESSES)
-    board.query_one("#pane-workers", WorkersTable).set_empty_text(no_workers_text(getattr(app, "config_path", None)))
+    board.query_one("#pane-workers", WorkersTable).set_empty_text(no_workers_text(app.config_path))
     procs.border_subtitle = procs.sort_label
 
 
@@ -65,7 +66,7 @@ def request_signal(board: DashboardScreen, key: str) -> None:
         return
     plan = plan_signal(row, readonly=app.readonly, euid=os.geteuid(), termed=frozenset(board.termed))
     if isinstance(plan, Refusal):
-        if plan.worker is not None and app.control is not None:
+        if plan.worker is not None and not app.readonly:
             app.notify(plan.reason, timeout=4)
             app.action_stop(plan.worker)  # amdtop's own worker stops as a whole, through the supervisor
         else:
@@ -73,16 +74,28 @@ def request_signal(board: DashboardScreen, key: str) -> None:
         return
 
     def done(ok: bool | None) -> None:
-        if not ok:
-            return
-        try:
-            text = send_signal(plan)
-        except OSError as exc:
-            app.notify(f"pid {row.pid}: {exc.strerror or exc}", severity="error", timeout=8)
-            return
-        if plan.signum == signal.SIGTERM:
-            board.termed.add((row.pid, row.started_at))
-        app.notify(text + ("; k again sends KILL if it stays" if plan.signum == signal.SIGTERM else ""), timeout=6)
-        app.wake_poller()
+        if ok:
+            # The node sends it (in-process, or the serve on its host) and refuses the same way it plans here.
+            send(app, board, row.pid, row.started_at, plan.signum == signal.SIGKILL)
 
     app.push_screen(ConfirmScreen(plan.question, yes=f"Send {plan.name}"), done)
+
+
+def send(app: AmdtopApp, board: DashboardScreen, pid: int, started_at: object, kill: bool) -> None:
+    """``service.signal_process`` off the UI thread; its answer (or its one-line refusal) as a notification."""
+
+    def call() -> None:
+        try:
+            text = app.service.signal_process(pid, kill=kill)
+        except Exception as exc:
+            app.call_from_thread(app.notify, str(exc).splitlines()[0], severity="error", timeout=8)
+            return
+
+        def sent() -> None:
+            if not kill:
+                board.termed.add((pid, started_at))
+            app.notify(text + ("" if kill else "; k again sends KILL if it stays"), timeout=6)
+
+        app.call_from_thread(sent)
+
+    app.run_worker(call, thread=True, group="control", exit_on_error=False, description="signal a GPU process")

@@ -23,11 +23,11 @@ from amdtop.procinfo import (
     ancestors,
     descendants,
     list_pids,
-    read_binding,
     read_cmdline,
     read_environ,
     read_ppid_pgid,
     start_time,
+    union_binding,
 )
 from amdtop.thresholds import REDISCOVER_EVERY_S
 
@@ -167,13 +167,7 @@ def _server(
             gpus.append(rank)
     helpers = [pid for pid in titles if api_pid is not None and parents.get(pid, (0, 0))[0] == api_pid]
     pids = tuple(dict.fromkeys(p for p in (api_pid, *helpers, *engines, *(pid for _, pid in ranks)) if p is not None))
-    cpus: set[int] = set()
-    mems: set[int] = set()
-    for pid in pids:
-        binding = read_binding(pid, proc_root)
-        if binding is not None:
-            cpus.update(binding.cpus)
-            mems.update(binding.mems)
+    cpus, mems = union_binding(pids, proc_root)
     port = _port(api_cmd) if api_pid is not None else None
     pgid = parents.get(engines[0], (0, 0))[1]
     return WorkerStatus(
@@ -186,8 +180,8 @@ def _server(
         url=None if port is None else f"http://127.0.0.1:{port}",
         pids=pids,
         rank_pids=tuple(ranks),
-        cpu_affinity=tuple(sorted(cpus)),
-        mems_allowed=tuple(sorted(mems)),
+        cpu_affinity=cpus,
+        mems_allowed=mems,
         started_at=start_time(lead, proc_root),
         source="discovered",
         layout=layout if not layout.is_plain or layout.expert_parallel or layout.api_servers else None,

@@ -18,11 +18,11 @@ from amdtop.procinfo import (
     PROC,
     ancestors,
     list_pids,
-    read_binding,
     read_cmdline,
     read_environ,
     read_ppid_pgid,
     start_time,
+    union_binding,
 )
 
 DEFAULT_PORT = 30000
@@ -106,13 +106,7 @@ def _server(
         else:
             gpus.append(shift + rank)
     pids = tuple(dict.fromkeys([*([lead] if is_api else []), *helpers, *(pid for _, pid in ranks)]))
-    cpus: set[int] = set()
-    mems: set[int] = set()
-    for pid in pids:
-        binding = read_binding(pid, proc_root)
-        if binding is not None:
-            cpus.update(binding.cpus)
-            mems.update(binding.mems)
+    cpus, mems = union_binding(pids, proc_root)
     port_arg = args.get("port")
     port = int(port_arg) if isinstance(port_arg, str) and port_arg.isdigit() else (DEFAULT_PORT if is_api else None)
     host = args.get("host")
@@ -129,8 +123,8 @@ def _server(
         url=None if port is None else f"http://{addr}:{port}",
         pids=pids,
         rank_pids=tuple(ranks),
-        cpu_affinity=tuple(sorted(cpus)),
-        mems_allowed=tuple(sorted(mems)),
+        cpu_affinity=cpus,
+        mems_allowed=mems,
         started_at=start_time(lead, proc_root),
         source="discovered",
         layout=layout if not layout.is_plain or layout.expert_parallel else None,

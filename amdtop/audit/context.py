@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,6 +126,9 @@ class AuditContext:
     carry: ProcCache | None = None
     """Per-process reads kept across runs (the dashboard's auditor keeps one): a process's environ is fixed at exec,
     and where its memory sits moves slowly, so both are re-read only every ``ProcCache.ttl_s``."""
+    init_failures: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """PCI address -> the kernel's lines about its failed driver init, where the caller read them (``amdtop audit``
+    on a node none of whose GPUs came up); ``""``: lines that named no device."""
     memo: dict[object, object] = field(default_factory=dict)
     """Per-run results several rules share (a worker's vLLM view, a group's physical GPUs, argv): computed once."""
 

@@ -212,13 +212,13 @@ def gpus_failed_init(ctx: AuditContext) -> Iterator[Outcome]:
     if not on_bus:
         raise RuleSkipped(f"{ctx.sys_root}/bus/pci/devices lists no AMD/NVIDIA accelerator")
     missing = pcibus.failed(on_bus, [g.bdf for g in ctx.topology.gpus])
-    incident = pcibus.verdict(missing, {})
+    incident = pcibus.verdict(missing, ctx.init_failures)
     if incident is None:
         return
     evidence = tuple(
         f"{a.bdf}: {a.vendor} {a.device_id or '?'} class 0x{a.pci_class:06x}, driver {a.driver or 'none bound'}"
         for a in missing
-    )
+    ) + tuple(f"kernel: {line}" for line in incident.evidence)
     yield Finding(
         "gpus_failed_init",
         "error",

@@ -6,10 +6,15 @@ import argparse
 import sys
 from typing import Any
 
+from amdtop.audit import run_audit
+from amdtop.audit.context import AuditContext
 from amdtop.audit.fix import apply_fix, plan_fix
 from amdtop.audit.model import AuditReport
 from amdtop.cli.common import node_spec, print_json
 from amdtop.errors import InputError
+from amdtop.kernel.bus_check import init_failure_lines
+from amdtop.model import Topology
+from amdtop.pcibus import GpusFailedInit
 from amdtop.runtime import open_node
 
 
@@ -24,8 +29,17 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def take_report(args: argparse.Namespace) -> AuditReport:
-    """One pipeline tick with the audit (the same report the dashboard and the exporter show)."""
-    node = open_node(node_spec(args), follow_logs=False)
+    """One pipeline tick with the audit (the same report the dashboard and the exporter show); on a node whose GPUs
+    all failed to come up, the node's rules alone, the failed GPUs first among the findings."""
+    spec = node_spec(args)
+    try:
+        node = open_node(spec, follow_logs=False)
+    except GpusFailedInit:
+        # No backend opens, so no pipeline: the node rules still read sysfs and /proc (IOMMU, NUMA balancing, the
+        # governor), and the bus rule quotes the kernel's lines about the failed init, as the error line would.
+        empty = Topology(gpus=(), links=(), numa_nodes=())
+        ctx = AuditContext(topology=empty, sys_root=spec.sysfs_root, init_failures=init_failure_lines(spec.kernel_log))
+        return run_audit(ctx)
     try:
         frame = node.runtime.tick()
     finally:

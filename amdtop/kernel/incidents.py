@@ -33,6 +33,9 @@ _INIT_FAIL = ("Fatal error during GPU init", "early_init of IP block", "sw_init 
 
 MAX_LINES = 64
 """Lines kept per verdict (a storm of ACA records is counted, its first lines kept)."""
+EPISODE_GAP_S = 300.0
+"""A reset line more than this after the last error/reset line starts a new episode: a hive reset is one burst of
+lines within seconds, and the ring buffer since boot can hold several, hours apart, each its own incident."""
 
 
 def decode_mca_status(value: int) -> dict[str, bool]:
@@ -75,10 +78,19 @@ class _Seen:
 
 
 @dataclass(slots=True)
-class _State:
+class _Episode:
+    """One burst of uncorrectable errors and resets (lines within :data:`EPISODE_GAP_S` of each other)."""
+
     uncorrectable: dict[str, _Seen] = field(default_factory=dict)
     mode1: dict[str, _Seen] = field(default_factory=dict)
     vram_lost: _Seen = field(default_factory=_Seen)
+    first: float | None = None
+    last: float | None = None
+
+
+@dataclass(slots=True)
+class _State:
+    episodes: list[_Episode] = field(default_factory=list)
     correctable: dict[tuple[str, str], _Seen] = field(default_factory=dict)
     aca: dict[tuple[str, str], _Seen] = field(default_factory=dict)
     chains: dict[int, dict[str, _Seen]] = field(default_factory=dict)
@@ -119,18 +131,30 @@ class KernelVerdicts:
         ts = float(t.group("ts")) if t else None
         s = self._s
         if "VRAM is lost" in line:
-            s.vram_lost.add(line, ts=ts)
+            self._episode(ts).vram_lost.add(line, ts=ts)
         elif _MODE1.search(line):
-            s.mode1.setdefault(bdf, _Seen()).add(line, ts=ts)
+            self._episode(ts).mode1.setdefault(bdf, _Seen()).add(line, ts=ts)
         elif (m := _CORRECTABLE.search(line)) is not None:
             s.correctable.setdefault((bdf, m.group("block").lower()), _Seen()).add(line, int(m.group("n")), ts)
         elif (m := _ACA_STATUS.search(line)) is not None:
             severity = mca_severity(decode_mca_status(int(m.group("status"), 16)))
             s.aca.setdefault((bdf, severity), _Seen()).add(line, ts=ts)
         elif _UNCORRECTABLE.search(line):
-            s.uncorrectable.setdefault(bdf, _Seen()).add(line, ts=ts)
+            self._episode(ts).uncorrectable.setdefault(bdf, _Seen()).add(line, ts=ts)
         elif any(mark in line for mark in _INIT_FAIL):
             s.init_failed.setdefault(bdf, _Seen()).add(line, ts=ts)
+
+    def _episode(self, ts: float | None) -> _Episode:
+        """The episode a line stamped ``ts`` belongs to: the current one, or a new one after a quiet gap (a line
+        without a stamp joins the current one)."""
+        eps = self._s.episodes
+        if not eps or (ts is not None and eps[-1].last is not None and ts - eps[-1].last > EPISODE_GAP_S):
+            eps.append(_Episode())
+        ep = eps[-1]
+        if ts is not None:
+            ep.first = ts if ep.first is None else ep.first
+            ep.last = ts
+        return ep
 
     def _xid(self, line: str) -> None:
         m = _XID_DEV.search(line)
@@ -167,54 +191,7 @@ class KernelVerdicts:
 
     # -- verdicts ---------------------------------------------------------------------------------------------------
     def _hive(self, place: Placer) -> list[Incident]:
-        s = self._s
-        if not s.mode1:
-            return []
-        reset = sorted(b for b in s.mode1 if b)
-        culprits = sorted(b for b in s.uncorrectable if b)
-        gpus, workers = _placed(reset, place)
-        gone = sorted({w for ws in workers.values() for w in ws})
-        where = ", ".join(_name(b, gpus) for b in reset) or "a GPU"
-        kind = "hive_reset" if len(reset) > 1 else "gpu_reset"
-        head = f"MODE1 reset of {len(reset)} GPU{'s' if len(reset) != 1 else ''} ({where})"
-        if culprits:
-            head = f"{head} after an uncorrectable error on {', '.join(_name(b, gpus, place) for b in culprits)}"
-        lost = "; VRAM lost" if s.vram_lost.count else ""
-        summary = f"{head}{lost}: the work on every reset GPU is gone"
-        if gone:
-            summary += f"; workers gone: {', '.join(gone)}"
-        cause = (
-            f"an uncorrectable hardware error on {', '.join(_name(b, gpus, place) for b in culprits)}: a MODE1 reset "
-            "takes the whole XGMI hive, so every GPU of it lost its work"
-            if culprits
-            else "a GPU hang or error the driver could not recover per queue: a MODE1 reset takes the whole XGMI hive"
-        )
-        fix = (
-            "restart every worker on the reset GPUs (their contexts and VRAM are gone); drain the GPU that logged the "
-            "uncorrectable error and check its RAS counts (amd-smi metric --ecc) before putting it back"
-            if culprits
-            else "restart every worker on the reset GPUs; find the hang that started it (the lines before the reset)"
-        )
-        evidence = [*(ln for b in culprits for ln in s.uncorrectable[b].lines[:1])]
-        evidence += [ln for b in reset[:3] for ln in s.mode1[b].lines[:1]]
-        evidence += s.vram_lost.lines[:1]
-        detail: tuple[tuple[str, object], ...] = (
-            ("reset_bdfs", tuple(reset)),
-            ("culprit_bdfs", tuple(culprits)),
-            ("per_gpu", tuple((b, gpus.get(b), workers.get(b, ())) for b in reset)),
-            ("vram_lost_lines", s.vram_lost.count),
-        )
-        return [
-            Incident(
-                kind=kind,
-                summary=summary,
-                cause=cause,
-                fix=fix,
-                evidence=tuple(evidence)[:MAX_EVIDENCE],
-                devices=tuple(sorted(g for g in gpus.values() if g is not None)),
-                detail=(*detail, ("workers", tuple(gone))),
-            )
-        ]
+        return [inc for n, ep in enumerate(self._s.episodes) if (inc := _hive_of(ep, n, place)) is not None]
 
     def _correctable(self, place: Placer) -> list[Incident]:
         out = []
@@ -310,6 +287,57 @@ class KernelVerdicts:
                 )
             )
         return out
+
+
+def _hive_of(ep: _Episode, episode: int, place: Placer) -> Incident | None:
+    """One episode's reset verdict (``None``: errors but no reset in it)."""
+    if not ep.mode1:
+        return None
+    reset = sorted(b for b in ep.mode1 if b)
+    culprits = sorted(b for b in ep.uncorrectable if b)
+    gpus, workers = _placed(reset, place)
+    gone = sorted({w for ws in workers.values() for w in ws})
+    where = ", ".join(_name(b, gpus) for b in reset) or "a GPU"
+    kind = "hive_reset" if len(reset) > 1 else "gpu_reset"
+    head = f"MODE1 reset of {len(reset)} GPU{'s' if len(reset) != 1 else ''} ({where})"
+    if culprits:
+        head = f"{head} after an uncorrectable error on {', '.join(_name(b, gpus, place) for b in culprits)}"
+    lost = "; VRAM lost" if ep.vram_lost.count else ""
+    summary = f"{head}{lost}: the work on every reset GPU is gone"
+    if gone:
+        summary += f"; workers gone: {', '.join(gone)}"
+    cause = (
+        f"an uncorrectable hardware error on {', '.join(_name(b, gpus, place) for b in culprits)}: a MODE1 reset "
+        "takes the whole XGMI hive, so every GPU of it lost its work"
+        if culprits
+        else "a GPU hang or error the driver could not recover per queue: a MODE1 reset takes the whole XGMI hive"
+    )
+    fix = (
+        "restart every worker on the reset GPUs (their contexts and VRAM are gone); drain the GPU that logged the "
+        "uncorrectable error and check its RAS counts (amd-smi metric --ecc) before putting it back"
+        if culprits
+        else "restart every worker on the reset GPUs; find the hang that started it (the lines before the reset)"
+    )
+    evidence = [*(ln for b in culprits for ln in ep.uncorrectable[b].lines[:1])]
+    evidence += [ln for b in reset[:3] for ln in ep.mode1[b].lines[:1]]
+    evidence += ep.vram_lost.lines[:1]
+    detail: tuple[tuple[str, object], ...] = (
+        ("reset_bdfs", tuple(reset)),
+        ("culprit_bdfs", tuple(culprits)),
+        ("per_gpu", tuple((b, gpus.get(b), workers.get(b, ())) for b in reset)),
+        ("vram_lost_lines", ep.vram_lost.count),
+        ("episode", episode),
+        ("first_ts", ep.first),
+    )
+    return Incident(
+        kind=kind,
+        summary=summary,
+        cause=cause,
+        fix=fix,
+        evidence=tuple(evidence)[:MAX_EVIDENCE],
+        devices=tuple(sorted(g for g in gpus.values() if g is not None)),
+        detail=(*detail, ("workers", tuple(gone))),
+    )
 
 
 def _placed(bdfs: Sequence[str], place: Placer) -> tuple[dict[str, int | None], dict[str, tuple[str, ...]]]:

@@ -323,7 +323,7 @@ class KernelFaultMonitor:
             names = tuple(w.name for w in workers if gpu is not None and gpu in w.gpus)
             return gpu, names
 
-        out += self._verdicts.incidents(place)
+        out += (self._aged(i, wall) for i in self._verdicts.incidents(place))
         if self._bus is None:
             self._bus = scan(self.sysfs_root)  # once: GPUs do not join the bus while amdtop runs
         missing = failed(self._bus, [g.bdf for g in topology.gpus]) if topology.gpus else ()
@@ -331,6 +331,17 @@ class KernelFaultMonitor:
         if bus is not None:
             out.append(bus)
         return tuple(out)
+
+    def _aged(self, incident: Incident, wall: float) -> Incident:
+        """A verdict with its age where its first line's stamp and the boot time say it (the ring buffer); one older
+        than the hold is history, as a single old fault is: a hive reset of last week is not today's alarm."""
+        first = dict(incident.detail).get("first_ts")
+        if self._boot_wall is None or not isinstance(first, float):
+            return incident
+        age = max(0.0, wall - (self._boot_wall + first))
+        if age <= self.hold_s:
+            return replace(incident, age_s=age)
+        return replace(incident, age_s=age, historic=True, summary=f"{_age(age)} ago: {incident.summary}")
 
     @property
     def init_failures(self) -> dict[str, tuple[str, ...]]:

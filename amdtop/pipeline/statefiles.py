@@ -34,7 +34,11 @@ def _origin(url: str | None) -> str | None:
     if not url:
         return None
     parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+    try:
+        port = parts.port
+    except ValueError:  # a forged or damaged record (port 99999): no ramp matches it, the tick goes on
+        return None
+    return f"{parts.hostname}:{port}" if port else parts.hostname
 
 
 def load_ramp_knees(state_dir: Path, workers: Sequence[WorkerStatus] = ()) -> tuple[RampKnee, ...]:

@@ -7,9 +7,9 @@ at the one ``--interval`` and hands each frame to the dashboard, the serve, the 
 """
 
 from amdtop.runtime.loop import NodeRuntime
-from amdtop.runtime.node import Node, open_node, open_supervisor
+from amdtop.runtime.node import Node, NodeParts, open_node, open_supervisor
 from amdtop.runtime.spec import NodeSpec
 
 open = open_node  # `amdtop.runtime.open(spec)`: the node service's one way in
 
-__all__ = ["Node", "NodeRuntime", "NodeSpec", "open", "open_node", "open_supervisor"]
+__all__ = ["Node", "NodeParts", "NodeRuntime", "NodeSpec", "open", "open_node", "open_supervisor"]

@@ -3,7 +3,7 @@
 Subscribers (the dashboard, the in-process exporter, a ramp's per-step observer, ``export``, ``snapshot --window``)
 get every frame whatever is drawn: the dashboard skipping a frame behind a modal or while paused no longer starves
 the others. Frames are immutable, so publishing is handing over a reference; a subscriber that fails is reported on
-the error channel and the others still get the frame.
+the error channel once (:class:`~amdtop.hub.Hub`, the viewer's end alike) and the others still get the frame.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from amdtop.hub import Hub
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.pipeline.producer import NodePipeline
 
@@ -30,9 +31,9 @@ class NodeRuntime:
         self.interval = interval
         self._tick_lock = threading.Lock()
         self._publish_lock = threading.Lock()
-        self._subs_lock = threading.Lock()
-        self._frame_subs: tuple[FrameSubscriber, ...] = ()
-        self._error_subs: tuple[ErrorSubscriber, ...] = ()
+        # The service's hubs: a subscriber that raises is shielded and reported once (the viewer's end does the same).
+        self._frame_subs: Hub[FrameSubscriber] = Hub("frame")
+        self._error_subs: Hub[ErrorSubscriber] = Hub("poll error")
         self._frame: NodeFrame | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -45,15 +46,13 @@ class NodeRuntime:
     # -- subscribers ------------------------------------------------------------------------------------------------
     def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
         """Call ``on_frame`` with every frame from now on (from the ticking thread); returns the unsubscribe call."""
-        with self._subs_lock:
-            self._frame_subs = (*self._frame_subs, on_frame)
-            if on_error is not None:
-                self._error_subs = (*self._error_subs, on_error)
+        removals = [self._frame_subs.add(on_frame)]
+        if on_error is not None:
+            removals.append(self._error_subs.add(on_error))
 
         def unsubscribe() -> None:
-            with self._subs_lock:
-                self._frame_subs = tuple(s for s in self._frame_subs if s is not on_frame)
-                self._error_subs = tuple(s for s in self._error_subs if s is not on_error)
+            for remove in removals:
+                remove()
 
         return unsubscribe
 
@@ -88,21 +87,13 @@ class NodeRuntime:
             # while the loop's own publishes (the serve's history and deltas follow the previous frame).
             self._publish_lock.acquire()
         try:
-            for sub in self._frame_subs:
-                try:
-                    sub(frame)
-                except Exception as exc:  # one broken subscriber must not starve the others
-                    self._publish_error(f"frame subscriber: {exc}")
+            self._frame_subs.publish(frame, on_error=self._publish_error)
         finally:
             self._publish_lock.release()
         return frame
 
     def _publish_error(self, text: str) -> None:
-        for sub in self._error_subs:
-            try:
-                sub(text)
-            except Exception:
-                pass  # nowhere left to report it
+        self._error_subs.publish(text)
 
     def wake(self) -> None:
         """Tick now (a control action changed the workers); safe from any thread."""

@@ -14,9 +14,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from amdtop.audit.auditor import Auditor, profile_lookup
+from amdtop.control import DemoLoad
 from amdtop.errors import NoGpuFound
 from amdtop.kernel.bus_check import raise_if_on_bus
 from amdtop.model import Topology
@@ -31,6 +32,10 @@ from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import TP_WINDOW_S
 
 if TYPE_CHECKING:
+    from amdtop.gpuprocs import ProcessHost
+    from amdtop.kernel.monitor import KernelFaultMonitor
+    from amdtop.pipeline import WorkerSource
+    from amdtop.rccl.monitor import LogMonitor
     from amdtop.supervisor.core import Supervisor
     from amdtop.supervisor.owner import SupervisorOwner
 
@@ -69,6 +74,26 @@ def open_supervisor(
         readonly=readonly,
         lenient=lenient,
     )
+
+
+@dataclass(frozen=True)
+class NodeParts:
+    """Parts a test, a benchmark or a replayed capture brings in place of the ones the spec would open (a seeded
+    simulator, a recorded NVML capture, a stand-in for the supervisor's owner). The node is still put together here,
+    the one way: the dashboard and a browser tab hold the same service whichever parts it was opened with."""
+
+    backend: TelemetryBackend | None = None
+    """Polled instead of the spec's backend (the node's notes stay empty: no "no GPU found" fallback)."""
+    workers: WorkerSource | None = None
+    """Stands where the supervisor's owner stands (its controls are the stand-in's); no profile file is read."""
+    demo_load: DemoLoad | None = None
+    proc_root: Path = Path("/proc")
+    """Where processes are read (a stand-in procfs stands for a stand-in node: no sysfs of the host is audited)."""
+    discover: bool | None = None
+    """Look for vLLM servers on the host (``None``: unless the node is simulated)."""
+    monitor: LogMonitor | None = None
+    kernel: KernelFaultMonitor | None = None
+    host_procs: ProcessHost | None = None
 
 
 @dataclass
@@ -169,31 +194,45 @@ def open_node(
     window_s: float = TP_WINDOW_S,
     kernel: bool = True,
     interval: float | None = None,
+    parts: NodeParts | None = None,
 ) -> Node:
     """Open the node ``spec`` names and its pipeline; the tick loop is not started (call ``runtime.start()``), nor
     the demo's autostart (:meth:`Node.start_demo`).
 
     ``ui``: the dashboard's or the serve's node (simulated when no GPU is found; the supervisor writable unless
     ``readonly``, gated on the newest frame, and its failure a banner note); else a headless command's (a read-only
-    supervisor, its failure a stderr warning).
+    supervisor, its failure a stderr warning). ``parts``: stand-ins for what the spec would open (:class:`NodeParts`).
     """
-    backend, demo, notes = _backend(spec, ui)
+    parts = parts or NodeParts()
+    if parts.backend is not None:
+        backend, demo, notes = parts.backend, spec.demo, list[str]()
+    else:
+        backend, demo, notes = _backend(spec, ui)
     try:
-        sup = _supervisor(spec, backend, demo, ui, notes)
+        sup = None if parts.workers is not None else _supervisor(spec, backend, demo, ui, notes)
         from amdtop.supervisor.owner import SupervisorOwner  # lazy: see open_supervisor
 
-        control = SupervisorOwner(sup) if sup is not None else None
+        # A stand-in answers what the owner answers (the service's controls call it by the same names).
+        control = SupervisorOwner(sup) if sup is not None else cast("SupervisorOwner | None", parts.workers)
+        demo_load = sup.demo_load() if sup is not None else parts.demo_load
+        if parts.kernel is not None:
+            faults: KernelFaultMonitor | None = parts.kernel
+        else:
+            faults = kernel_monitor(spec.kernel_log, spec.sysfs_root, backend, headless=not ui) if kernel else None
         pipeline = NodePipeline(
             backend,
             control,
+            proc_root=parts.proc_root,
             # The simulated node has no real processes: discovering host vLLM servers would mix real and fake workers.
-            discover=backend.name != "sim",
+            discover=backend.name != "sim" if parts.discover is None else parts.discover,
+            monitor=parts.monitor,
             follow_logs=follow_logs,
             state_dir=spec.state_dir,
-            demo_load=sup.demo_load() if sup is not None else None,
+            demo_load=demo_load,
             window_s=window_s,
-            kernel=kernel_monitor(spec.kernel_log, spec.sysfs_root, backend, headless=not ui) if kernel else None,
-            auditor=Auditor(sys_root=spec.sysfs_root, profiles=profile_lookup(control)),
+            kernel=faults,
+            host_procs=parts.host_procs,
+            auditor=Auditor(sys_root=spec.sysfs_root, proc_root=parts.proc_root, profiles=profile_lookup(control)),
         )
     except BaseException:
         backend.close()

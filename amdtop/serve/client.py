@@ -1,8 +1,8 @@
 """The viewer's end: attach to a serve, receive its frames, send control requests.
 
-:class:`RemoteRuntime` stands where the dashboard's :class:`~amdtop.runtime.NodeRuntime` stands (subscribe, latest,
-wake) and :class:`RemoteControl` where the supervisor's owner stands (:class:`~amdtop.control.WorkerControl`): the
-dashboard draws and controls the same way attached or not, and polls nothing itself when attached.
+:class:`RemoteService` is the :class:`~amdtop.service.api.NodeService` over the socket: the dashboard takes it exactly
+as it takes the in-process :class:`~amdtop.service.local.LocalService` (it never asks which), and polls nothing
+itself when attached.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
+from amdtop.hub import Hub
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.serve import peer
@@ -33,7 +34,6 @@ from amdtop.serve.wire import (
     with_parts_of,
 )
 from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
-from amdtop.service.hub import Hub
 
 CALL_TIMEOUT_S = 600.0
 """A stop waits for a worker's grace period and a launch for its process: minutes at most."""
@@ -215,67 +215,6 @@ class ServeClient:
         self._thread.join(timeout=2)
 
 
-class RemotePipeline:
-    """What the dashboard asks of its pipeline, forwarded to the serve's."""
-
-    def __init__(self, client: ServeClient) -> None:
-        self.client = client
-
-    def request_workers(self) -> None:
-        self.client.call_async("wake")
-
-    def request_state_files(self) -> None:
-        self.client.call_async("request_state_files")
-
-    def close(self) -> None:
-        """Nothing of the serve's closes with a viewer."""
-
-
-class RemoteRuntime:
-    """The serve's frames, as the dashboard reads a :class:`~amdtop.runtime.NodeRuntime`'s."""
-
-    def __init__(self, client: ServeClient) -> None:
-        self.client = client
-        self.interval = client.interval
-        self.pipeline = RemotePipeline(client)
-
-    def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
-        return self.client.subscribe(on_frame, on_error)
-
-    def latest(self) -> NodeFrame:
-        frame = self.client.frame
-        if frame is None:
-            raise RuntimeError("no sample yet")
-        return frame
-
-    @property
-    def frame(self) -> NodeFrame | None:
-        return self.client.frame
-
-    @property
-    def polls(self) -> int:
-        """This viewer polls nothing: the serve does."""
-        return 0
-
-    @property
-    def last_duration_s(self) -> float:
-        """No poll of this viewer's own took any time."""
-        return 0.0
-
-    def tick(self) -> NodeFrame:
-        """The newest frame the serve sent (a viewer never polls)."""
-        return self.latest()
-
-    def start(self) -> RemoteRuntime:
-        return self  # the serve ticks; frames arrive on the client's reader thread
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.client.close()
-
-    def wake(self) -> None:
-        self.client.call_async("wake")
-
-
 class RemoteService:
     """:class:`~amdtop.service.api.NodeService` over the socket: each call is the serve's request of the same name,
     executed on the serve's :class:`~amdtop.service.local.LocalService` (its refusals and errors come back as they
@@ -284,7 +223,6 @@ class RemoteService:
     def __init__(self, client: ServeClient, *, readonly: bool = False) -> None:
         self.client = client
         self.readonly = readonly or client.readonly or bool(client.hello.get("readonly"))
-        self.runtime = RemoteRuntime(client)
 
     def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         if op in CONTROL_OPS and self.readonly:
@@ -296,10 +234,16 @@ class RemoteService:
         return self.client.subscribe(on_frame, on_error)
 
     def latest(self) -> NodeFrame:
-        return self.runtime.latest()
+        frame = self.client.frame
+        if frame is None:
+            raise RuntimeError("no sample yet")
+        return frame
 
     def wake(self) -> None:
         self.client.call_async("wake")  # the next frame answers it; nothing to wait for
+
+    def request_state_files(self) -> None:
+        self.client.call_async("request_state_files")
 
     # -- control ----------------------------------------------------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
@@ -355,10 +299,6 @@ class RemoteService:
 
     def close(self) -> None:
         """The serve's node stays open (the connection closes with the viewer's runtime)."""
-
-
-RemoteControl = RemoteService
-"""The name the attached dashboard knew (its control is the remote service)."""
 
 
 def attach(state_dir: Path, *, readonly: bool) -> ServeClient | None:

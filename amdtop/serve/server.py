@@ -37,7 +37,7 @@ from amdtop.serve.wire import (
 from amdtop.service.api import CONTROL_OPS, WIRE_OPS
 from amdtop.service.local import LocalService
 
-SERVE_OPS = frozenset({"history", "request_state_files", "stats"})
+SERVE_OPS = frozenset({"history", "stats"})
 """The serve's own reads (its hour of history, its counters), beside the node service's requests: those are the
 :class:`~amdtop.service.api.NodeService` methods of the same name (:data:`~amdtop.service.api.WIRE_OPS`)."""
 
@@ -207,9 +207,6 @@ class Serve:
     def _serve_op(self, op: str) -> Any:
         if op == "history":
             return self.history.points()
-        if op == "request_state_files":
-            self.node.runtime.pipeline.request_state_files()
-            return None
         return self.stats()
 
     # -- publishing ------------------------------------------------------------------------------------------------

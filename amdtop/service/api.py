@@ -56,6 +56,11 @@ class NodeService(Protocol):
         """Poll now (a control action changed the workers)."""
         ...
 
+    @op()
+    def request_state_files(self) -> None:
+        """Re-read the state dir's files on the next poll (the link probe wrote its results)."""
+        ...
+
     # -- control ----------------------------------------------------------------------------------------------------
     @op()
     def status(self) -> list[WorkerStatus]:

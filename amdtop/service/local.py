@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from amdtop.errors import AmdtopError, InputError
 from amdtop.gpuprocs.signals import Refusal, plan_signal, send_signal
+from amdtop.hub import Hub
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
 from amdtop.serve.ramps import ServeRamps
 from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
-from amdtop.service.hub import Hub
 
 if TYPE_CHECKING:
     from amdtop.supervisor.owner import SupervisorOwner
@@ -43,6 +43,10 @@ class LocalService:
         return self.node.runtime.latest()
 
     def wake(self) -> None:
+        self.node.runtime.wake()
+
+    def request_state_files(self) -> None:
+        self.node.pipeline.request_state_files()
         self.node.runtime.wake()
 
     # -- control ----------------------------------------------------------------------------------------------------
@@ -91,7 +95,12 @@ class LocalService:
     def stacks(self, name: str) -> str:
         from amdtop.supervisor.stacks import dump_stacks, render_stacks, worker_targets
 
-        worker = next((w for w in self.status() if w.name == name), None)
+        # The newest frame's worker: its ranks as every view shows them (discovered servers included), else the
+        # supervisor's own status (before the first frame).
+        frame = self.node.runtime.frame
+        worker = frame.worker(name) if frame is not None else None
+        if worker is None:
+            worker = next((w for w in self.status() if w.name == name), None)
         if worker is None:
             raise InputError(f"stacks: no worker {name!r}")
         if not worker_targets(worker):
@@ -138,7 +147,10 @@ class LocalService:
         frame = self.node.runtime.frame
         found = frame.worker(worker) if frame is not None else None
         groups = [g.gpus for g in found.tp_groups()] if found is not None else None
-        return self.node_ramps.start(worker, url, gpus, settings, groups)
+        try:
+            return self.node_ramps.start(worker, url, gpus, settings, groups)
+        except (ValueError, TypeError) as exc:  # a refused URL or setting: bad input, the same line over the wire
+            raise InputError(f"ramp {worker}: {exc}") from None
 
     def ramp_abort(self, worker: str) -> str:
         if self.readonly:

@@ -7,6 +7,8 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from amdtop.rccl.grammar import SIGNAL_LINES, SIGNAL_OF
+
 # vLLM prefixes each line of its processes with ``(APIServer pid=N) `` (``(EngineCore_DP0 pid=N)``, ``(Worker_TP1
 # pid=N)``); docker compose adds ``service  | ``. Tracebacks are recognised after these are taken off.
 _PREFIX = re.compile(r"^(?:[\w.-]+\s+\|\s?)?(?:\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\)\s?)?")
@@ -32,11 +34,17 @@ class RankDeath:
     """Its exit code (negative: the signal that killed it); ``None`` where the log does not say."""
     line: str
     """The log line, prefix and all."""
+    signal_line: str | None = None
+    """Where vLLM did not log the code (``exit code: None``: it logs before it collects the rank): the line a dying
+    process's handler printed just above (tvm_ffi's ``Segfault encountered``, faulthandler's ``Fatal Python error``)."""
 
     @property
     def signal_name(self) -> str | None:
-        """``SIGKILL`` for exit code -9; ``None`` when it exited on its own or the code is unknown."""
-        if self.exit_code is None or self.exit_code >= 0:
+        """``SIGKILL`` for exit code -9, or the signal the handler's line above names where the code was not logged;
+        ``None`` when it exited on its own or nothing says."""
+        if self.exit_code is None:
+            return None if self.signal_line is None else _signal_in(self.signal_line)
+        if self.exit_code >= 0:
             return None
         try:
             return signal.Signals(-self.exit_code).name
@@ -88,13 +96,35 @@ def error_line(lines: Sequence[str]) -> str | None:
     return out
 
 
+# How far above vLLM's "died" line a handler's line is read as that rank's: the handler prints, the process dies, the
+# executor's monitor notices within its poll (the capture has 7 lines of native stack between them).
+_SIGNAL_WINDOW = 40
+
+
+def _signal_in(line: str) -> str | None:
+    for rx in SIGNAL_LINES:
+        m = rx.search(line)
+        if m is not None:
+            found = m.groupdict()
+            return found.get("sig") or SIGNAL_OF.get(found.get("what") or "", "SIGSEGV")
+    return None
+
+
 def rank_death(lines: Sequence[str]) -> RankDeath | None:
-    """The last rank the log says died unexpectedly, with its exit code."""
-    for line in reversed(lines):
-        m = _DIED.search(line)
-        if m:
-            code = m.group(2)
-            return RankDeath(int(m.group(1)), None if code in (None, "None") else int(code), line.strip())
+    """The last rank the log says died unexpectedly, with its exit code; where the code was not logged, the signal a
+    handler printed just above it (only one rank died: a second died line in that window makes it ambiguous)."""
+    for i in range(len(lines) - 1, -1, -1):
+        m = _DIED.search(lines[i])
+        if m is None:
+            continue
+        code = m.group(2)
+        exit_code = None if code in (None, "None") else int(code)
+        signal_line = None
+        if exit_code is None:
+            window = lines[max(0, i - _SIGNAL_WINDOW) : i]
+            if not any(_DIED.search(x) for x in window):
+                signal_line = next((x.strip() for x in reversed(window) if _signal_in(x)), None)
+        return RankDeath(int(m.group(1)), exit_code, lines[i].strip(), signal_line)
     return None
 
 

@@ -245,7 +245,8 @@ def _health(
             if death.exit_code is None and death.rank in exits:
                 how = f"rank {death.rank} died ({describe_exit(exits[death.rank])})"
             message = f"{how}; the worker crashed: {death.line.strip()}"
-            return WorkerHealth("rank_dead", death.rank, pids.get(death.rank), message, (death.line.strip(),))
+            evidence = (death.line.strip(),) if death.signal_line is None else (death.signal_line, death.line.strip())
+            return WorkerHealth("rank_dead", death.rank, pids.get(death.rank), message, evidence)
         if exits:
             rank = min(exits)
             message = f"rank {rank} died ({describe_exit(exits[rank])}); the worker crashed"

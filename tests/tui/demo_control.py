@@ -155,12 +155,12 @@ class DemoControl:
         with self._lock:
             return list(self._state.values())
 
-    def launch(self, name: str) -> WorkerStatus:
+    def launch(self, name: str, force: bool = False) -> WorkerStatus:
         self.calls.append(("launch", name))
         with self._lock:
             return self._run(name, self.clock(), self._get(name).restarts)
 
-    def stop(self, name: str) -> str:
+    def stop(self, name: str, grace: float | None = None) -> str:
         self.calls.append(("stop", name))
         with self._lock:
             current = self._get(name)
@@ -168,7 +168,7 @@ class DemoControl:
             self._state[name] = WorkerStatus(name, WorkerState.STOPPED, current.gpus, port=current.port)
             return f"stopped {name}"
 
-    def restart(self, name: str) -> WorkerStatus:
+    def restart(self, name: str, grace: float | None = None, force: bool = False) -> WorkerStatus:
         self.calls.append(("restart", name))
         with self._lock:
             return self._run(name, self.clock(), self._get(name).restarts + 1)

@@ -10,7 +10,7 @@ from typing import Any
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml import NvmlBackend
 from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture, materialize
-from tests.tui.conftest import FROZEN, make_app, settle
+from tests.tui.conftest import FROZEN, make_app, open_app, settle
 from tui.app import AmdtopApp
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "nvml" / "h200_procs_replay.json"
@@ -25,7 +25,7 @@ def one_gpu_app() -> AmdtopApp:
     sysfs, proc = materialize(fixture, root)
     backend = NvmlBackend(ReplayNvml(fixture), BackendOptions(sysfs_root=sysfs, proc_root=proc))
     backend._hostname = "h200-capture"  # the capture's host, not the one running the tests
-    return AmdtopApp(backend, clock=lambda: FROZEN, proc_root=proc, state_dir=root, autopoll=False, discover=False)
+    return open_app(backend, clock=lambda: FROZEN, proc_root=proc, state_dir=root, autopoll=False, discover=False)
 
 
 def node_app(node: str) -> AmdtopApp:

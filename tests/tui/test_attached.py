@@ -14,7 +14,7 @@ from textual.widgets import Static
 from amdtop.cli.common import node_spec
 from amdtop.cli.main import build_parser
 from amdtop.runtime import open_node
-from amdtop.serve.client import ServeClient
+from amdtop.serve.client import RemoteService, ServeClient
 from amdtop.serve.server import Serve
 from tui.attached import attached_app
 
@@ -52,10 +52,10 @@ async def test_attached_header_frames_and_control_through_the_serve(serve: Serve
         assert f"attached to amdtop serve (pid {os.getpid()})" in banner
         frame = app.dashboard.last_frame
         assert frame is not None and frame.history and len(frame.history[0].util_pct) >= 2
-        assert app.runtime.polls == 0  # the viewer polls nothing: the serve does
+        assert isinstance(app.service, RemoteService)  # the viewer polls nothing: the serve does
         assert app.check_action("launch", ()) is not False
         # A control request runs in the serve's supervisor (its owner thread) and answers here.
-        diff = await asyncio.to_thread(app.control.retune_diff, "llama-70b", {"max-num-seqs": "64"})
+        diff = await asyncio.to_thread(app.service.retune_diff, "llama-70b", {"max-num-seqs": "64"})
         assert "max-num-seqs" in diff
         assert app.dashboard.last_frame is not None
     client.close()
@@ -66,7 +66,7 @@ async def test_read_only_viewer_has_no_control(serve: Serve) -> None:
     app = attached_app(client, serve.state_dir, readonly=True, watch_tty=False)
     async with app.run_test(size=(200, 50)):
         await _until(lambda: app.frames >= 1)
-        assert app.control is None
+        assert app.readonly and app.service.readonly
         for action in ("launch", "stop", "restart", "retune", "ramp"):
             assert app.check_action(action, ()) is False
     client.close()

@@ -56,8 +56,7 @@ async def test_z_sleeps_and_wakes_a_worker_when_attached(serve: Serve) -> None:
     try:
         app = attached_app(client, serve.state_dir, readonly=False, watch_tty=False)
         async with app.run_test(size=(200, 50)) as pilot:
-            assert app.control is not None
-            await asyncio.to_thread(app.control.launch, W)
+            await asyncio.to_thread(app.service.launch, W)
             await _until(lambda: _state(serve) is WorkerState.READY)
             await _until(
                 lambda: app.dashboard.last_frame is not None and app.dashboard.last_frame.worker(W) is not None

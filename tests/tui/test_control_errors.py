@@ -28,7 +28,7 @@ async def test_failed_launch_shows_on_the_row_and_as_a_notification() -> None:
     app = make_app()
     control: DemoControl = app.control
 
-    def refuse(name: str) -> Any:
+    def refuse(name: str, force: bool = False) -> Any:
         raise InputError(NUMACTL + "\nusage: numactl [--all | -a] ...")  # a tool's usage text never reaches the row
 
     control.launch = refuse  # type: ignore[method-assign]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from amdtop.layout import WorkerLayout
-from tests.tui.conftest import make_app, settle
+from tests.tui.conftest import make_app, open_app, settle
 from tests.tui.demo_control import Scenario
 from tui.screens.confirm import ConfirmScreen
 from widgets.workers_table import WorkersTable
@@ -102,7 +102,6 @@ async def test_retune_dialog_checks_dp_against_the_gpus(tmp_path: Any) -> None:
     from amdtop.supervisor import Supervisor
     from amdtop.telemetry.sim import SimBackend
     from tests.tui.conftest import FROZEN, NO_PROC
-    from tui.app import AmdtopApp
     from tui.screens.retune import RetuneScreen
 
     sim = SimBackend(seed=7, clock=lambda: FROZEN, hostname="amdtop-demo")
@@ -110,7 +109,7 @@ async def test_retune_dialog_checks_dp_against_the_gpus(tmp_path: Any) -> None:
     text = '[[worker]]\nname = "moe"\nmodel = "m"\ngpus = [0, 1, 2, 3, 4, 5, 6, 7]\nnuma_node = "none"\nport = 18480\n'
     cfg.write_text(text)
     sup = Supervisor(cfg, Path(tmp_path) / "st", topology=sim.topology())
-    app = AmdtopApp(sim, workers=sup, control=sup, autopoll=False, clock=lambda: FROZEN, proc_root=NO_PROC,
+    app = open_app(sim, workers=sup, autopoll=False, clock=lambda: FROZEN, proc_root=NO_PROC,
                     discover=False, state_dir=Path(tmp_path) / "st")  # fmt: skip
     async with app.run_test(size=(200, 50)) as pilot:
         await _ready(pilot, 2)

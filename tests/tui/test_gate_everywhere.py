@@ -67,8 +67,7 @@ async def _launch_is_refused(app: AmdtopApp) -> None:
         assert isinstance(app.screen, ConfirmScreen)
         text = app.screen.text
         assert f"Launch {WORKER} refused by the launch gate" in text and REASON in text and "--force" in text
-        assert app.control is not None
-        status = await asyncio.to_thread(app.control.status)
+        status = await asyncio.to_thread(app.service.status)
         assert [w.pid for w in status if w.name == WORKER] == [None]
 
 
@@ -88,13 +87,8 @@ def test_workers_launch_refuses(held: Held) -> None:
 async def test_in_process_dashboard_refuses(held: Held) -> None:
     spec = node_spec(build_parser().parse_args(_argv(held)))
     node = runtime.open(spec, ui=True)
-    app = AmdtopApp(
-        node.backend,
-        workers=node.control,
-        control=LocalService(node, spec.state_dir),
-        runtime=node.runtime,
-        state_dir=spec.state_dir,
-    )
+    app = AmdtopApp(LocalService(node, spec.state_dir), state_dir=spec.state_dir)
+    node.runtime.start()  # as `amdtop` starts it: the dashboard draws the newest frame when it mounts
     try:
         await _launch_is_refused(app)
     finally:

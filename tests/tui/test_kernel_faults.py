@@ -9,8 +9,7 @@ from typing import Any
 from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.none_backend import NoneBackend
-from tests.tui.conftest import NO_PROC, make_app, settle
-from tui.app import AmdtopApp
+from tests.tui.conftest import NO_PROC, make_app, open_app, settle
 from tui.views import gpu_rows, groups_view
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel"
@@ -33,7 +32,7 @@ async def test_replayed_page_fault_tags_its_gpu_and_is_listed() -> None:
 
 async def test_dashboard_opens_without_gpus_and_says_once_the_kernel_log_is_missing(tmp_path: Path) -> None:
     mon = KernelFaultMonitor(tmp_path / "missing.log")
-    app = AmdtopApp(
+    app = open_app(
         NoneBackend(BackendOptions()),
         autopoll=False,
         proc_root=NO_PROC,

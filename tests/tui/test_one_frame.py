@@ -22,8 +22,7 @@ from amdtop.model import FlagKind, WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame, NodePipeline
 from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
 from tests.fixtures.rccl.make_logs import rccl_rank_lines
-from tests.tui.conftest import NO_PROC, settle
-from tui.app import AmdtopApp
+from tests.tui.conftest import NO_PROC, open_app, settle
 from widgets.text_pane import TextPane
 
 NODE0 = tuple(range(0, 32)) + tuple(range(64, 96))
@@ -64,7 +63,7 @@ def tui_text(frame: NodeFrame) -> str:
     """What the TP groups and NUMA panes print for ``frame``."""
 
     async def draw() -> str:
-        app = AmdtopApp(SimBackend(), autopoll=False, proc_root=NO_PROC, discover=False, clock=lambda: 0.0)
+        app = open_app(SimBackend(), autopoll=False, proc_root=NO_PROC, discover=False, clock=lambda: 0.0)
         async with app.run_test(size=(200, 50)) as pilot:
             app._show(frame)
             await settle(pilot)

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from amdtop.errors import InputError
 from amdtop.supervisor.retune import parse_changes
-from tests.tui.conftest import imbalanced_specs, make_app, settle
+from tests.tui.conftest import imbalanced_specs, make_app, open_app, settle
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
 from tui.screens.retune import RetuneScreen
@@ -275,27 +275,29 @@ async def test_exporter_stays_fresh_under_a_modal_and_while_paused() -> None:
 
 
 async def test_ramp_observer_records_a_new_frame_per_step_under_its_screen() -> None:
-    """The ramp screen covers the dashboard; its observer still reads the frame of each new tick."""
+    """The ramp screen covers the dashboard; the node runs the ramp, and its observer still reads the frame of each
+    new tick."""
+    from amdtop.ramp.observe import observer_from_frames
     from amdtop.telemetry.sim import GpuDemand
     from tui.screens.ramp import RampScreen
 
     app = make_app()
     async with app.run_test(size=(200, 50)) as pilot:
         await _ready(pilot)
-        pushed: list[Any] = []
-        original = app.push_screen
-
-        def keep(screen: Any, *args: Any, **kw: Any) -> Any:
-            pushed.append(screen)
-            return original(screen, *args, **kw)
-
-        app.push_screen = keep  # type: ignore[method-assign]
         await pilot.press("5", "a")
         await settle(pilot)
         assert isinstance(app.screen, RampScreen)
-        observe = pushed[-1].observer
-        worker = app.runtime.latest().worker(pushed[-1].worker)
+        name = app.screen.worker
+        assert name is not None
+        # The ramp is the node's (its service's ramps), not the screen's: the screen runs none itself.
+        await _until(lambda: any(w == name for w, *_ in app.service.ramps()))
+        assert app.screen._ramp is None
+        # What the node's ramp observes: the runtime's newest frame, drawn or not.
+        ramps = app.service.node_ramps  # type: ignore[attr-defined]
+        assert ramps.latest == app.runtime.latest
+        worker = app.runtime.latest().worker(name)
         assert worker is not None
+        observe = observer_from_frames(ramps.latest, worker.gpus, [g.gpus for g in worker.tp_groups()])
         steps = []
         for load in (0.1, 0.9, 0.4):  # one ramp step per tick, each at another load
             app.backend.set_demand("ramp-test", {g: GpuDemand(load, 0) for g in worker.gpus})
@@ -305,6 +307,16 @@ async def test_ramp_observer_records_a_new_frame_per_step_under_its_screen() -> 
             assert got == want  # this tick's frame, not the one drawn before the screen opened
             steps.append(got)
         assert steps[0] != steps[1] != steps[2]
+
+
+async def _until(cond: Any, timeout: float = 20.0) -> None:
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
 
 
 async def test_ramp_key_opens_ramp_screen_for_selected_worker() -> None:
@@ -426,7 +438,6 @@ async def test_log_pane_fed_from_worker_logs(tmp_path: Any) -> None:
     from amdtop.model import WorkerState, WorkerStatus
     from amdtop.telemetry.sim import SimBackend
     from tests.tui.conftest import FROZEN, NO_PROC
-    from tui.app import AmdtopApp
 
     log = tmp_path / "llama.log"
     log.write_text("(APIServer pid=1) INFO 11-29 13:46:59 [api_server.py:1] Starting vLLM API server\n")
@@ -435,8 +446,11 @@ async def test_log_pane_fed_from_worker_logs(tmp_path: Any) -> None:
         def status(self) -> list[WorkerStatus]:
             return [WorkerStatus("llama", WorkerState.READY, (0, 1), log=str(log))]
 
+        def close(self) -> None:
+            pass
+
     sim = SimBackend(seed=1, clock=lambda: FROZEN)
-    app = AmdtopApp(
+    app = open_app(
         sim, workers=Source(), autopoll=False, clock=lambda: FROZEN, proc_root=NO_PROC, discover=False, follow_logs=True
     )
     async with app.run_test(size=(200, 50)) as pilot:

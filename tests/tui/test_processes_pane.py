@@ -17,7 +17,7 @@ from typing import Any
 
 from amdtop.gpuprocs import HostInfo, HostProcs
 from amdtop.telemetry.sim import GIB, GpuDemand, SimBackend
-from tests.tui.conftest import FROZEN, NO_PROC, settle
+from tests.tui.conftest import FROZEN, NO_PROC, open_app, settle
 from tests.tui.demo_control import DemoControl
 from tui.app import AmdtopApp
 from tui.screens.confirm import ConfirmScreen
@@ -61,8 +61,8 @@ def procs_app(
     sim.set_demand("bob", {gpu: GpuDemand(0.55, 2 * GIB, BOB, "jupyter")})
     for name, demand in (extra or {}).items():
         sim.set_demand(name, demand)
-    return AmdtopApp(
-        sim, workers=control, control=control, demo_load=control.demo_load(), readonly=readonly,
+    return open_app(
+        sim, workers=control, demo_load=control.demo_load(), readonly=readonly,
         clock=lambda: FROZEN, proc_root=NO_PROC, discover=False, state_dir=NO_PROC, autopoll=False,
         follow_logs=workers, host_procs=host if host is not None else FixedHost(HOST),
         config_path=Path("/etc/amdtop/config.toml"),

@@ -429,23 +429,23 @@ def test_item8_a_broken_profile_hides_no_running_worker(
 def test_item14_the_serve_names_the_broken_profile_not_read_only(
     broken_with_a_running_worker: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    from amdtop.serve.client import RemoteControl, ServeClient
+    from amdtop.serve.client import RemoteService, ServeClient
 
     cfg, state = broken_with_a_running_worker
     serve = _serve(tmp_path, state, "--backend", "sim", "--config", str(cfg))
     client = ServeClient(state)
     try:
         with pytest.raises(Exception) as err:
-            RemoteControl(client).launch("w")
+            RemoteService(client).launch("w")
         assert "read-only" not in str(err.value) and str(cfg) in str(err.value), err.value
-        assert [r.name for r in RemoteControl(client).status() if r.pid is not None] == ["w"]
+        assert [r.name for r in RemoteService(client).status() if r.pid is not None] == ["w"]
     finally:
         client.close()
         _end(serve)
 
 
 def test_item14_a_gpu_profile_under_backend_none_says_why(tmp_path: Path) -> None:
-    from amdtop.serve.client import RemoteControl, ServeClient
+    from amdtop.serve.client import RemoteService, ServeClient
 
     cfg, state = _cpu_profile(tmp_path), tmp_path / "state"
     said: list[str] = []
@@ -453,7 +453,7 @@ def test_item14_a_gpu_profile_under_backend_none_says_why(tmp_path: Path) -> Non
     client = ServeClient(state)
     try:
         with pytest.raises(Exception) as err:
-            RemoteControl(client).launch("w")
+            RemoteService(client).launch("w")
         assert "read-only" not in str(err.value) and "gpus" in str(err.value), err.value
         notes = [x for x in said if "gpus" in x]
         assert len(notes) == 1 and notes[0].startswith("amdtop: supervisor: worker[w]"), said  # the serve says it

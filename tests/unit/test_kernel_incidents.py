@@ -158,6 +158,25 @@ def test_hive_reset_names_the_one_gpu_with_the_error_and_every_gpu_and_worker_lo
     assert burst.devices == (1,) and dict(burst.detail)["block"] == "xgmi_wafl" and "XGMI link" in burst.cause
 
 
+def test_two_hive_resets_hours_apart_are_two_incidents_the_old_one_history(tmp_path: Path, topology: Topology) -> None:
+    # The ring buffer since boot holds the built hive reset (its lines at 7000-7041 s) and the same again 3 h later:
+    # two episodes, two verdicts; read a minute after the second, the first is history with its age, the second live.
+    first = lines("BUILT_mi300x_hive_mode1_reset.log")
+    later = [f"[{float(ln[1:ln.index(']')]) + 3 * 3600:14.6f}]{ln[ln.index(']') + 1 :]}" for ln in first]
+    both = KernelVerdicts()
+    for line in (*first, *later):
+        both.feed(line)
+    hives = [i for i in both.incidents(nowhere) if i.kind == "hive_reset"]
+    assert [dict(i.detail)["episode"] for i in hives] == [0, 1]
+    assert [dict(i.detail)["first_ts"] for i in hives] == [7040.0, 7040.0 + 3 * 3600]
+    assert all(dict(i.detail)["culprit_bdfs"] == ("0000:65:00.0",) for i in hives)
+    mon = _monitor(tmp_path, RingBuffer([*first, *later]), uptime=7040.0 + 3 * 3600 + 60, wall=1_700_000_000.0)
+    old, new = [i for i in mon.poll(topology).status.incidents if i.kind == "hive_reset"]
+    assert old.historic and old.age_s == pytest.approx(3 * 3600 + 60, abs=1) and old.summary.startswith("3 h ago: ")
+    assert not new.historic and new.age_s == pytest.approx(60, abs=1)
+    mon.close()
+
+
 def test_xid_45_chain_points_at_the_nvlink_xid_ogkm_1150(tmp_path: Path, topology: Topology) -> None:
     incidents = verdicts("nvidia_xid45_after_nvlink_ogkm_1150.log").incidents(nowhere)
     chains = {dict(i.detail)["first_xid"]: i for i in incidents if i.kind == "xid_chain"}

@@ -79,6 +79,26 @@ def test_snapshot_on_a_bus_of_failed_gpus_says_so(tmp_path: Path) -> None:
     assert "full power cycle" in line
 
 
+def test_audit_on_a_bus_of_failed_gpus_is_a_finding_with_the_kernel_lines(tmp_path: Path) -> None:
+    # snapshot refuses in one line (no GPU to read); audit is the checklist for the sick node: the failed GPUs are
+    # its first finding, with the kernel's lines and the power-cycle fix, and the node's other rules still run.
+    import json
+
+    root = build_pci_bus(tmp_path, mi300x_on_bus())
+    argv = [sys.executable, "-m", "amdtop", "--sysfs-root", str(root), "--kernel-log", str(KERNEL), "audit"]
+    out = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    first = doc["findings"][0]
+    assert first["id"] == "gpus_failed_init" and first["severity"] == "error"
+    assert first["title"] == "8 AMD GPUs on the PCI bus failed driver init"
+    assert any(e.startswith("kernel: ") and "early_init of IP block <psp> failed" in e for e in first["evidence"])
+    assert "full power cycle" in json.dumps(first["fix"])
+    assert len(doc["checked"]) + len(doc["skipped"]) > 1  # the other node rules ran or said why not
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0 and text.stdout.startswith("[error] gpus_failed_init: 8 AMD GPUs on the PCI bus")
+
+
 def test_a_gpu_the_backend_does_not_show_is_an_incident_in_the_frame(tmp_path: Path) -> None:
     from dataclasses import replace
 

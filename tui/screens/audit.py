@@ -141,8 +141,7 @@ class AuditScreen(Screen[None]):
 
     def action_fix(self) -> None:
         f = self.selected()
-        app: AmdtopApp = self.app  # type: ignore[assignment]
-        if f is None or f.worker is None or app.control is None or self.readonly:
+        if f is None or f.worker is None or self.readonly:
             return
         self._diff(f)
 
@@ -150,9 +149,9 @@ class AuditScreen(Screen[None]):
     def _diff(self, f: Finding) -> None:
         app: AmdtopApp = self.app  # type: ignore[assignment]
         changes = dict(f.fix.changes)
-        assert f.worker is not None and app.control is not None
+        assert f.worker is not None
         try:
-            diff = app.control.retune_diff(f.worker, changes)
+            diff = app.service.retune_diff(f.worker, changes)
         except Exception as exc:
             app.call_from_thread(app.notify, f"fix {f.fix_id}: {str(exc).splitlines()[0]}", severity="error")
             return
@@ -164,8 +163,9 @@ class AuditScreen(Screen[None]):
         assert worker is not None
 
         def done(ok: bool | None) -> None:
-            if ok and app.control is not None:
-                control = app.control
-                app._call("retune", worker, lambda: control.retune(worker, changes))
+            if ok:
+                # The node applies its newest audit's fix by id (in-process or in the serve), refusing the same way.
+                service = app.service
+                app._call("retune", worker, lambda: service.audit_fix(f.fix_id))
 
         app.push_screen(ConfirmScreen(f"Apply {f.fix_id} to {worker} and restart it?\n\n{diff}", yes="Apply"), done)

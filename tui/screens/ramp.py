@@ -58,7 +58,7 @@ class RampScreen(Screen[None]):
             self.doc = doc
             self.status = status
             self.running = running
-            """From the serve (attached): whether its ramp still runs; ``None`` for a ramp run here."""
+            """From the node service: whether its ramp still runs; ``None`` for a ramp this screen runs."""
 
         def can_replace(self, message: Message) -> bool:
             return isinstance(message, RampScreen.Progress)
@@ -83,7 +83,7 @@ class RampScreen(Screen[None]):
         autostart: bool = True,
         apply_changes: Callable[[dict[str, str]], None] | None = None,
         observer: Any = None,
-        remote: Any = None,
+        runner: Any = None,
     ) -> None:
         super().__init__()
         self.url = url
@@ -101,14 +101,15 @@ class RampScreen(Screen[None]):
         """Retune with several ``key -> value`` changes (the recommendation); ``None``: only max-num-seqs via apply."""
         self.observer = observer
         """``amdtop.ramp.observe.NodeObserver`` over the worker's GPUs (the frame's), passed to each ramp."""
-        self.remote = remote
-        """``tui.attached.RemoteRamp`` when attached: the serve runs the ramp, which outlives this screen."""
-        self._remote_running = False
-        if remote is not None:
-            remote.bind(self)
-            current = remote.current()
-            if current is not None:  # a ramp the serve runs or ran: show it (its live plot or result), do not redo it
-                self.doc, self.status, self._remote_running = current
+        self.runner = runner
+        """``tui.service_ramp.ServiceRamp`` in the dashboard: the node runs the ramp, which outlives this screen;
+        ``None``: this screen runs it (``amdtop ramp``)."""
+        self._node_running = False
+        if runner is not None:
+            runner.bind(self)
+            current = runner.current()
+            if current is not None:  # a ramp the node runs or ran: show it (its live plot or result), do not redo it
+                self.doc, self.status, self._node_running = current
                 self.autostart = False
 
     def compose(self) -> ComposeResult:
@@ -131,7 +132,7 @@ class RampScreen(Screen[None]):
 
     # --- actions -------------------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        running = self._ramp is not None or self._remote_running
+        running = self._ramp is not None or self._node_running
         if action == "abort":
             return running
         if action == "start":
@@ -145,13 +146,13 @@ class RampScreen(Screen[None]):
         return True
 
     def action_start(self) -> None:
-        if self.remote is not None:
-            self._remote_running = True
-            self.status = "starting in the serve"
+        if self.runner is not None:
+            self._node_running = True
+            self.status = "starting"
             self.doc = None
             self._show()
             self.refresh_bindings()
-            self.remote.start(self.config)
+            self.runner.start(self.config)
             return
         try:
             self._ramp = Ramp(
@@ -166,8 +167,8 @@ class RampScreen(Screen[None]):
         self._run_ramp(self._ramp)
 
     def action_abort(self) -> None:
-        if self.remote is not None and self._remote_running:
-            self.remote.abort()
+        if self.runner is not None and self._node_running:
+            self.runner.abort()
             self.status = "aborting"
             self._show()
         if self._ramp is not None:
@@ -176,8 +177,8 @@ class RampScreen(Screen[None]):
             self._show()
 
     def action_close(self) -> None:
-        if self._remote_running:
-            self.notify("the ramp goes on in amdtop serve: a on the worker shows it again", timeout=4)
+        if self._node_running:
+            self.notify("the ramp goes on: a on the worker shows it again", timeout=4)
         if self._ramp is not None:
             self._ramp.abort()
         self.dismiss(None)
@@ -248,7 +249,7 @@ class RampScreen(Screen[None]):
         self.doc = message.doc
         self.status = message.status
         if message.running is not None:
-            self._remote_running = message.running
+            self._node_running = message.running
             self.refresh_bindings()
         if message.doc.get("finished") or message.doc.get("aborted"):
             self._ramp = None
@@ -260,7 +261,7 @@ class RampScreen(Screen[None]):
 
     def _fail(self, text: str) -> None:
         self._ramp = None
-        self._remote_running = False
+        self._node_running = False
         self.status = f"error: {text}"
         self.refresh_bindings()
         self._show()

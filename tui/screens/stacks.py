@@ -1,10 +1,13 @@
 """``d``: the Python stacks of each rank of the selected worker (py-spy), in a modal that can be scrolled and closed.
 
-The dump runs in a thread worker (py-spy takes a fraction of a second per rank); a missing py-spy, a denied ptrace or a
-rank that exits mid-dump is one line in the modal and a notification; nothing is signalled or killed.
+The node service dumps them (in-process, or the serve that runs the workers) in a thread worker (py-spy takes a
+fraction of a second per rank); a missing py-spy, a denied ptrace or a rank that exits mid-dump is one line in the
+modal and a notification; nothing is signalled or killed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import work
@@ -15,9 +18,8 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from amdtop.errors import AmdtopError
 from amdtop.model import WorkerStatus
-from amdtop.supervisor.stacks import RankStack, dump_stacks, worker_targets
+from amdtop.supervisor.stacks import worker_targets
 
 
 class StacksScreen(ModalScreen[None]):
@@ -30,15 +32,17 @@ class StacksScreen(ModalScreen[None]):
     class Dumped(Message):
         """The dump finished (``error``: py-spy could not run at all)."""
 
-        def __init__(self, stacks: list[RankStack], error: str | None = None) -> None:
+        def __init__(self, text: str, error: str | None = None) -> None:
             super().__init__()
-            self.stacks = stacks
+            self.text = text
+            """One block per rank: ``=== NAME rank ...`` then its stack, or ``! why`` when it could not be read."""
             self.error = error
 
-    def __init__(self, worker: WorkerStatus, py_spy: str | None = None) -> None:
+    def __init__(self, worker: WorkerStatus, dump: Callable[[str], str]) -> None:
+        """``dump``: the node service's ``stacks`` (the worker's name in, the rendered dumps out)."""
         super().__init__()
         self.worker = worker
-        self.py_spy = py_spy
+        self.dump = dump
         self.result: StacksScreen.Dumped | None = None
 
     def compose(self) -> ComposeResult:
@@ -54,11 +58,11 @@ class StacksScreen(ModalScreen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="stacks", description="py-spy dump")
     def _dump(self) -> None:
         try:
-            stacks = dump_stacks(worker_targets(self.worker), py_spy=self.py_spy)
-        except AmdtopError as exc:
-            self.post_message(self.Dumped([], str(exc)))
+            text = self.dump(self.worker.name)
+        except Exception as exc:  # py-spy missing, the worker gone, the serve gone: one line
+            self.post_message(self.Dumped("", (str(exc) or type(exc).__name__).splitlines()[0]))
             return
-        self.post_message(self.Dumped(stacks))
+        self.post_message(self.Dumped(text))
 
     def on_stacks_screen_dumped(self, message: Dumped) -> None:
         self.result = message
@@ -68,13 +72,10 @@ class StacksScreen(ModalScreen[None]):
             self.app.notify(message.error, severity="error", timeout=8)
             return
         text = Text()
-        for s in message.stacks:
-            text.append(f"=== {self.worker.name} {s.label()}\n", style="bold")
-            if s.text is not None:
-                text.append(s.text + "\n")
-            else:
-                text.append(f"! {s.error}\n", style="bold red")
-        if not message.stacks:
+        for line in message.text.splitlines():
+            style = "bold" if line.startswith("=== ") else "bold red" if line.startswith("! ") else ""
+            text.append(line + "\n", style=style)
+        if not message.text.strip():
             text.append(f"{self.worker.name}: {self.worker.state.value}, no process to dump", style="yellow")
         body.update(text)
 
