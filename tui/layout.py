@@ -4,7 +4,10 @@ The dashboard is a stack of bands (GPUs beside the topology; the history beside 
 processes). Every shown pane gets at least its header and three rows (or all it has); when the bands' minimums do not
 fit, panes are folded, least useful first, into one tabbed slot at the bottom that shows one of them at a time. Space
 left once every pane has its minimum goes to the panes that still have rows to show, in order of use, so no block
-stays empty while a pane is cut. A zoomed pane takes the whole body.
+stays empty while a pane is cut: first only as far as no pane beside the grown one gets empty lines, then the rest. What
+is left once every pane shows all it has goes to the log tail when it has lines; otherwise (a node with no worker, such
+as one GPU and its processes) the process list and the history (taller charts) share it. A zoomed pane takes the whole
+body.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ GROW_ORDER = ("gpus", "workers", "topo", "groups", "procs", "numa", "logs", "his
 """Who gets space beyond its minimum first."""
 SINK_ORDER = ("logs", "procs", "history", "groups", "workers", "gpus")
 """Who takes what is left once every pane shows all it has (a taller log tail, more process rows)."""
+SHARE = ("procs", "history")
+"""Who shares what is left when the log tail has no line to show: room for more processes, taller history charts."""
 SLOT_ORDER = ("procs", "logs", "workers", "groups", "topo", "numa", "history", "gpus")
 """Which folded pane the slot shows when none was picked."""
 SLOT_ROWS = 4
@@ -47,6 +52,8 @@ class Need:
 
     want: int
     least: int
+    grows: bool = False
+    """It shows more in more lines than it wants (a log tail that has lines): the one to take what is left."""
 
 
 NeedOf = Callable[[str, int], Need]
@@ -99,6 +106,11 @@ class _Band:
     @property
     def want(self) -> int:
         return max(c.want for c in self.columns)
+
+    @property
+    def even(self) -> int:
+        """Tallest it may be before a column beside another gets empty lines (the shortest column's want)."""
+        return max(self.least, min(c.want for c in self.columns))
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +179,24 @@ def _fill(column: _Column, height: int) -> list[int]:
     return heights
 
 
+def _sink(bands: list[_Band], spare: int) -> None:
+    """Give what is left once every pane shows all it has: to the log tail when it has lines to show, else shared by
+    the process list and the history, else to the first of the sink order."""
+
+    def band_of(key: str) -> _Band | None:
+        return next((b for b in bands if key in b.keys), None)
+
+    logs = band_of("logs")
+    if logs is not None and any(n.grows for c in logs.columns for n in c.needs):
+        logs.height += spare
+        return
+    sharing = [b for b in (band_of(k) for k in SHARE) if b is not None]
+    if not sharing:
+        sharing = [next((b for key in SINK_ORDER for b in bands if key in b.keys), bands[-1])]
+    for i, band in enumerate(sharing):
+        band.height += spare // len(sharing) + (1 if i < spare % len(sharing) else 0)
+
+
 def plan(
     width: int,
     height: int,
@@ -205,21 +235,21 @@ def plan(
     for band in bands:
         band.height = band.least
     spare = height - sum(b.height for b in bands) - slot_least
-    # Grow bands toward what their panes have, the most useful first; then the rest to the sink.
-    for key in GROW_ORDER:
-        for band in bands:
-            if key in band.keys and spare > 0:
-                more = min(spare, band.want - band.height)
-                if more > 0:
-                    band.height += more
-                    spare -= more
+    # Grow bands toward what their panes have, the most useful first: first only as far as the shortest column wants
+    # (a pane beside a taller one would get empty lines while a pane further down still hides rows), then the rest.
+    for target in (lambda b: b.even, lambda b: b.want):
+        for key in GROW_ORDER:
+            for band in bands:
+                if key in band.keys and spare > 0:
+                    more = min(spare, target(band) - band.height)
+                    if more > 0:
+                        band.height += more
+                        spare -= more
     slot_h = slot_least
     if folded:
         slot_h += spare  # the folded panes have more to show than the space left: the slot takes it
-    else:
-        sink = next((b for key in SINK_ORDER for b in bands if key in b.keys), bands[-1] if bands else None)
-        if sink is not None:
-            sink.height += spare
+    elif bands:
+        _sink(bands, spare)
     rects: dict[str, Rect] = {}
     y = 0
     for band in bands:

@@ -148,11 +148,12 @@ class GpuHistory(Widget):
 
     @property
     def rows(self) -> int:
-        """Lines each GPU's strips take at the pane's height (a header and the time axis around them)."""
+        """Lines each GPU's strips take at the pane's height (a header and the time axis around them): all the pane
+        has, so a node with few GPUs and room to spare (one GPU, no worker) gets taller, finer charts."""
         gpus = len(self._gpus)
         if not gpus:
             return 1
-        return max(1, min(rows_per_gpu(gpus), (self.size.height - 2) // gpus))
+        return max(1, (self.size.height - 2) // gpus)
 
     def strip_width(self) -> int:
         return max(4, (self.size.width - LABEL) // len(METRICS) - VALUE - 1)

@@ -190,6 +190,11 @@ class LogTailPane(Widget, can_focus=True):
         self._summary = render_logs(workers, flags, kernel=kernel)
         self._show_summary()
 
+    @property
+    def following(self) -> bool:
+        """Some worker's log is followed or has sent lines: the tail has lines to show, now or soon."""
+        return bool(self._workers) or bool(self._state is not None and self._state[0])
+
     def show_worker(self, worker: str | None) -> None:
         """Show only ``worker``'s lines (``None``: all), e.g. when a TP group is selected elsewhere."""
         if worker is not None and worker not in self._workers:

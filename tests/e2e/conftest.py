@@ -3,13 +3,19 @@
 ``vllm_tp1`` is one session-wide READY TP=1 worker that every e2e test may reuse (each vLLM start costs ~30-45 s of
 both cores). Skipped only when ``.venv-vllm`` is missing and ``AMDTOP_E2E_REQUIRED`` is unset; ``run-tests`` sets it,
 so CI fails instead of silently skipping.
+
+A vLLM start is mostly one process importing and initialising on one core: the TP=1-engine servers that later modules
+need (the DP=2 one, the small-KV one) are launched beside ``vllm_tp1`` when the session holds their tests
+(:class:`EarlyStarts`), so three starts take about the time of two. They idle until their module takes them (an idle
+vLLM 0.32 waits on a socket, it does not spin), and each is stopped when its module ends, before the timing tests
+that follow. The TP=2 servers start alone: their ranks poll while they start.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,8 +93,69 @@ class VllmWorker:
     """Seconds from launch to /health 200."""
 
 
+@dataclass
+class Launched:
+    """A worker launched (not yet READY) under its own supervisor and state directory."""
+
+    name: str
+    supervisor: Supervisor
+    root: Path
+    config: Path
+    t0: float
+
+
+class EarlyStarts:
+    """Servers launched ahead of the module that uses them (see the module's docstring)."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        self._factory = factory
+        self._waiting: dict[str, Launched] = {}
+
+    def launch(self, name: str, profile: str) -> Launched:
+        require_vllm()
+        VLLM_CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+        root = self._factory.mktemp(f"vllm-{name}")
+        config = root / "workers.toml"
+        config.write_text(profile)
+        sup = Supervisor(config, root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0)
+        t0 = time.monotonic()
+        sup.launch(name)
+        return Launched(name, sup, root, config, t0)
+
+    def launch_early(self, name: str, profile: str) -> None:
+        if name not in self._waiting:
+            self._waiting[name] = self.launch(name, profile)
+            print(f"\nE2E {name}: launched early")
+
+    def take(self, name: str, profile: str) -> Launched:
+        """The early-launched ``name`` (its supervisor now the caller's to stop), else one launched now."""
+        return self._waiting.pop(name, None) or self.launch(name, profile)
+
+    def close(self) -> None:
+        for name, w in self._waiting.items():  # launched early, never taken (its tests were deselected or failed)
+            w.supervisor.stop(name)
+            w.supervisor.close()
+        self._waiting.clear()
+
+
 @pytest.fixture(scope="session")
-def vllm_tp1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmWorker]:
+def early_starts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EarlyStarts]:
+    starts = EarlyStarts(tmp_path_factory)
+    try:
+        yield starts
+    finally:
+        starts.close()
+
+
+EARLY: dict[str, tuple[str, Callable[[], str]]] = {}
+"""Fixture name -> (worker name, its profile): the servers ``vllm_tp1`` launches beside itself (filled by the modules
+that own them)."""
+
+
+@pytest.fixture(scope="session")
+def vllm_tp1(
+    tmp_path_factory: pytest.TempPathFactory, early_starts: EarlyStarts, request: pytest.FixtureRequest
+) -> Iterator[VllmWorker]:
     """One READY TP=1 vLLM worker (real numactl pinning) for the whole session; stopped and swept at the end."""
     require_vllm()
     VLLM_CACHE_ROOT.mkdir(parents=True, exist_ok=True)
@@ -98,6 +165,10 @@ def vllm_tp1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmWorker]:
     sup = Supervisor(config, root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0)
     t0 = time.monotonic()
     sup.launch("tp1")
+    wanted = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+    for fixture, (name, profile) in EARLY.items():
+        if fixture in wanted:
+            early_starts.launch_early(name, profile())
     try:
         st = sup.wait_ready("tp1", timeout=READY_TIMEOUT_S)
         ready_s = time.monotonic() - t0

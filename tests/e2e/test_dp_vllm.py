@@ -3,7 +3,8 @@
 The CPU build runs DP=2 x TP=1 (seen 2026-12-02: two ``VLLM::EngineCore_DP<r>``, each with one plain ``VLLM::Worker``,
 two ``VLLM::APIServer_<i>`` and a ``VLLM::DPCoordinator`` under the ``vllm serve`` launcher). It refuses
 ``--enable-sleep-mode`` ("Sleep mode is not supported on current platform") but with ``VLLM_SERVER_DEV_MODE=1`` its
-engines record the sleep state, which is what amdtop reads.
+engines record the sleep state, which is what amdtop reads. It runs ``--enforce-eager``: nothing here measures speed,
+and two engines compiling side by side on two shared cores were the slowest start of the quiet step.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from amdtop.model import WorkerState
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
 from tests.e2e.conftest import (
+    EARLY,
     READY_TIMEOUT_S,
     SERVED_NAME,
     TINY_MODEL,
     VLLM_BIN,
     VLLM_CACHE_ROOT,
+    EarlyStarts,
     marked_pids,
-    require_vllm,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.quiet, pytest.mark.timeout(900)]
@@ -45,21 +47,18 @@ def dp_profile(port: int) -> str:
     return (
         f'[[worker]]\nname = "dp2"\nmodel = "{TINY_MODEL}"\ngpus = []\nnuma_node = "none"\nport = {port}\n'
         f'command = ["{VLLM_BIN}", "serve"]\nstop_grace_s = 30\n'
-        f'[worker.args]\ndata-parallel-size = 2\nmax-model-len = 512\ndtype = "float32"\n'
+        f'[worker.args]\ndata-parallel-size = 2\nmax-model-len = 512\ndtype = "float32"\nenforce-eager = true\n'
         f'served-model-name = "{SERVED_NAME}"\n[worker.env]\n{env_lines}'
     )
 
 
+EARLY["dp2"] = ("dp2", lambda: dp_profile(DP_PORT))  # launched beside the session's TP=1 worker when both are used
+
+
 @pytest.fixture(scope="module")
-def dp2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
-    require_vllm()
-    VLLM_CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    root = tmp_path_factory.mktemp("vllm-dp2")
-    config = root / "workers.toml"
-    config.write_text(dp_profile(DP_PORT))
-    sup = Supervisor(config, root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0)
-    t0 = time.monotonic()
-    sup.launch("dp2")
+def dp2(early_starts: EarlyStarts) -> Iterator[Supervisor]:
+    launched = early_starts.take("dp2", dp_profile(DP_PORT))
+    sup, t0 = launched.supervisor, launched.t0
     try:
         sup.wait_ready("dp2", timeout=2 * READY_TIMEOUT_S)  # two engines start side by side on two shared cores
         print(f"\nE2E dp2: launch->ready {time.monotonic() - t0:.1f} s")

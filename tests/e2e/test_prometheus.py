@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+QUIET = False
+"""No vLLM here, no timing against a shared CPU: the parallel step runs it (tests/conftest.py)."""
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "amdtop-rules.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "amdtop.json"

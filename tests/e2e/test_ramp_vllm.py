@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
 VLLM_BIN = REPO / ".venv-vllm" / "bin" / "vllm"
 TINY_MODEL = REPO / ".cache" / "tiny-llama"
+BENCH_LOOP = Path(__file__).resolve().parent / "vllm_bench_loop.py"
 IN_LEN, OUT_LEN = 32, 64
 CLIENT_CPU = "0"
 """Both load generators run on core 0; the engine computes on core 1 (see the vllm_tp1 profile)."""
@@ -81,9 +84,9 @@ SBS_IN_LEN, SBS_OUT_LEN = 1024, 64
 SBS_ROUNDS, SBS_WINDOW_S = 5, 6.0
 
 
-def bench_argv(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> list[str]:
-    """``vllm bench serve`` with amdtop's lengths, its result saved to ``out``, pinned to the client core."""
-    return ["taskset", "-c", CLIENT_CPU, str(VLLM_BIN), "bench", "serve", "--backend", "openai", "--base-url", url,
+def bench_args(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> list[str]:
+    """``vllm bench serve``'s arguments with amdtop's lengths, its result saved to ``out``."""
+    return ["--backend", "openai", "--base-url", url,
             "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(TINY_MODEL),
             "--dataset-name", "random", "--random-input-len", str(SBS_IN_LEN),
             "--random-output-len", str(SBS_OUT_LEN), "--ignore-eos", "--max-concurrency", str(concurrency),
@@ -91,34 +94,96 @@ def bench_argv(url: str, model: str, concurrency: int, prompts: int, out: Path, 
             "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]  # fmt: skip
 
 
+class BenchLoop:
+    """``vllm bench serve`` in one process for all rounds, pinned to the client core (tests/e2e/vllm_bench_loop.py):
+    a round starts with :meth:`start` and has finished when :meth:`finished` says so."""
+
+    def __init__(self, errors: Path) -> None:
+        self.errors = errors
+        python = VLLM_BIN.parent / "python"
+        self._err = errors.open("wb")
+        self.proc = subprocess.Popen(["taskset", "-c", CLIENT_CPU, str(python), str(BENCH_LOOP)],
+                                     env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._err, text=True)  # fmt: skip
+        self._answers: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.status: int | None = None
+        first = self._answer(120.0)  # it imports torch and vLLM first (~10 s here)
+        assert first == "READY", f"vllm bench loop did not start ({first}): {self.tail()}"
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._answers.put(line.strip())
+        self._answers.put("EOF")
+
+    def _answer(self, timeout: float) -> str:
+        try:
+            return self._answers.get(timeout=timeout)
+        except queue.Empty:
+            return "TIMEOUT"
+
+    def tail(self) -> str:
+        return self.errors.read_text(errors="replace")[-2000:]
+
+    def start(self, args: list[str]) -> None:
+        assert self.proc.stdin is not None and self.proc.poll() is None, f"vllm bench loop gone: {self.tail()}"
+        self.status = None
+        self.proc.stdin.write(json.dumps(args) + "\n")
+        self.proc.stdin.flush()
+
+    def finished(self) -> bool:
+        """The round's run has ended (its status in :attr:`status`; the loop's exit ends it too)."""
+        if self.status is None:
+            try:
+                answer = self._answers.get_nowait()
+            except queue.Empty:
+                return False
+            self.status = int(answer.split()[1]) if answer.startswith("DONE ") else -1
+        return True
+
+    def wait(self, timeout: float) -> int:
+        if self.status is None:
+            answer = self._answer(timeout)
+            self.status = int(answer.split()[1]) if answer.startswith("DONE ") else -1
+        return self.status
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._err.close()
+
+
 async def in_flight(client: httpx.AsyncClient) -> float:
     s = parse_samples((await client.get("/metrics")).text)
     return s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0)
 
 
-async def paired_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
+async def paired_round(
+    bench: BenchLoop, spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int
+) -> tuple[Any, ...]:
     """One vllm bench run with amdtop's step running through all of it: (amdtop's step, vllm bench's result)."""
     url, model = spec.url, spec.model
     async with httpx.AsyncClient(base_url=url, timeout=10) as c:
-        errors = out.with_suffix(".stderr")
-        with errors.open("wb") as err:
-            proc = subprocess.Popen(bench_argv(url, model, concurrency, prompts, out, seed),
-                                    env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
+        bench.start(bench_args(url, model, concurrency, prompts, out, seed))
         try:
-            deadline = time.monotonic() + 120  # vllm bench imports torch and vllm first (~10 s here)
+            deadline = time.monotonic() + 120
             while await in_flight(c) < 1:
-                assert proc.poll() is None, f"vllm bench exited {proc.returncode}: {errors.read_text()[-2000:]}"
+                assert not bench.finished(), f"vllm bench ended ({bench.status}) before sending: {bench.tail()}"
                 assert time.monotonic() < deadline, "vllm bench sent nothing in 120 s"
                 await asyncio.sleep(0.02)
             # amdtop's warm-up covers vllm bench's first second; its window runs until vllm bench is done.
             step, reason = await run_step(spec, concurrency, warmup_s=1.0, duration_s=300.0,
-                                          stop=lambda: proc.poll() is not None)  # fmt: skip
+                                          stop=bench.finished)  # fmt: skip
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, f"vllm bench exited {proc.returncode}: {errors.read_text()[-2000:]}"
-    assert reason == "stopped by user", reason  # the stop is vllm bench's exit
+            status = bench.wait(300.0)
+    assert status == 0, f"vllm bench ended with {status}: {bench.tail()}"
+    assert reason == "stopped by user", reason  # the stop is vllm bench's end
     return step.to_json(), json.loads(out.read_text())
 
 
@@ -132,12 +197,13 @@ def server_ttft_ms(a: tuple[float, float, float], b: tuple[float, float, float])
     return 1000.0 * (b[0] - a[0]) / max(1.0, b[1] - a[1])
 
 
-def solo_bench(spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[dict[str, Any], float]:
+def solo_bench(
+    bench: BenchLoop, spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int
+) -> tuple[dict[str, Any], float]:
     """vllm bench's result and the server's own mean TTFT (ms) over its run (its few warm-up requests included)."""
     a = server_counters(samples(spec.url))
-    subprocess.run(bench_argv(spec.url, spec.model, concurrency, prompts, out, seed),
-                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=300)  # fmt: skip
+    bench.start(bench_args(spec.url, spec.model, concurrency, prompts, out, seed))
+    assert (status := bench.wait(300.0)) == 0, f"vllm bench ended with {status}: {bench.tail()}"
     b = server_counters(samples(spec.url))
     return dict(json.loads(out.read_text())), server_ttft_ms(a, b)
 
@@ -168,7 +234,9 @@ async def windowed_amdtop(spec: LoadSpec, concurrency: int, warmup_s: float = 2.
     return step.to_json(), server
 
 
-def side_by_side_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int) -> tuple[Any, ...]:
+def side_by_side_round(
+    bench: BenchLoop, spec: LoadSpec, concurrency: int, prompts: int, out: Path, seed: int
+) -> tuple[Any, ...]:
     """(amdtop's steps, vllm bench's result, the server's own mean TTFT in ms over the round, normalised ratios).
 
     The normalised ratios (C>1 only) compare what each tool measured with what the server itself counted while
@@ -179,11 +247,11 @@ def side_by_side_round(spec: LoadSpec, concurrency: int, prompts: int, out: Path
     at_start = server_counters(samples(spec.url))
     norm: tuple[float, float] | None = None
     if concurrency == 1:
-        ours, theirs = asyncio.run(paired_round(spec, concurrency, prompts, out, seed))
+        ours, theirs = asyncio.run(paired_round(bench, spec, concurrency, prompts, out, seed))
         steps = [ours]
     else:
         first, server_a = asyncio.run(windowed_amdtop(spec, concurrency))
-        theirs, server_b = solo_bench(spec, concurrency, prompts, out, seed)
+        theirs, server_b = solo_bench(bench, spec, concurrency, prompts, out, seed)
         second, server_c = asyncio.run(windowed_amdtop(spec, concurrency))
         steps = [first, second]
         pairs = ((first, server_a), (second, server_c))
@@ -206,6 +274,7 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
     url, model = vllm_tp1.url.rstrip("/"), vllm_tp1.model
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {int(CLIENT_CPU)})  # amdtop on the client core, like `taskset -c 0 vllm bench serve`
+    bench = BenchLoop(tmp_path / "vllm-bench.stderr")
     try:
         spec = asyncio.run(load_spec(url, model, SBS_IN_LEN, SBS_OUT_LEN))
         # Paired, each tool gets about half of what the server does at twice the concurrency. This step also warms
@@ -218,7 +287,7 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
         rounds: list[str] = []
         for r in range(SBS_ROUNDS):
             out = tmp_path / f"bench-{concurrency}-{r}.json"
-            steps, theirs, server_ms, norm = side_by_side_round(spec, concurrency, prompts, out, 1000 + r)
+            steps, theirs, server_ms, norm = side_by_side_round(bench, spec, concurrency, prompts, out, 1000 + r)
             thr = statistics.mean(s["output_throughput"] for s in steps)
             ttft = statistics.mean(s["mean_ttft_ms"] for s in steps)
             thr_s = "/".join(f"{s['output_throughput']:.0f}" for s in steps)
@@ -244,6 +313,7 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
             # vllm bench lasts about one window at the rate it just saw
             prompts = max(2 * concurrency, round(theirs["completed"] / theirs["duration"] * SBS_WINDOW_S))
     finally:
+        bench.close()
         os.sched_setaffinity(0, before)
     thr, ttft = (statistics.median(x) for x in zip(*ratios, strict=True))
     print(

@@ -54,3 +54,36 @@ def test_zoom_takes_the_body() -> None:
 def test_narrow_matrix_stacks_under_the_gpus() -> None:
     p = plan(90, 80, need, panes=PANES, widths=WIDTHS)
     assert p.rects["topo"].x == 0 and p.rects["topo"].y >= p.rects["gpus"].h
+
+
+def test_no_empty_lines_beside_a_taller_column_while_a_pane_is_cut() -> None:
+    # The TP groups / NUMA column wants more than the history beside it: growing their band to show all of it would
+    # leave the history with empty lines while the process list still hides rows (200x50 demo, issue 37).
+    wants = {**WANTS, "groups": 7, "numa": 5, "procs": 15, "logs": 9}
+
+    def need2(key: str, width: int) -> Need:
+        return Need(wants[key], wants[key] if key == "topo" else min(wants[key], 4))
+
+    p = plan(200, 48, need2, panes=PANES, widths=WIDTHS)
+    assert not p.folded
+    assert p.rects["history"].h == wants["history"] + CHROME  # all of it, not one line more
+    assert p.rects["procs"].h > 4 + CHROME + 2  # the room went to the process list, which still has rows hidden
+
+
+def test_what_is_left_goes_to_a_followed_log_else_to_processes_and_history() -> None:
+    small = {**WANTS, "procs": 4, "logs": 2, "history": 8, "groups": 2, "numa": 1, "workers": 2, "gpus": 2, "topo": 2}
+
+    def need_with(grows: bool):  # type: ignore[no-untyped-def]
+        def need3(key: str, width: int) -> Need:
+            return Need(small[key], small[key] if key == "topo" else min(small[key], 4), grows and key == "logs")
+
+        return need3
+
+    p = plan(200, 48, need_with(True), panes=PANES, widths=WIDTHS)
+    assert p.rects["procs"].h == 4 + CHROME and p.rects["history"].h == 8 + CHROME and p.rects["logs"].h > 20
+    # One GPU and no worker (nothing to tail): processes and history share it, the log pane keeps its one line.
+    p = plan(200, 48, need_with(False), panes=PANES, widths=WIDTHS)
+    assert p.rects["logs"].h == 2 + CHROME
+    grown = (p.rects["procs"].h - 4 - CHROME, p.rects["history"].h - 8 - CHROME)
+    assert min(grown) > 0 and abs(grown[0] - grown[1]) <= 1, grown
+    assert _area(p) == 200 * 48

@@ -10,7 +10,7 @@ import pytest
 
 from tests.tui.conftest import settle
 from tests.tui.nodes import SIZES, fill, node_app
-from tui.layout import CHROME
+from tui.layout import CHROME, Rect
 from tui.layout_fit import need_of
 from widgets.log_tail import LogTailPane
 from widgets.row_table import RowTable
@@ -35,6 +35,16 @@ def _matrix_text(matrix: TopoMatrix) -> str:
     return "\n".join("".join(seg.text for seg in line) for line in lines)
 
 
+def _beside(rects: dict[str, Rect], key: str) -> set[str]:
+    """The panes left or right of ``key``'s box that share some of its lines."""
+    r = rects[key]
+    return {
+        k
+        for k, o in rects.items()
+        if k != key and (o.x >= r.x + r.w or o.x + o.w <= r.x) and o.y < r.y + r.h and r.y < o.y + o.h
+    }
+
+
 @pytest.mark.parametrize("node", (*NODES, "cpx"))
 async def test_every_shown_pane_readable_at_every_size(node: str) -> None:
     app = node_app(node)
@@ -48,6 +58,7 @@ async def test_every_shown_pane_readable_at_every_size(node: str) -> None:
             plan = board.plan
             cut: list[str] = []
             slack: dict[str, int] = {}
+            floored: set[str] = set()
             for key, rect in plan.rects.items():
                 pane = board.query_one(f"#pane-{key}")
                 where = f"{key} at {size}"
@@ -60,6 +71,8 @@ async def test_every_shown_pane_readable_at_every_size(node: str) -> None:
                     # Not an empty box: the header and at least three of its rows are on screen.
                     drawn = [pane.render_line(y).text.strip() for y in range(min(inner, 1 + 3))]
                     assert all(drawn[: 1 + min(3, max(1, pane.row_count))]), f"{where}: {drawn}"
+                if inner <= need.least:
+                    floored.add(key)
                 if inner < need.want:
                     cut.append(key)
                 elif not isinstance(pane, LogTailPane):  # the log tail's empty lines wait for lines
@@ -72,5 +85,11 @@ async def test_every_shown_pane_readable_at_every_size(node: str) -> None:
             if cut:
                 # Room sits unused only in blocks smaller than a pane's floor (a header, three rows, a border).
                 assert all(extra < 4 + CHROME for extra in slack.values()), (size, cut, slack)
+                # And only where it cannot go to the pane that hides rows: a pane has empty lines while another is cut
+                # only beside a pane at its floor (the band they share can be no shorter).
+                for key, extra in slack.items():
+                    if extra:
+                        beside = _beside(plan.rects, key)
+                        assert beside & floored, (size, key, extra, cut, sorted(beside), sorted(floored))
             for key in plan.folded:
                 assert f"tab-{key}" in {t.id for t in board.query("#tabs Tab") if t.display}, (size, key)
