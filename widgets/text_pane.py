@@ -25,7 +25,11 @@ class TextPane(ScrollView):
     """
 
     DEFAULT_CSS = """
-    TextPane { height: auto; overflow-x: hidden; }  /* wrapped to its width: a horizontal scrollbar would only be a stray row */
+    /* wrapped to its width: a horizontal scrollbar would only be a stray row. The vertical scrollbar's gutter is kept
+       whether or not it shows: without it a pane whose lines just fit at its full width but not at the width less the
+       scrollbar had two stable layouts (wrap wide, no bar; wrap narrow, bar), and which one it drew depended on the
+       order events came in (the DP and 160x45 snapshots that failed under load). */
+    TextPane { height: auto; overflow-x: hidden; scrollbar-gutter: stable; }
     """
 
     view: reactive[tuple[Text, ...] | None] = reactive(None, always_update=True, repaint=False)
@@ -106,10 +110,12 @@ class TextPane(ScrollView):
             self.refresh(*(Region(0, y - top, width, 1) for y in changed))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        if width != self._width or not self._strips:
-            self._build(width)
-        self.virtual_size = Size(width, len(self._strips))
-        return len(self._strips)
+        # Measured, not built: the layout may ask at a width other than the one the pane is drawn at (before a
+        # resize lands). Building the strips here left them wrapped at that width and cropped at the drawn one, a
+        # race the snapshots caught under load; the strips are wrapped only at the drawn width (render_line).
+        if width == self._width and self._strips:
+            return len(self._strips)
+        return self.lines_at(width)
 
     def on_resize(self, event: events.Resize) -> None:
         width = self.scrollable_content_region.width
@@ -126,6 +132,9 @@ class TextPane(ScrollView):
         if self._base is None:
             self._base = self.rich_style  # resolving it walks the DOM: once per style change, not per line
         width = self.scrollable_content_region.width
+        if width != self._width and width > 0:
+            self._build(width)
+            self.virtual_size = Size(width, len(self._strips))
         index = y + round(self.scroll_offset.y)
         if not 0 <= index < len(self._strips):
             return Strip.blank(width, self._base)
