@@ -28,6 +28,9 @@ async def _colon(pilot: Any) -> None:
 async def _slash(pilot: Any) -> None:
     await _ready(pilot)
     await pilot.press("slash")
+    # A blinking cursor is drawn or not by when the picture is taken (a clean-clone run caught it off): hold it on.
+    prompt = pilot.app.focused
+    prompt.cursor_blink = False
     await type_text(pilot, "qwen")
     await settle(pilot)
 
