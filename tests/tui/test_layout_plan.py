@@ -70,7 +70,7 @@ def test_no_empty_lines_beside_a_taller_column_while_a_pane_is_cut() -> None:
     assert p.rects["procs"].h > 4 + CHROME + 2  # the room went to the process list, which still has rows hidden
 
 
-def test_what_is_left_goes_to_a_followed_log_else_to_processes_and_history() -> None:
+def test_what_is_left_goes_to_a_followed_log_else_to_processes() -> None:
     small = {**WANTS, "procs": 4, "logs": 2, "history": 8, "groups": 2, "numa": 1, "workers": 2, "gpus": 2, "topo": 2}
 
     def need_with(grows: bool):  # type: ignore[no-untyped-def]
@@ -81,9 +81,9 @@ def test_what_is_left_goes_to_a_followed_log_else_to_processes_and_history() -> 
 
     p = plan(200, 48, need_with(True), panes=PANES, widths=WIDTHS)
     assert p.rects["procs"].h == 4 + CHROME and p.rects["history"].h == 8 + CHROME and p.rects["logs"].h > 20
-    # One GPU and no worker (nothing to tail): processes and history share it, the log pane keeps its one line.
+    # One GPU and no worker (nothing to tail): the processes take it, the log pane keeps its one line, the history
+    # its charts' height (a taller chart redraws a taller column every tick).
     p = plan(200, 48, need_with(False), panes=PANES, widths=WIDTHS)
     assert p.rects["logs"].h == 2 + CHROME
-    grown = (p.rects["procs"].h - 4 - CHROME, p.rects["history"].h - 8 - CHROME)
-    assert min(grown) > 0 and abs(grown[0] - grown[1]) <= 1, grown
+    assert p.rects["history"].h == 8 + CHROME and p.rects["procs"].h > 4 + CHROME + 10
     assert _area(p) == 200 * 48
