@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,13 @@ def test_short_ramp_matches_server_counters(vllm_tp1: Any, tmp_path: Path) -> No
 # engine steps, the client that re-sends faster queues first (amdtop's TTFT came out 25 % lower), and the two closed
 # loops fall into cohorts whose mean TTFT differs by up to 1.6x from one round to the next.
 SBS_IN_LEN, SBS_OUT_LEN = 1024, 64
-SBS_ROUNDS, SBS_WINDOW_S = 5, 6.0
+SBS_WINDOW_S = 6.0
+SBS_ROUNDS = {1: 5, 4: 3}
+"""Rounds per concurrency: the median of each ratio has to hold its margin. At C=4, measured against the server's own
+counters, one run's five rounds read throughput 0.996-1.003 (margin 0.10) and TTFT 0.971-1.036 (limit 1.10): three
+hold it, and each round costs ~24 s (two amdtop windows and a vllm bench run). At C=1 the throughput ratio sits near
+0.95 (0.945-1.019 in the same run) against its 0.90 floor: five rounds, so that two slow ones cannot move the median
+(a round there costs ~7 s)."""
 
 
 def bench_args(url: str, model: str, concurrency: int, prompts: int, out: Path, seed: int) -> list[str]:
@@ -267,14 +274,26 @@ def side_by_side_round(
     return steps, theirs, server_ttft_ms(at_start, server_counters(samples(spec.url))), norm
 
 
-@pytest.mark.parametrize("concurrency", [1, 4])
-def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concurrency: int) -> None:
+@pytest.fixture(scope="module")
+def bench_loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchLoop]:
+    """One vllm bench loop for both concurrencies: its start (importing torch and vLLM) took ~11 s each."""
     if not VLLM_BIN.exists():
         pytest.skip("vllm CLI not installed")
+    bench = BenchLoop(tmp_path_factory.mktemp("vllm-bench") / "vllm-bench.stderr")
+    try:
+        yield bench
+    finally:
+        bench.close()
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_side_by_side_with_vllm_bench_serve(
+    vllm_tp1: Any, bench_loop: BenchLoop, tmp_path: Path, concurrency: int
+) -> None:
     url, model = vllm_tp1.url.rstrip("/"), vllm_tp1.model
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {int(CLIENT_CPU)})  # amdtop on the client core, like `taskset -c 0 vllm bench serve`
-    bench = BenchLoop(tmp_path / "vllm-bench.stderr")
+    bench = bench_loop
     try:
         spec = asyncio.run(load_spec(url, model, SBS_IN_LEN, SBS_OUT_LEN))
         # Paired, each tool gets about half of what the server does at twice the concurrency. This step also warms
@@ -285,7 +304,7 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
         ratios: list[tuple[float, float]] = []
         normalised: list[tuple[float, float]] = []
         rounds: list[str] = []
-        for r in range(SBS_ROUNDS):
+        for r in range(SBS_ROUNDS[concurrency]):
             out = tmp_path / f"bench-{concurrency}-{r}.json"
             steps, theirs, server_ms, norm = side_by_side_round(bench, spec, concurrency, prompts, out, 1000 + r)
             thr = statistics.mean(s["output_throughput"] for s in steps)
@@ -313,7 +332,6 @@ def test_side_by_side_with_vllm_bench_serve(vllm_tp1: Any, tmp_path: Path, concu
             # vllm bench lasts about one window at the rate it just saw
             prompts = max(2 * concurrency, round(theirs["completed"] / theirs["duration"] * SBS_WINDOW_S))
     finally:
-        bench.close()
         os.sched_setaffinity(0, before)
     thr, ttft = (statistics.median(x) for x in zip(*ratios, strict=True))
     print(

@@ -1,8 +1,8 @@
 """`vllm bench serve`, kept running between rounds: run with vLLM's own Python, it reads one JSON list of
 `vllm bench serve` arguments per line on stdin and answers `DONE <exit status>` on stdout once that run has finished.
 
-The side-by-side test (test_ramp_vllm.py) runs ten rounds; as a command each one spent ~10 s (more on a busy box)
-importing torch and vLLM before its first request. This is the function the `vllm bench serve` command calls
+The side-by-side tests (test_ramp_vllm.py) run eight rounds in one loop; as a command each one spent ~10 s (more on
+a busy box) importing torch and vLLM before its first request. This is the function the `vllm bench serve` command calls
 (vllm/entrypoints/cli/benchmark/serve.py: ``add_cli_args`` then ``main``), with the same arguments, run in one process.
 """
 
