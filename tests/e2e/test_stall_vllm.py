@@ -129,6 +129,44 @@ def tp2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tp2]:
         assert not left, f"{NAME} left processes behind: {left} ({report.message})"
 
 
+@dataclass
+class BadLaunch:
+    """``amdtop workers launch --wait`` of a profile vLLM refuses (a max-model-len beyond the tiny model's 512
+    positions), started while the EngineCore test holds the engine stopped: the CPU is idle for those ~19 s, and the
+    refused start (importing vLLM, ~15 s) fits in them. Its test reads the result (or starts it, run alone)."""
+
+    root: Path
+    proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        config = self.root / "workers.toml"
+        config.write_text(profile_toml("badlen", PORT + 1).replace("max-model-len = 4096", "max-model-len = 99999"))
+        argv = [sys.executable, "-m", "amdtop", "workers", "launch", "badlen", "--wait", "--timeout", "300",
+                "--config", str(config), "--state-dir", str(self.root / "state")]  # fmt: skip
+        with (self.root / "stderr").open("w") as err:  # a file, not a pipe: nobody reads it while it runs
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True)
+
+    def result(self) -> tuple[int, str]:
+        """Its exit status and stderr."""
+        self.start()
+        assert self.proc is not None
+        returncode = self.proc.wait(timeout=400)
+        return returncode, (self.root / "stderr").read_text()
+
+
+@pytest.fixture(scope="module")
+def bad_launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BadLaunch]:
+    launch = BadLaunch(tmp_path_factory.mktemp("badlen"))
+    try:
+        yield launch
+    finally:
+        if launch.proc is not None and launch.proc.poll() is None:
+            launch.proc.kill()
+            launch.proc.wait()
+
+
 def _tick_until(env: Tp2, want: object, timeout: float) -> tuple[float | None, NodeFrame]:
     """Tick the pipeline once a second until ``want(frame)``; seconds it took (``None``: never)."""
     t0 = time.monotonic()
@@ -207,7 +245,7 @@ def test_sigstop_rank1_is_named_then_clears(tp2: Tp2) -> None:
     _wait_tokens(tp2)  # and the streams move again
 
 
-def test_sigstop_enginecore_is_a_progress_stall(tp2: Tp2) -> None:
+def test_sigstop_enginecore_is_a_progress_stall(tp2: Tp2, bad_launch: BadLaunch) -> None:
     # No rank is stopped: the scheduler (EngineCore) is. Only the flat token counter with requests in flight and the
     # ranks' activity tell it. The tiny model finishes a 3000-token request in about a second, so the stop often lands
     # between batches: /metrics' counters then read started == finished, and only /load (the API server's open
@@ -217,6 +255,7 @@ def test_sigstop_enginecore_is_a_progress_stall(tp2: Tp2) -> None:
     (engine,) = [p for p in st.pids if procs_title(p).startswith("VLLM::EngineCore")]
     _took, frame = _tick_until(tp2, lambda f: _stalled(f) is None, 30.0)
     os.kill(engine, signal.SIGSTOP)
+    bad_launch.start()  # the last test's refused launch, in the idle seconds this stop gives (BadLaunch)
     try:
         took, frame = _tick_until(tp2, lambda f: _stalled(f) is not None, 45.0)
         flag = _stalled(frame)
@@ -278,20 +317,15 @@ def test_sigsegv_rank1_crash_names_rank_signal_and_lines_before(tp2: Tp2) -> Non
     assert any(e.startswith("(Worker_TP1 ") for e in crash.evidence), crash.evidence  # rank 1's own lines before it
 
 
-def test_failed_launch_names_the_error_line(tmp_path: Path) -> None:
+def test_failed_launch_names_the_error_line(bad_launch: BadLaunch) -> None:
     # A max-model-len beyond the tiny model's 512 positions: vLLM refuses its config (pydantic) and exits; the launch
-    # must name that error, not the documentation link pydantic prints last.
+    # must name that error, not the documentation link pydantic prints last. Started during the EngineCore test
+    # (BadLaunch), or here when that test did not run.
     require_vllm()
-    if marked_pids(f"{NAME}:"):
-        pytest.skip("the TP=2 worker of this module still runs")
-    config = tmp_path / "workers.toml"
-    config.write_text(profile_toml("badlen", PORT + 1).replace("max-model-len = 4096", "max-model-len = 99999"))
-    argv = [sys.executable, "-m", "amdtop", "workers", "launch", "badlen", "--wait", "--timeout", "300",
-            "--config", str(config), "--state-dir", str(tmp_path / "state")]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
-    log = (tmp_path / "state" / "logs" / "badlen.log").read_text()
-    assert done.returncode == 1, done.stderr
-    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("amdtop: error:")]
+    returncode, stderr = bad_launch.result()
+    log = (bad_launch.root / "state" / "logs" / "badlen.log").read_text()
+    assert returncode == 1, stderr
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith("amdtop: error:")]
     print(f"\nE2E badlen: {line}\nlog's last line: {log.strip().splitlines()[-1]}")
     assert line.startswith("amdtop: error: worker[badlen]: crashed before ready: ")
     assert "Error" in line and "max_model_len" in line.replace("max-model-len", "max_model_len")
