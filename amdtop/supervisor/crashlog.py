@@ -97,8 +97,11 @@ def error_line(lines: Sequence[str]) -> str | None:
 
 
 # How far above vLLM's "died" line a handler's line is read as that rank's: the handler prints, the process dies, the
-# executor's monitor notices within its poll (the capture has 7 lines of native stack between them).
+# executor's monitor notices within its poll (the capture has 7 lines of native stack between them). The frames of the
+# handler's own backtrace do not count: tvm_ffi prints the whole native and Python stack, 153 and 218 lines in two
+# runs here, and a window of lines missed the handler's line above them.
 _SIGNAL_WINDOW = 40
+_FRAME = re.compile(r'^\s+File "')
 
 
 def _signal_in(line: str) -> str | None:
@@ -108,6 +111,16 @@ def _signal_in(line: str) -> str | None:
             found = m.groupdict()
             return found.get("sig") or SIGNAL_OF.get(found.get("what") or "", "SIGSEGV")
     return None
+
+
+def _above(lines: Sequence[str], i: int) -> list[str]:
+    """The lines above ``lines[i]``, back to the :data:`_SIGNAL_WINDOW`-th that is no backtrace frame."""
+    start, counted = i, 0
+    while start > 0 and counted < _SIGNAL_WINDOW:
+        start -= 1
+        if not _FRAME.match(lines[start]):
+            counted += 1
+    return list(lines[start:i])
 
 
 def rank_death(lines: Sequence[str]) -> RankDeath | None:
@@ -121,7 +134,7 @@ def rank_death(lines: Sequence[str]) -> RankDeath | None:
         exit_code = None if code in (None, "None") else int(code)
         signal_line = None
         if exit_code is None:
-            window = lines[max(0, i - _SIGNAL_WINDOW) : i]
+            window = _above(lines, i)
             if not any(_DIED.search(x) for x in window):
                 signal_line = next((x.strip() for x in reversed(window) if _signal_in(x)), None)
         return RankDeath(int(m.group(1)), exit_code, lines[i].strip(), signal_line)

