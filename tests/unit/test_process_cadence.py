@@ -191,3 +191,29 @@ def test_the_launch_gate_judges_process_lists_read_for_it(tmp_path: Path) -> Non
     gate.sample()
     assert nvml.calls["n"] == 2  # type: ignore[attr-defined]
     pipeline.close()
+
+
+def test_the_cadence_every_backend_shares(monkeypatch: Any) -> None:
+    # One clock for NVML, sysfs and amdsmi: due at the first poll, then only once the interval passed or a reading
+    # was asked for (from another thread: a launch); the reading's wall time only where the cadence is slower than
+    # the poll.
+    import threading
+
+    import amdtop.telemetry.base as base
+
+    mono = [100.0]
+    monkeypatch.setattr(base.time, "monotonic", lambda: mono[0])
+    cadence = base.ProcessCadence(3.0, wall=lambda: 1_700_000_000.0 + mono[0])
+    assert cadence.read_at is None
+    assert cadence.due() and cadence.read_at == 1_700_000_100.0
+    mono[0] += 2.9
+    assert not cadence.due() and cadence.read_at == 1_700_000_100.0  # the last reading's time stays
+    asker = threading.Thread(target=cadence.request)
+    asker.start()
+    asker.join()
+    assert cadence.due() and cadence.read_at == 1_700_000_102.9
+    assert not cadence.due()  # the request is spent
+    mono[0] += 3.0
+    assert cadence.due()
+    every_poll = base.ProcessCadence(0.0)
+    assert every_poll.due() and every_poll.due() and every_poll.read_at is None
