@@ -127,12 +127,13 @@ if want pidle || want pbusy; then
   pair() {
     local G=$OUT/gc_$1; mkdir -p $G
     local gcenv="env GC_PAUSES_DIR=$G PYTHONPATH=$PWD/bench/gc_pauses:/tmp/site:$PWD"
+    local nofreeze=()  # NOFREEZE=0 leaves the in-process dashboard without the heap's freeze out
+    [ "${NOFREEZE:-1}" = 1 ] && nofreeze=(--peer "$gcenv GC_PAUSES_NO_FREEZE=1 python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc2 --config $C" --peer-marker nvml --peer-label in-process-nofreeze)
     python3 bench/tui_cpu.py --runs ${RUNS:-2} --seconds ${SECS:-25} --marker attached --markdown \
       --peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop \
       --peer "$gcenv python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc --config $C" \
       --peer-marker nvml --peer-label in-process \
-      --peer "$gcenv GC_PAUSES_NO_FREEZE=1 python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc2 --config $C" \
-      --peer-marker nvml --peer-label in-process-nofreeze \
+      "${nofreeze[@]}" \
       --peer 'python3 bench/textual_floor.py' --peer-marker backend --peer-label floor \
       --label viewer+serve -- $gcenv bash bench/serve_pair.sh /tmp/pair-$1 127.0.0.1:19406 --backend nvml --config $C --interval 1 \
       2>>$OUT/pair_$1.jsonl | tee $OUT/pair_$1.json | tee -a $LOG
