@@ -217,3 +217,22 @@ def test_the_cadence_every_backend_shares(monkeypatch: Any) -> None:
     assert cadence.due()
     every_poll = base.ProcessCadence(0.0)
     assert every_poll.due() and every_poll.due() and every_poll.read_at is None
+
+
+def test_a_replay_answers_process_utilization_since_any_time(tmp_path: Path) -> None:
+    # The capture asked "since t" for the t of its own polls; the backend on its cadence asks since other times. The
+    # replay answers with the GPU's recorded answers in order (it raised "call not in the fixture", which a replayed
+    # dashboard showed as a poll error every 3 s).
+    nvml = ReplayNvml(load_fixture(PROCS_REPLAY))
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    first = nvml.nvmlDeviceGetProcessUtilization(handle, 0)
+    later = [nvml.nvmlDeviceGetProcessUtilization(handle, 1_796_193_999_000_000 + i) for i in range(8)]
+    assert first and all(later)
+    assert {s.pid for s in later[-1]} <= {p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)} | {
+        s.pid for s in first
+    }
+    backend, _nvml = _backend(tmp_path, every=0.0)
+    for _ in range(12):  # twice the capture's polls, each asking since the last
+        snap = backend.sample()
+        assert not snap.flags and not any(g.lost for g in snap.gpus), snap.flags
