@@ -4,6 +4,10 @@
 #           dashboard attached to a serve started after the fault, each checked for the fault (issue 35).
 #   idle / busy: `amdtop serve` + an attached viewer against the in-process dashboard, nvitop and a bare Textual clock
 #           (the floor), the serve's own CPU over the same windows (issues 33 and 34).
+#   rss2:   (session 14) anonymous memory by mapping size: in-process (and MALLOC_ARENA_MAX=2), nvitop, viewer+serve.
+#   pidle / pbusy: (session 14) viewer+serve as ONE program (bench/serve_pair.sh) against the in-process dashboard
+#           with and without the heap freeze, nvitop and the floor; collector pauses logged (bench/gc_pauses).
+#   prof:   (session 14) py-spy of the in-process dashboard idle and busy, and of a viewer and its serve busy.
 #   rss:    (session 13) the in-process dashboard's and nvitop's resident memory per mapping (bench/rss_map.py).
 # usage: STEPS="xid idle busy" RUNS=2 SECS=20 bash bench/h200_session12_run.sh
 set -u
@@ -64,6 +68,86 @@ if want rss; then
   done
   wait $RT
   head -12 $OUT/rss_inproc.txt $OUT/rss_nvitop.txt | tee -a $LOG
+fi
+spyon() {  # spyon LABEL PATTERN: 30 s of py-spy samples (raw, non-blocking) of the process whose argv matches PATTERN
+  local p; p=$(pgrep -f "$2" | head -1)
+  [ -n "$p" ] && { /tmp/site/bin/py-spy record -r 200 -d 30 -f raw -n -o $OUT/prof_$1.raw -p $p >>$LOG 2>&1 || echo "py-spy failed for $1" | tee -a $LOG; }
+}
+if want prof; then
+  # Session 14 (issues 33/34): where the in-process dashboard's idle and busy ticks go, and the serve's and viewer's
+  # busy ticks, sampled on the H200 itself (the replay cannot reproduce the idle GPU's path).
+  inproc="python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/prof-inproc --config $C"
+  step prof-inproc-idle
+  python3 bench/tui_cpu.py --runs 1 --seconds 40 --warmup 2 --marker nvml --label inproc-idle -- $inproc 2>>$OUT/prof_cpu.jsonl >/dev/null &
+  T=$!; sleep 8; spyon inproc_idle "^$inproc"; wait $T
+  python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 300 & LOADPID=$!
+  python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 300 --pause 0.05 & SECONDPID=$!
+  sleep 12
+  step prof-inproc-busy
+  python3 bench/tui_cpu.py --runs 1 --seconds 40 --warmup 2 --marker nvml --label inproc-busy -- $inproc 2>>$OUT/prof_cpu.jsonl >/dev/null &
+  T=$!; sleep 8; spyon inproc_busy "^$inproc"; wait $T
+  step prof-attached-busy
+  S=/tmp/prof-serve
+  python3 -m amdtop serve --backend nvml --interval 1 --state-dir $S --config $C --listen 127.0.0.1:19401 >$OUT/prof_serve.log 2>&1 &
+  PS=$!; sleep 6
+  python3 bench/tui_cpu.py --runs 1 --seconds 40 --warmup 2 --marker nvml --label viewer-busy -- python3 -m tui --state-dir $S --config $C --interval 1 2>>$OUT/prof_cpu.jsonl >/dev/null &
+  T=$!; sleep 8; spyon viewer_busy "^python3 -m tui --state-dir $S" & V=$!
+  spyon serve_busy "^python3 -m amdtop serve --backend nvml --interval 1 --state-dir $S"; wait $V $T
+  kill $PS $LOADPID $SECONDPID 2>/dev/null; wait
+  cat $OUT/prof_cpu.jsonl | tee -a $LOG
+fi
+if want rss2; then
+  # Session 14 (issue 34): the anonymous memory by mapping size (thread arenas, stacks, pymalloc) of the in-process
+  # dashboard (also under MALLOC_ARENA_MAX=2), a viewer, a serve, nvitop, and a bare Python that only runs nvmlInit.
+  rss2() {  # rss2 LABEL PATTERN COMMAND...
+    local label=$1 pat=$2; shift 2
+    python3 bench/tui_cpu.py --runs 1 --seconds 10 --warmup 4 --marker "${MARK:-nvml}" -- "$@" >/dev/null 2>&1 &
+    local t=$!; sleep 11
+    for p in $(pgrep -f "$pat"); do
+      { echo "== $label (threads $(ls /proc/$p/task | wc -l))"; python3 bench/rss_map.py $p --top 6 --anon; } >>$OUT/rss2.txt 2>&1
+    done
+    wait $t
+  }
+  step rss2
+  rss2 in-process "^python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/r2a" \
+    python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/r2a --config $C
+  rss2 in-process-arena2 "^python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/r2b" \
+    env MALLOC_ARENA_MAX=2 python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/r2b --config $C
+  MARK=H200 rss2 nvitop "^python3 -m nvitop --interval 1" python3 -m nvitop --interval 1
+  MARK=attached rss2 viewer+serve "^python3 -m (tui|amdtop serve) --state-dir /tmp/r2c" \
+    bash bench/serve_pair.sh /tmp/r2c 127.0.0.1:19405 --backend nvml --config $C --interval 1
+  MARK=nvml-only rss2 nvml-only "^python3 -c import pynvml" \
+    python3 -c 'import pynvml, time; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); print("nvml-only", flush=True); time.sleep(30)'
+  cat $OUT/rss2.txt | tee -a $LOG
+fi
+if want pidle || want pbusy; then
+  # Session 14 (issues 33/34): the viewer and its own serve measured as one program over the same window
+  # (bench/serve_pair.sh), beside nvitop, the in-process dashboard (with and without the heap's freeze: bench/gc_pauses)
+  # and the floor; every amdtop process logs its collector's passes.
+  pair() {
+    local G=$OUT/gc_$1; mkdir -p $G
+    local gcenv="env GC_PAUSES_DIR=$G PYTHONPATH=$PWD/bench/gc_pauses:/tmp/site:$PWD"
+    local nofreeze=()  # NOFREEZE=0 leaves the in-process dashboard without the heap's freeze out
+    [ "${NOFREEZE:-1}" = 1 ] && nofreeze=(--peer "$gcenv GC_PAUSES_NO_FREEZE=1 python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc2 --config $C" --peer-marker nvml --peer-label in-process-nofreeze)
+    python3 bench/tui_cpu.py --runs ${RUNS:-2} --seconds ${SECS:-25} --marker attached --markdown \
+      --peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop \
+      --peer "$gcenv python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc --config $C" \
+      --peer-marker nvml --peer-label in-process \
+      "${nofreeze[@]}" \
+      --peer 'python3 bench/textual_floor.py' --peer-marker backend --peer-label floor \
+      --label viewer+serve -- $gcenv bash bench/serve_pair.sh /tmp/pair-$1 127.0.0.1:19406 --backend nvml --config $C --interval 1 \
+      2>>$OUT/pair_$1.jsonl | tee $OUT/pair_$1.json | tee -a $LOG
+    python3 bench/gc_pauses/summary.py $G --after 8 >$OUT/gc_$1.txt 2>&1
+  }
+  if want pidle; then step pair-idle; pair idle; fi
+  if want pbusy; then
+    step load-start
+    python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 560 & LOADPID=$!
+    python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 560 --pause 0.05 & SECONDPID=$!
+    sleep 12
+    step pair-busy; pair busy
+    kill $LOADPID $SECONDPID 2>/dev/null; wait
+  fi
 fi
 if want idle || want busy; then
   S=/tmp/serve-state

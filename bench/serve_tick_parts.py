@@ -1,7 +1,8 @@
 """Where one tick of ``amdtop serve`` goes, part by part, on this machine: the pipeline's tick (the backend poll, the
 workers' status pass, the analysis), the hour history's ``add``, and the frame's encodings for the viewers (the
 whole frame, for a viewer that just attached or missed a tick; the delta form, for a viewer that holds the previous
-tick), and the same frame fanned out to N viewers' queues (pickled once per form whatever N is).
+tick), the same frame fanned out to N viewers' queues (pickled once per form whatever N is), and (session 14) the
+viewer's side of a delta frame: decoded by the checking unpickler, its kept parts and history put back.
 
     .venv/bin/python bench/serve_tick_parts.py replay tests/fixtures/nvml/h200_health_idle_replay.json
     .venv/bin/python bench/serve_tick_parts.py demo
@@ -13,6 +14,7 @@ Prints the median wall and CPU microseconds of each part over ``--ticks`` ticks 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import socket
 import statistics
 import sys
@@ -26,6 +28,7 @@ from amdtop import runtime
 from amdtop.runtime import NodeSpec
 from amdtop.serve.history import HourHistory
 from amdtop.serve.viewers import FramePacket, ViewerLink
+from amdtop.serve.wire import apply_history_delta, decode, with_parts_of
 
 
 def _timed(parts: dict[str, list[tuple[float, float]]], name: str, fn: Callable[[], Any]) -> Any:
@@ -33,6 +36,13 @@ def _timed(parts: dict[str, list[tuple[float, float]]], name: str, fn: Callable[
     out = fn()
     parts.setdefault(name, []).append((time.perf_counter() - w, time.process_time() - c))
     return out
+
+
+def _moved_on(data: bytes, last: Any) -> Any:
+    """What ``ServeClient`` does with a delta frame's bytes: decode, take the kept parts, move the history on."""
+    msg = decode(data[4:])
+    frame = with_parts_of(msg["frame"], last, tuple(msg.get("kept", ())))
+    return dataclasses.replace(frame, history=apply_history_delta(last.history, msg["history_delta"]))
 
 
 def main() -> int:
@@ -64,7 +74,9 @@ def main() -> int:
             packet = FramePacket(frame, previous)
             _timed(parts, "encode whole frame", packet.whole)
             if previous is not None:
-                _timed(parts, "encode delta frame", lambda: packet.after(previous))  # noqa: B023
+                moved = _timed(parts, "encode delta frame", lambda: packet.after(previous))  # noqa: B023
+                # Session 14: the viewer's side of the same bytes (its reader thread's work per frame).
+                _timed(parts, "viewer: decode delta frame, move on", lambda: _moved_on(moved, previous))  # noqa: B023
             _timed(parts, f"offer to {a.viewers} viewer queues", lambda: [v.offer_frame(packet) for v in links])  # noqa: B023
             previous = frame
     finally:

@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.driver import Driver
 from textual.screen import Screen
 
+from amdtop import heap
 from amdtop.audit.model import AuditReport
 from amdtop.exporter import Exporter
 from amdtop.pipeline import NodeFrame
@@ -85,10 +86,12 @@ class AmdtopApp(ControlActions, App[int]):
         watch_tty: bool = False,
         exporter_listen: str = "127.0.0.1:9464",
         config_path: Path | None = None,
+        settle_heap: bool = False,
     ) -> None:
         """``service``: the node, in-process or an ``amdtop serve``'s (never asked which); the rest is display only:
         ``interval`` as the header says it, the banner, the clock of the header, the state dir the link probe writes
-        to, whether to exit when the terminal goes away, the exporter's address and the profile file's name. Whoever
+        to, whether to exit when the terminal goes away, the exporter's address, the profile file's name, and whether to freeze start-up's objects
+        out of the collector's reach once the first frame is drawn (a real run's process, not a test's: amdtop/heap.py). Whoever
         opened the node starts its polling and closes it."""
         super().__init__()
         tty_crop.install()  # once per process: partial updates send the changed cells only (the bytes over SSH)
@@ -99,6 +102,7 @@ class AmdtopApp(ControlActions, App[int]):
         self.banner = banner
         self.state_dir = state_dir or Path(".")
         self.watch_tty = watch_tty
+        self.settle_heap = settle_heap
         self._tty_checked = -math.inf
         self.on_terminal_lost: Callable[[], None] | None = None
         self.exporter: Exporter | None = None
@@ -198,6 +202,8 @@ class AmdtopApp(ControlActions, App[int]):
         self.frames += 1
         self._drawn_tick = max(self._drawn_tick, frame.tick)
         self.dashboard.apply(frame, self.status_line(frame), self.clock())
+        if self.frames == 1 and self.settle_heap:
+            self.call_after_refresh(heap.settle)  # after the first paint: its garbage is collected, not frozen
 
     def status_line(self, frame: NodeFrame) -> str:
         snap = frame.snapshot

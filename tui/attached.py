@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 FIRST_FRAME_WAIT_S = 10.0
 
 
-def attached_app(client: ServeClient, directory: Path, *, readonly: bool, watch_tty: bool) -> AmdtopApp:
+def attached_app(
+    client: ServeClient, directory: Path, *, readonly: bool, watch_tty: bool, settle_heap: bool = False
+) -> AmdtopApp:
     """The dashboard over ``client``'s serve (read-only when the viewer or the serve is)."""
     from tui.app import AmdtopApp
 
@@ -30,7 +32,12 @@ def attached_app(client: ServeClient, directory: Path, *, readonly: bool, watch_
     service = RemoteService(client, readonly=readonly)
     banner = " · ".join([f"attached to amdtop serve (pid {client.pid})", *client.hello.get("notes", ())])
     app = AmdtopApp(
-        service, interval=client.interval, banner=banner, state_dir=directory, watch_tty=watch_tty
+        service,
+        interval=client.interval,
+        banner=banner,
+        state_dir=directory,
+        watch_tty=watch_tty,
+        settle_heap=settle_heap,
     )
 
     def on_gone(reason: str) -> None:
@@ -49,7 +56,9 @@ def attached_app(client: ServeClient, directory: Path, *, readonly: bool, watch_
 def run_attached(args: argparse.Namespace, client: ServeClient) -> int:
     """Run the dashboard over ``client``'s serve; returns the exit status."""
     client.wait_first_frame(FIRST_FRAME_WAIT_S)
-    app = attached_app(client, state_dir(args), readonly=bool(args.readonly), watch_tty=not args.attach_only)
+    app = attached_app(
+        client, state_dir(args), readonly=bool(args.readonly), watch_tty=not args.attach_only, settle_heap=True
+    )
     if client.gone is not None:  # gone before the app ran (its callback only stops a running app)
         client.close()
         sys.stderr.write(f"amdtop: {client.gone}; the viewer exits\n")

@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         state_dir=spec.state_dir,
         watch_tty=True,
         config_path=spec.config,
+        settle_heap=True,
     )
     autostart = node.start_demo(app.failures.put)
     loss = TerminalLoss(node.stop_demo)

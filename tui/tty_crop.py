@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from itertools import pairwise
 from typing import Any
@@ -39,7 +40,7 @@ from textual.strip import Strip
 
 PATCHED_FOR = "8.2.8"
 RICH_FOR = "15.0.0"
-"""Rich version whose ``Console._color_system`` :func:`render_cells` reads (pinned in pyproject.toml)."""
+"""Rich version whose ``Console._color_system`` :class:`Pen` reads (pinned in constraints.txt)."""
 _ORIGINAL: Any = None
 _ORIGINALS: dict[str, Any] = {}
 """Textual's own methods this module replaced besides ``render_segments`` (the tests compare both)."""
@@ -188,20 +189,9 @@ class Pen:
 
     def cells(self, strip: Strip, start: int, end: int) -> None:
         """Cells [start, end) of ``strip`` (the whole strip: 0, its length)."""
-        pos = 0
-        for segment in strip:
-            text, style, _control = segment
-            seg_start, pos = pos, pos + cell_len(text)
-            if pos <= start:
-                continue
-            if seg_start >= end:
-                break
-            if seg_start < start:
-                segment = segment.split_cells(start - seg_start)[1]
-            if pos > end:
-                segment = segment.split_cells(cell_len(segment.text) - (pos - end))[0]
-            if segment.text:
-                self.write(style, segment.text)
+        write = self.write
+        for style, text in cropped(strip, start, end):
+            write(style, text)
 
     def close(self) -> None:
         """Back to the default style."""
@@ -363,12 +353,9 @@ def _full_repaint(original: Any) -> Any:
     return render_segments
 
 
-def render_cells(strip: Strip, start: int, end: int, console: Console) -> str:
-    """``strip.crop(start, end).render(console)`` without the intermediate Strip: a Strip builds seven caches when it
-    is made, and a tick crops one per changed span (that was most of the dashboard's output cost)."""
-    color_system = getattr(console, "_color_system", None) or ColorSystem.TRUECOLOR
-    render = Strip.render_style
-    out: list[str] = []
+def cropped(strip: Strip, start: int, end: int) -> Iterator[tuple[Style | None, str]]:
+    """The (style, text) pieces of cells [start, end) of ``strip``: its segments, the two at the edges cut to the
+    span (a wide character the edge would halve comes out as a space, as Rich's ``split_cells`` makes it)."""
     pos = 0
     for segment in strip:
         text, style, _control = segment
@@ -382,8 +369,7 @@ def render_cells(strip: Strip, start: int, end: int, console: Console) -> str:
         if pos > end:
             segment = segment.split_cells(cell_len(segment.text) - (pos - end))[0]
         if segment.text:
-            out.append(segment.text if style is None else render(style, segment.text, color_system=color_system))
-    return "".join(out)
+            yield style, segment.text
 
 
 def _versions_match() -> bool:

@@ -18,7 +18,11 @@ from amdtop.model import FlagKind, LinkType
 @rule("iommu_pt_missing", "node")
 def iommu_pt(ctx: AuditContext) -> Iterator[Outcome]:
     """``iommu=pt`` missing from the kernel command line of an AMD GPU node."""
-    if not any(g.vendor == "AMD" for g in ctx.topology.gpus):
+    # A node none of whose GPUs came up shows none: its bus still says whose they are (the node to fix first).
+    amd = any(g.vendor == "AMD" for g in ctx.topology.gpus) or (
+        not ctx.topology.gpus and any(a.vendor == "AMD" for a in pcibus.scan(ctx.sys_root))
+    )
+    if not amd:
         raise RuleSkipped("no AMD GPU: iommu=pt is AMD's advice")
     cmdline = ctx.read_proc("cmdline")
     if cmdline is None:

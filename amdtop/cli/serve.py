@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from amdtop import runtime
+from amdtop import heap, runtime
 from amdtop.cli.common import add_listen, node_spec, stop_on_signals
 from amdtop.exporter import DEFAULT_LISTEN, Exporter, parse_listen, runtime_exporter
 from amdtop.exporter.server import is_loopback
@@ -55,6 +55,7 @@ def run_serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"amdtop: {note}\n")
         # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
         wait = stop_on_signals(ignore_hangup=True)
+        heap.settle()  # start-up's objects out of every later full collection (amdtop/heap.py)
         sys.stderr.write(f"amdtop: serving {serve.path} (metrics at {exporter.url}; Ctrl-C stops)\n")
         sys.stderr.flush()
         wait()

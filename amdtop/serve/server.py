@@ -156,7 +156,9 @@ class Serve:
             "pid": os.getpid(),
             "interval": self.node.runtime.interval,
             "notes": self.notes,
-            "readonly": self.readonly or self.node.control is None,
+            # The serve's own --readonly only: a node without profiles still signals GPU processes and refuses a
+            # launch with the reason the in-process dashboard gives (no profile file), not "read-only".
+            "readonly": self.readonly,
             "demo": self.node.demo,
             "state_dir": str(self.state_dir),
         }

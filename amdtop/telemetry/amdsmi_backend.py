@@ -17,7 +17,6 @@ import io
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,7 +38,7 @@ from amdtop.model import (
     XgmiLinkCounters,
 )
 from amdtop.telemetry.amdsmi_partitions import group_handles, read_facts, tag_processes, with_partitions
-from amdtop.telemetry.base import BackendOptions
+from amdtop.telemetry.base import BackendOptions, ProcessCadence
 from amdtop.telemetry.lost import lost_flag
 from amdtop.telemetry.numa import cpus_of, read_numa_nodes
 from amdtop.telemetry.plausible import plausible
@@ -141,10 +140,7 @@ class AmdsmiBackend:
         """
         self._smi = smi
         self._clock = clock
-        self._procs_every = processes_every_s
-        self._procs_due = threading.Event()
-        self._procs_read_at: float | None = None
-        self._procs_wall: float | None = None
+        self._cadence = ProcessCadence(processes_every_s, clock)
         self._procs: dict[int, tuple[GpuProcess, ...]] = {}
         self._hostname = hostname or socket.gethostname()
         self._open = False
@@ -307,13 +303,7 @@ class AmdsmiBackend:
         """Poll every GPU once; a GPU that stopped answering is reported lost."""
         samples: list[GpuSample] = []
         flags: list[Flag] = []
-        now, every = time.monotonic(), self._procs_every
-        read = (
-            self._procs_due.is_set() or self._procs_read_at is None or every <= 0 or now - self._procs_read_at >= every
-        )
-        if read:
-            self._procs_due.clear()
-            self._procs_read_at, self._procs_wall = now, self._clock()
+        read = self._cadence.due()
         for i, info in enumerate(self._infos):
             try:
                 samples.append(plausible(self._sample_gpu(i, read)))
@@ -329,12 +319,12 @@ class AmdsmiBackend:
             self._topology,
             tuple(samples),
             tuple(flags),
-            processes_at=self._procs_wall if every > 0 else None,
+            processes_at=self._cadence.read_at,
         )
 
     def request_processes(self) -> None:
         """Read the process lists at the next poll (a worker was launched or stopped); safe from any thread."""
-        self._procs_due.set()
+        self._cadence.request()
 
     def _core_call(self, i: int, fn: Callable[..., Any], *args: Any) -> Any:
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -30,7 +29,7 @@ from amdtop.model import (
     XgmiLinkCounters,
 )
 from amdtop.sysread import read_text
-from amdtop.telemetry.base import BackendOptions
+from amdtop.telemetry.base import BackendOptions, ProcessCadence
 from amdtop.telemetry.nvml_host import host_numa_nodes, mask_to_cpus, normalize_bdf, pci_numa_node
 from amdtop.telemetry.nvml_procutil import ProcessUtilization
 from amdtop.telemetry.plausible import plausible
@@ -130,9 +129,7 @@ class NvmlBackend:
         self._proc_util = ProcessUtilization(nvml)
         # Process lists are read every options.processes_every_s (monotonic clock), not every poll: on a busy GPU
         # nvmlDeviceGetProcessUtilization was most of the poll's CPU (session 12's py-spy of the serve).
-        self._procs_due = threading.Event()
-        self._procs_read_at: float | None = None
-        self._procs_wall: float | None = None
+        self._cadence = ProcessCadence(options.processes_every_s)
         self._topology = self._read_topology()
 
     # -- static -------------------------------------------------------------------------------------------------
@@ -270,7 +267,7 @@ class NvmlBackend:
 
     def request_processes(self) -> None:
         """Read the process lists at the next poll (a worker was launched or stopped); safe from any thread."""
-        self._procs_due.set()
+        self._cadence.request()
 
     def _read_processes(self, dev: _Device) -> tuple[GpuProcess, ...]:
         nv, h = self._nvml, dev.handle
@@ -393,15 +390,8 @@ class NvmlBackend:
         """Poll every GPU once; a GPU that errors is reported lost and the others still update."""
         samples: list[GpuSample] = []
         flags: list[Flag] = []
-        now = time.monotonic()
-        every = self._options.processes_every_s
-        read_procs = (
-            self._procs_due.is_set() or self._procs_read_at is None or every <= 0 or now - self._procs_read_at >= every
-        )
+        read_procs = self._cadence.due()
         if read_procs:
-            self._procs_due.clear()
-            self._procs_read_at = now
-            self._procs_wall = time.time()
             self._seen = set()
         for dev in self._devices:
             reason = dev.lost_reason
@@ -417,10 +407,14 @@ class NvmlBackend:
             flags.append(Flag(FlagKind.GPU_LOST, f"GPU {dev.index} lost: {reason}", gpus=(dev.index,)))
         if read_procs and len(self._names) > len(self._seen):
             self._names = {pid: name for pid, name in self._names.items() if pid in self._seen}
-        # Only a cadence slower than the poll is named: a process list read at this poll needs no time of its own.
-        procs_at = self._procs_wall if every > 0 else None
         return NodeSnapshot(
-            "nvml", self._hostname, time.time(), self._topology, tuple(samples), tuple(flags), processes_at=procs_at
+            "nvml",
+            self._hostname,
+            time.time(),
+            self._topology,
+            tuple(samples),
+            tuple(flags),
+            processes_at=self._cadence.read_at,
         )
 
     def _shutdown(self) -> None:

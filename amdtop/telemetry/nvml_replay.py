@@ -40,6 +40,10 @@ ADDED_IN_V3 = frozenset({"nvmlDeviceGetProcessUtilization"})
 _NOT_SUPPORTED = 3
 
 
+SINCE_ARG = frozenset({"nvmlDeviceGetProcessUtilization"})
+"""Calls whose last argument is a "since" timestamp the caller picks: a replay answers them for any timestamp."""
+
+
 class ReplayMiss(KeyError):
     """The backend made a call the fixture never recorded: the test must fail loudly, not degrade."""
 
@@ -149,6 +153,7 @@ class ReplayNvml:
         self._calls: dict[str, list[Any]] = fixture["calls"]
         self._pos: dict[str, int] = {}
         self._faults: list[tuple[str, str | None, int]] = []
+        self._since: dict[tuple[str, str], list[Any]] = {}
         self._version = int(fixture.get("version", 1))
         self.log: list[str] = []
         for name, value in fixture.get("constants", {}).items():
@@ -175,6 +180,10 @@ class ReplayNvml:
             raise ReplayNVMLError(_NOT_SUPPORTED, "not in this version-1 capture")
         if results is None and self._version < 3 and name in ADDED_IN_V3:
             raise ReplayNVMLError(_NOT_SUPPORTED, "not in this version-2 capture")
+        if results is None and name in SINCE_ARG:
+            # Asked since a time the capture never asked (the backend reads on its own cadence now): the GPU's
+            # recorded answers in the order they were recorded, then the last one again.
+            key, results = self._since_any(name, args)
         if results is None:
             raise ReplayMiss(f"call not in the NVML fixture: {key}")
         i = self._pos.get(key, 0)
@@ -183,6 +192,20 @@ class ReplayNvml:
         if isinstance(result, dict) and "__error__" in result:
             raise ReplayNVMLError(int(result["__error__"]), str(result.get("message", "")))
         return _deser(result)
+
+    def _since_any(self, name: str, args: tuple[Any, ...]) -> tuple[str, list[Any] | None]:
+        handle = json.dumps(self._ser(args[0]), sort_keys=True) if args else ""
+        merged = self._since.get((name, handle))
+        if merged is None:
+            found = []
+            for key, results in self._calls.items():
+                k_name, k_args = json.loads(key)
+                if k_name == name and k_args and json.dumps(k_args[0], sort_keys=True) == handle:
+                    found.append((k_args[-1] if len(k_args) > 1 else 0, results))
+            merged = [r for _since, results in sorted(found, key=lambda f: f[0]) for r in results] or None
+            if merged is not None:
+                self._since[(name, handle)] = merged
+        return f"{name} {handle} since any", merged
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if not name.startswith("nvml"):

@@ -17,7 +17,6 @@ import errno
 import os
 import re
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -28,7 +27,7 @@ from amdtop.errors import BackendUnavailable
 from amdtop.gpuprocs.fdinfo import FdinfoEngines, process_util
 from amdtop.model import Flag, GpuInfo, GpuProcess, GpuSample, Link, LinkType, NodeSnapshot, Topology
 from amdtop.sysread import read_text_or_none
-from amdtop.telemetry.base import BackendOptions
+from amdtop.telemetry.base import BackendOptions, ProcessCadence
 from amdtop.telemetry.gpu_metrics import read_gpu_metrics, sample_fields
 from amdtop.telemetry.hwmon import HwmonFiles, find_hwmon
 from amdtop.telemetry.kfd import KfdNode, pair_link, read_kfd_nodes
@@ -166,10 +165,7 @@ class SysfsBackend:
         self._proc_root = str(proc_root)
         self._kfd_proc = str(sysfs_root / "class" / "kfd" / "kfd" / "proc")
         self._engines = FdinfoEngines(self._proc_root)
-        self._procs_every = processes_every_s
-        self._procs_due = threading.Event()
-        self._procs_read_at: float | None = None
-        self._procs_wall: float | None = None
+        self._cadence = ProcessCadence(processes_every_s, clock)
         self._proc_tuples: dict[int, tuple[GpuProcess, ...]] = {}
         kfd_nodes = read_kfd_nodes(sysfs_root)
         by_bdf = {n.bdf: n for n in kfd_nodes if n.is_gpu}
@@ -241,11 +237,8 @@ class SysfsBackend:
 
     def sample(self) -> NodeSnapshot:
         """Poll every GPU once; a GPU whose files vanished is reported lost."""
-        now, every = time.monotonic(), self._procs_every
-        if self._procs_due.is_set() or self._procs_read_at is None or every <= 0 or now - self._procs_read_at >= every:
+        if self._cadence.due():
             # Between readings each GPU repeats the same tuple (a view or the wire tells "unchanged" by identity).
-            self._procs_due.clear()
-            self._procs_read_at, self._procs_wall = now, self._clock()
             procs = self._with_engine_time(self._processes())
             self._proc_tuples = {
                 gpu_id: tuple(sorted(found, key=lambda p: (p.pid, p.partition or 0))) for gpu_id, found in procs.items()
@@ -264,12 +257,12 @@ class SysfsBackend:
             self._topology,
             tuple(samples),
             tuple(flags),
-            processes_at=self._procs_wall if every > 0 else None,
+            processes_at=self._cadence.read_at,
         )
 
     def request_processes(self) -> None:
         """Read the process lists at the next poll (a worker was launched or stopped); safe from any thread."""
-        self._procs_due.set()
+        self._cadence.request()
 
     def _sample_gpu(self, gpu: _Gpu, procs: dict[int, tuple[GpuProcess, ...]]) -> GpuSample:
         values: dict[str, Any] = {}

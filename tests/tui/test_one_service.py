@@ -33,4 +33,5 @@ def test_no_view_asks_which_service_it_holds() -> None:
 def test_the_app_is_built_from_a_service_and_display_options_only() -> None:
     params = list(inspect.signature(AmdtopApp.__init__).parameters)
     assert params[:2] == ["self", "service"]
-    assert set(params[2:]) <= {"interval", "banner", "clock", "state_dir", "watch_tty", "exporter_listen", "config_path"}
+    assert set(params[2:]) <= {"interval", "banner", "clock", "state_dir", "watch_tty", "exporter_listen", "config_path",
+                               "settle_heap"}  # fmt: skip

@@ -508,3 +508,22 @@ async def test_probe_without_torch_is_one_line_and_readonly_hides_it() -> None:
     async with ro.run_test(size=(200, 50)) as pilot:
         await _ready(pilot)
         assert ro.check_action("probe", ()) is False
+
+
+async def test_the_heap_settles_once_after_the_first_frame_drawn(monkeypatch: Any) -> None:
+    # A real run (settle_heap, as tui/launch.py and tui/attached.py open it) freezes start-up's objects once the first
+    # frame is on screen, and never again; a test's app (the default) never does.
+    import tui.app
+
+    calls: list[int] = []
+    monkeypatch.setattr(tui.app.heap, "settle", lambda: calls.append(1) or True)
+    app = make_app(settle_heap=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert calls == []  # nothing drawn yet
+        await _ready(pilot, steps=4)
+    assert calls == [1] and app.frames >= 1
+    plain = make_app()
+    async with plain.run_test(size=(120, 40)) as pilot:
+        await _ready(pilot)
+    assert len(calls) == 1

@@ -95,6 +95,8 @@ def test_audit_on_a_bus_of_failed_gpus_is_a_finding_with_the_kernel_lines(tmp_pa
     assert any(e.startswith("kernel: ") and "early_init of IP block <psp> failed" in e for e in first["evidence"])
     assert "full power cycle" in json.dumps(first["fix"])
     assert len(doc["checked"]) + len(doc["skipped"]) > 1  # the other node rules ran or said why not
+    # The AMD rules know the node is AMD's from its bus, though no GPU came up (iommu=pt was skipped as "no AMD GPU").
+    assert "iommu_pt_missing" not in str(doc["skipped"]), doc["skipped"]
     text = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert text.returncode == 0 and text.stdout.startswith("[error] gpus_failed_init: 8 AMD GPUs on the PCI bus")
 

@@ -191,3 +191,48 @@ def test_the_launch_gate_judges_process_lists_read_for_it(tmp_path: Path) -> Non
     gate.sample()
     assert nvml.calls["n"] == 2  # type: ignore[attr-defined]
     pipeline.close()
+
+
+def test_the_cadence_every_backend_shares(monkeypatch: Any) -> None:
+    # One clock for NVML, sysfs and amdsmi: due at the first poll, then only once the interval passed or a reading
+    # was asked for (from another thread: a launch); the reading's wall time only where the cadence is slower than
+    # the poll.
+    import threading
+
+    import amdtop.telemetry.base as base
+
+    mono = [100.0]
+    monkeypatch.setattr(base.time, "monotonic", lambda: mono[0])
+    cadence = base.ProcessCadence(3.0, wall=lambda: 1_700_000_000.0 + mono[0])
+    assert cadence.read_at is None
+    assert cadence.due() and cadence.read_at == 1_700_000_100.0
+    mono[0] += 2.9
+    assert not cadence.due() and cadence.read_at == 1_700_000_100.0  # the last reading's time stays
+    asker = threading.Thread(target=cadence.request)
+    asker.start()
+    asker.join()
+    assert cadence.due() and cadence.read_at == 1_700_000_102.9
+    assert not cadence.due()  # the request is spent
+    mono[0] += 3.0
+    assert cadence.due()
+    every_poll = base.ProcessCadence(0.0)
+    assert every_poll.due() and every_poll.due() and every_poll.read_at is None
+
+
+def test_a_replay_answers_process_utilization_since_any_time(tmp_path: Path) -> None:
+    # The capture asked "since t" for the t of its own polls; the backend on its cadence asks since other times. The
+    # replay answers with the GPU's recorded answers in order (it raised "call not in the fixture", which a replayed
+    # dashboard showed as a poll error every 3 s).
+    nvml = ReplayNvml(load_fixture(PROCS_REPLAY))
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    first = nvml.nvmlDeviceGetProcessUtilization(handle, 0)
+    later = [nvml.nvmlDeviceGetProcessUtilization(handle, 1_796_193_999_000_000 + i) for i in range(8)]
+    assert first and all(later)
+    assert {s.pid for s in later[-1]} <= {p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)} | {
+        s.pid for s in first
+    }
+    backend, _nvml = _backend(tmp_path, every=0.0)
+    for _ in range(12):  # twice the capture's polls, each asking since the last
+        snap = backend.sample()
+        assert not snap.flags and not any(g.lost for g in snap.gpus), snap.flags

@@ -385,3 +385,38 @@ def test_audit_fix_refuses_a_fix_that_is_not_a_retune_the_same_way(stack: Stack)
     fix = by_hand[0].fix_id
     here, there = _outcome(stack.local, "audit_fix", fix), _outcome(stack.remote, "audit_fix", fix)
     assert here == there == ("InputError", f"audit fix {fix}: not a retune of a worker; apply it by hand")
+
+
+def test_a_node_without_profiles_refuses_control_alike_and_still_signals(tmp_path: Path) -> None:
+    # No profile file: no supervisor. The serve's hello once said "read-only" for such a node, so an attached viewer
+    # hid every control key, said "read-only" where the in-process dashboard names the missing profile file, and could
+    # not signal a GPU process at all, which needs no profile.
+    from amdtop.runtime import NodeParts
+    from amdtop.telemetry.sim import SimBackend
+
+    state = tmp_path / "state"
+    spec = NodeSpec(config=tmp_path / "none.toml", state_dir=state, interval=0.2)
+    node = runtime.open(spec, ui=True, parts=NodeParts(backend=SimBackend(seed=3), discover=False))
+    assert node.control is None
+    serve = Serve(node, state).start()
+    node.runtime.start()
+    client = ServeClient(state)
+    try:
+        client.wait_first_frame(10)
+        assert client.hello["readonly"] is False
+        local, remote = LocalService(node, state), RemoteService(client)
+        assert remote.readonly is local.readonly is False
+        for op in ("launch", "restart", "stop", "sleep", "retune"):
+            args = (W, {"max-num-seqs": "8"}) if op == "retune" else (W,)
+            here, there = _outcome(local, op, *args), _outcome(remote, op, *args)
+            assert here == there, op
+            assert here[0] == "AmdtopError" and "no worker profiles on this node" in here[1], (op, here)
+        # Stacks read discovered servers too: no such worker, alike.
+        assert _outcome(local, "stacks", W) == _outcome(remote, "stacks", W) == ("InputError", f"stacks: no worker '{W}'")
+        # A GPU process that is gone: refused alike by the signal's own check, not by a read-only viewer.
+        here, there = _outcome(local, "signal_process", 999_999_999), _outcome(remote, "signal_process", 999_999_999)
+        assert here == there and "read-only" not in here[1], here
+    finally:
+        client.close()
+        serve.close()
+        node.close()
