@@ -16,6 +16,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD
 LOG=$OUT/log.txt
 step() { echo "=== $* ($(date +%T))" | tee -a $LOG; }
+load_start() {  # load_start SECONDS: the busy GPU (a bf16 matmul loop on 8 GiB and a second CUDA process); sets LOADPID SECONDPID
+  step load-start
+  python3 bench/gpu_load.py --gib 8 --n 8192 --seconds $1 & LOADPID=$!
+  python3 bench/gpu_load.py --gib 1 --n 2048 --seconds $1 --pause 0.05 & SECONDPID=$!
+  sleep 12
+}
 want() { [[ " ${STEPS:-xid idle busy} " == *" $1 "* ]]; }
 ticks() { awk '{print $14+$15}' /proc/$1/stat; }
 C=/tmp/none.toml
@@ -80,9 +86,7 @@ if want prof; then
   step prof-inproc-idle
   python3 bench/tui_cpu.py --runs 1 --seconds 40 --warmup 2 --marker nvml --label inproc-idle -- $inproc 2>>$OUT/prof_cpu.jsonl >/dev/null &
   T=$!; sleep 8; spyon inproc_idle "^$inproc"; wait $T
-  python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 300 & LOADPID=$!
-  python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 300 --pause 0.05 & SECONDPID=$!
-  sleep 12
+  load_start 300
   step prof-inproc-busy
   python3 bench/tui_cpu.py --runs 1 --seconds 40 --warmup 2 --marker nvml --label inproc-busy -- $inproc 2>>$OUT/prof_cpu.jsonl >/dev/null &
   T=$!; sleep 8; spyon inproc_busy "^$inproc"; wait $T
@@ -141,10 +145,7 @@ if want pidle || want pbusy; then
   }
   if want pidle; then step pair-idle; pair idle; fi
   if want pbusy; then
-    step load-start
-    python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 560 & LOADPID=$!
-    python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 560 --pause 0.05 & SECONDPID=$!
-    sleep 12
+    load_start 560
     step pair-busy; pair busy
     kill $LOADPID $SECONDPID 2>/dev/null; wait
   fi
@@ -167,10 +168,7 @@ if want idle || want busy; then
   }
   if want idle; then step viewer-idle; viewer idle; fi
   if want busy; then
-    step load-start
-    python3 bench/gpu_load.py --gib 8 --n 8192 --seconds 500 & LOADPID=$!
-    python3 bench/gpu_load.py --gib 1 --n 2048 --seconds 500 --pause 0.05 & SECONDPID=$!
-    sleep 12
+    load_start 500
     step viewer-busy; viewer busy
     if want spy; then
       step spy-serve-busy

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import islice
 
 from rich.segment import Segment
@@ -101,11 +101,19 @@ class GpuHistory(Widget):
         self._base: Style | None = None
         self._styled: dict[Style | None, Style] = {}
 
-    def push(self, history: Sequence[PipelineHistory], interval: float | None = None) -> None:
+    def push(
+        self, history: Sequence[PipelineHistory], interval: float | None = None, power_caps: Iterable[float | None] = ()
+    ) -> None:
         """Take the newest point of each GPU's history from the frame (the pipeline keeps the series; this widget
-        keeps only what it has drawn, for its sweep)."""
+        keeps only what it has drawn, for its sweep). ``power_caps``: the GPUs' power caps, the power chart's top
+        where known (nvtop's scale: an idle H200 at 78 of 700 W is a low line, not six rows of full blocks that the
+        highest power seen so far, 78 W, made of it, and that the terminal was sent a column of every second)."""
         if interval is not None:
             self.interval = interval
+        cap = max((c for c in power_caps if c), default=None)
+        if cap is not None and cap > self._power_top:
+            self._power_top = cap
+            self._power_top_changed = True
         gpus = [h.index for h in history]
         if gpus != self._gpus:
             self._gpus = gpus

@@ -295,7 +295,8 @@ class DashboardScreen(Screen[None]):
             self._gpu_rows = views.gpu_rows(frame)
             self._worker_flags = {f"w-{f.worker}": f.kind.value for f in frame.flags if f.worker}
             self._show_gpus()
-            self.query_one("#pane-history", GpuHistory).push(frame.history, self.amdtop.interval)
+            caps = (g.power_cap_w for g in frame.snapshot.topology.gpus)
+            self.query_one("#pane-history", GpuHistory).push(frame.history, self.amdtop.interval, caps)
             self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.show_gbps, self.show_traffic)
             self.query_one("#pane-groups", TextPane).view = views.groups_view(frame)
             self.query_one("#pane-numa", TextPane).view = views.numa_view(frame)
