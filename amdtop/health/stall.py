@@ -348,10 +348,15 @@ class StallTracker:
                     since_wall -= now - track.moved_at  # a progress stall began with the last token, not the verdict
                 track.cause, track.cause_since, track.cause_since_wall = verdict.verdict, now, since_wall
             assert track.cause_since is not None
-            if now - track.cause_since >= self.raise_after_s:
-                if track.raised is None:
-                    track.raised_since_wall = track.cause_since_wall
-                track.raised = verdict  # the message follows the latest look; ``since`` stays the first
+            if track.raised is not None:
+                # Raised already: the message follows the latest look at once (``since`` stays the first). Waiting
+                # for the new cause to hold would keep a resumed rank named "stopped" while the verdicts after it
+                # alternate (collective_wait / engine_idle as the ranks' CPU crosses the busy line: seen for 30 s
+                # after SIGCONT on real vLLM).
+                track.raised = verdict
+            elif now - track.cause_since >= self.raise_after_s:
+                track.raised_since_wall = track.cause_since_wall
+                track.raised = verdict
         if track.raised is None:
             return None
         return stalled_flag(w, track.raised, track.raised_since_wall, gpus, dp_rank)

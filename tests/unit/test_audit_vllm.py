@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +92,7 @@ def worker(tmp_path: Path) -> Iterator[object]:
             [sys.executable, "-c", "import time; time.sleep(60)", *argv], env={"PATH": "/usr/bin:/bin", **env}
         )
         procs.append(proc)
+        _environ_shows(proc, env)
         profile = Profile("llama", "/m", (0, 1), "auto", 8000, env=tuple(env.items()), args=profile_args)  # type: ignore[arg-type]
         target = AuditTarget(
             "llama", (0, 1), 8000, pid=proc.pid, pids=(proc.pid,), log=str(LOGS / log), profile=profile
@@ -102,6 +104,23 @@ def worker(tmp_path: Path) -> Iterator[object]:
     for p in procs:
         p.kill()
         p.wait()
+
+
+def _environ_shows(proc: subprocess.Popen[bytes], env: dict[str, str]) -> None:
+    """Wait until the stand-in's /proc environ holds ``env`` (once, in a parallel CI step, an audit read it without
+    the variables the test set and flagged both as unset; it has not been seen alone)."""
+    deadline = time.monotonic() + 10
+    want = {f"{k}={v}".encode() for k, v in env.items()}
+    while True:
+        assert proc.poll() is None, f"stand-in exited with {proc.returncode}"
+        try:
+            have = set(Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0"))
+        except OSError:
+            have = set()
+        if want <= have:
+            return
+        assert time.monotonic() < deadline, f"environ of {proc.pid} never showed {sorted(want - have)}"
+        time.sleep(0.01)
 
 
 def by_id(report) -> dict[str, object]:  # type: ignore[no-untyped-def]

@@ -253,6 +253,31 @@ def test_worker_stalled_hysteresis_on_a_stopped_rank() -> None:
     assert tracker.judge([_look(clock, "S", 1.0, tokens=300.0)]) == []
 
 
+def test_a_raised_flag_follows_the_latest_cause_at_once() -> None:
+    # Real vLLM after SIGCONT (the quiet step, once): rank 1 runs again but no token comes for tens of seconds, and
+    # the ranks' CPU crosses the busy line from look to look, so the verdict alternates collective_wait / engine_idle.
+    # Neither held the 3 s a new cause needs to raise, so the flag kept saying rank 1 was stopped (state T) 30 s after
+    # it ran. Raised already, a flag now says what the latest look says.
+    clock = Clock()
+    tracker = StallTracker(clock=clock, wall=lambda: 1.7e9 + clock.t)
+    flags = []
+    cpu = 0.0
+    for _ in range(11):  # 22 s stopped: tokens flat, requests in flight
+        clock.t += 2
+        flags = tracker.judge([_look(clock, "T", cpu)])
+    (flag,) = flags
+    assert dict(flag.extra)["cause"] == "rank_stopped"
+    causes = []
+    for i in range(6):  # resumed: both ranks run, one look busy, the next idle
+        clock.t += 2
+        cpu += 2.0 if i % 2 else 0.0
+        (flag,) = tracker.judge([_look(clock, "S", cpu)])
+        causes.append(dict(flag.extra)["cause"])
+    assert "rank_stopped" not in causes[1:], causes  # the first look after SIGCONT has no CPU share yet
+    assert set(causes[1:]) == {"collective_wait", "engine_idle"}, causes
+    assert dict(flag.extra)["since"] == pytest.approx(1.7e9 + 1004.0)  # ``since`` stays the first raise's
+
+
 def test_a_blip_does_not_flag() -> None:
     clock = Clock()
     tracker = StallTracker(clock=clock)
