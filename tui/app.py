@@ -90,9 +90,9 @@ class AmdtopApp(ControlActions, App[int]):
     ) -> None:
         """``service``: the node, in-process or an ``amdtop serve``'s (never asked which); the rest is display only:
         ``interval`` as the header says it, the banner, the clock of the header, the state dir the link probe writes
-        to, whether to exit when the terminal goes away, the exporter's address, the profile file's name, and whether to freeze start-up's objects
-        out of the collector's reach once the first frame is drawn (a real run's process, not a test's: amdtop/heap.py). Whoever
-        opened the node starts its polling and closes it."""
+        to, whether to exit when the terminal goes away, the exporter's address, the profile file's name, and whether
+        to freeze start-up's objects out of the collector's reach once the first frame is drawn (a real run's
+        process, not a test's: amdtop/heap.py). Whoever opened the node starts its polling and closes it."""
         super().__init__()
         tty_crop.install()  # once per process: partial updates send the changed cells only (the bytes over SSH)
         self.service = service

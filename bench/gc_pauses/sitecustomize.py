@@ -1,7 +1,7 @@
 """Every cyclic-collector pass of a Python program, logged: put this folder first on ``PYTHONPATH`` and name a folder
 in ``GC_PAUSES_DIR``; each process writes ``gc_<pid>.log`` (wall time, generation, pause in ms, objects collected).
 ``python3 bench/gc_pauses/summary.py DIR --after SECONDS`` sums them per process and generation. Session 14 (issue 34):
-a full pass over start-up's 85,000 objects is 45-64 ms on the VM, and one lands in a 20-s window at random.
+a full pass over start-up's 85,000 objects is 45-64 ms on the VM; on the H200 none landed in a 25-s window.
 ``GC_PAUSES_NO_FREEZE=1`` makes ``gc.freeze`` a no-op (amdtop/heap.py's settle then only collects): the same tree
 measured with and without the freeze in one run."""
 

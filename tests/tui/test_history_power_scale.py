@@ -31,7 +31,7 @@ async def test_power_is_drawn_against_the_cap_and_grows_only_past_it() -> None:
         chart.push([PipelineHistory(0, (0.0,), (1.0,), (760.0,))], 1.0, [700.0])  # over the cap: the top follows
         await pilot.pause()
         assert "power (top 760W)" in _text(chart, 0)
-        unknown = _One()
+    unknown = _One()
     async with unknown.run_test(size=(120, 12)) as pilot:
         chart = unknown.query_one(GpuHistory)
         chart.push([PipelineHistory(0, (0.0,), (1.0,), (78.0,))], 1.0, [None])  # no cap known: the highest seen
