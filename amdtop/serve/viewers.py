@@ -85,6 +85,8 @@ class ViewerLink:
         """The tail of a frame the publishing thread's send could not take: the writer sends it before anything."""
         self._busy = False
         """One thread (the publisher's direct send or the writer) holds the socket and ``_last``."""
+        self._flushing = False
+        """A closing flush waits for the socket to be let go."""
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._write_loop, name=f"serve-viewer-{peer_pid}", daemon=True)
@@ -126,7 +128,8 @@ class ViewerLink:
                 # The tail is the writer's before the socket is let go: nothing may cut into a frame half sent.
                 self._rest = rest
                 self._busy = False
-                self._cond.notify_all()
+                if self._rest or self._other or self._frames or self._flushing:
+                    self._cond.notify_all()  # only then: a writer woken for nothing is what this path saves
 
     def send(self, message: dict[str, object]) -> None:
         """Queue a message that must arrive (a reply, a ramp update)."""
@@ -201,6 +204,7 @@ class ViewerLink:
         """Queue a last message (serve stopping), give the writer ``timeout`` to send what is queued, close."""
         self.send(message)
         with self._cond:
+            self._flushing = True
             self._frames.clear()
             self._cond.wait_for(lambda: self._closed or not (self._other or self._rest or self._busy), timeout)
         self.close()
