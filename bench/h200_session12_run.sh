@@ -133,12 +133,19 @@ if want pidle || want pbusy; then
     local gcenv="env GC_PAUSES_DIR=$G PYTHONPATH=$PWD/bench/gc_pauses:/tmp/site:$PWD"
     local nofreeze=()  # NOFREEZE=0 leaves the in-process dashboard without the heap's freeze out
     [ "${NOFREEZE:-1}" = 1 ] && nofreeze=(--peer "$gcenv GC_PAUSES_NO_FREEZE=1 python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc2 --config $C" --peer-marker nvml --peer-label in-process-nofreeze)
+    local floor=(--peer 'python3 bench/textual_floor.py' --peer-marker backend --peer-label floor)  # FLOOR=0: left out
+    [ "${FLOOR:-1}" = 1 ] || floor=()
+    local nvitop=(--peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop)  # NVITOP=0: left out
+    [ "${NVITOP:-1}" = 1 ] || nvitop=()
+    # (session 15) OLD=DIR: a copy of an earlier tree's amdtop/, tui/, widgets/ (git archive REV amdtop tui widgets), its
+    # pair measured in the same runs; python3 -P keeps the working tree's own packages off its path.
+    local old=()
+    [ -n "${OLD:-}" ] && old=(--peer "env GC_PAUSES_DIR=$G PYTHONPATH=$PWD/bench/gc_pauses:/tmp/site:$PWD/$OLD SERVE='python3 -P -m amdtop serve' VIEWER='python3 -P -m tui' bash bench/serve_pair.sh /tmp/pair-old-$1 127.0.0.1:19408 --backend nvml --config $C --interval 1" --peer-marker attached --peer-label viewer+serve-old)
     python3 bench/tui_cpu.py --runs ${RUNS:-2} --seconds ${SECS:-25} --marker attached --markdown \
-      --peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop \
+      "${nvitop[@]}" \
       --peer "$gcenv python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc --config $C" \
       --peer-marker nvml --peer-label in-process \
-      "${nofreeze[@]}" \
-      --peer 'python3 bench/textual_floor.py' --peer-marker backend --peer-label floor \
+      "${nofreeze[@]}" "${floor[@]}" "${old[@]}" \
       --label viewer+serve -- $gcenv bash bench/serve_pair.sh /tmp/pair-$1 127.0.0.1:19406 --backend nvml --config $C --interval 1 \
       2>>$OUT/pair_$1.jsonl | tee $OUT/pair_$1.json | tee -a $LOG
     python3 bench/gc_pauses/summary.py $G --after 8 >$OUT/gc_$1.txt 2>&1

@@ -12,6 +12,6 @@ S=$1 L=$2; shift 2
 rm -rf "$S"
 # shellcheck disable=SC2086  # the commands are word lists on purpose
 ${SERVE:-python3 -m amdtop serve} --state-dir "$S" --listen "$L" "$@" >"$S.serve.log" 2>&1 &
-for _ in $(seq 100); do [ -S "$S/serve.sock" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -S "$S/serve.sock" ] && break; sleep 0.1; done  # 30 s: a loaded machine starts slowly
 # shellcheck disable=SC2086
 exec ${VIEWER:-python3 -m tui} --state-dir "$S" "$@"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sys
 import time
@@ -23,7 +24,7 @@ from amdtop.pipeline import NodeFrame
 from amdtop.service import NodeService
 from tui import input_driver, tty_crop
 from tui.control_actions import ControlActions
-from tui.messages import PollFailed, SnapshotReady
+from tui.messages import PollFailed, ServeLeft, SnapshotReady
 from tui.screens.audit import AuditScreen
 from tui.screens.dashboard import PANES, DashboardScreen
 from tui.screens.help import HelpScreen
@@ -136,6 +137,7 @@ class AmdtopApp(ControlActions, App[int]):
         return self.dashboard
 
     def on_mount(self) -> None:
+        self.service.deliver_in(asyncio.get_running_loop())  # attached: the socket is read here, no thread of its own
         self._unsubscribe = self.service.subscribe(
             lambda frame: self.post_message(SnapshotReady(frame)), lambda error: self.post_message(PollFailed(error))
         )
@@ -168,6 +170,9 @@ class AmdtopApp(ControlActions, App[int]):
             if now - self._tty_checked >= TTY_CHECK_S:
                 self._tty_checked = now
                 self._check_tty()
+
+    def on_serve_left(self, _message: ServeLeft) -> None:
+        self.exit(1)
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self._frame_checks_tty()

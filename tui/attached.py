@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from amdtop.cli.common import state_dir
 from amdtop.serve.client import RemoteService, ServeClient
+from tui.messages import ServeLeft
 
 if TYPE_CHECKING:
     from tui.app import AmdtopApp
@@ -44,10 +45,8 @@ def attached_app(
         if not app.is_running:
             return  # the viewer left first: the connection closing is ours
         app.serve_gone.append(reason)
-        try:
-            app.call_from_thread(app.exit, 1)
-        except RuntimeError:
-            pass  # the app stopped in between
+        # From the loop's thread (the socket is read there) or a reader thread alike: posting is safe from both.
+        app.post_message(ServeLeft())
 
     client.on_gone(on_gone)
     return app

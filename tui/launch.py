@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     spec = node_spec(args)
     if not args.no_attach:
         # A serve for this state dir already polls the node: attach to it instead of opening a second poller.
-        client = attach(spec.state_dir, readonly=spec.readonly)
+        client = attach(spec.state_dir, readonly=spec.readonly, reader=False)  # the dashboard's loop reads it
         if client is not None:
             from tui.attached import run_attached
 

@@ -28,6 +28,11 @@ class PollFailed(Message):
         self.error = error
 
 
+class ServeLeft(Message):
+    """The serve this viewer is attached to went away (its reason is in ``AmdtopApp.serve_gone``): the viewer exits
+    with status 1."""
+
+
 class ControlDone(Message):
     """A worker control action finished (``error`` true when it failed; ``worker`` the worker it acted on)."""
 

@@ -6,9 +6,9 @@ import argparse
 import json
 import math
 import os
+import select
 import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -152,7 +152,12 @@ def stop_on_signals(*, ignore_hangup: bool = False) -> Callable[[], None]:
     The handler only sets a flag: a handler that takes a lock (``Event.set``) deadlocks when a second signal lands
     while the first one's handler holds it, and the process then ignores INT and TERM for good. The handlers stay
     installed after the wait returns, so the rest of a burst of signals cannot cut the caller's cleanup short with a
-    KeyboardInterrupt: the caller is on its way out."""
+    KeyboardInterrupt: the caller is on its way out.
+
+    The wait sleeps on the interpreter's signal wake-up pipe, so a process that only waits (the serve's main thread)
+    wakes for a signal, not five times a second to look at the flag. The kernel may deliver the signal to any thread;
+    the interpreter writes the pipe whichever it was. A slow look at the flag covers a wake-up fd someone else took.
+    """
     stopped: list[int] = []
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -162,10 +167,24 @@ def stop_on_signals(*, ignore_hangup: bool = False) -> Callable[[], None]:
         signal.signal(sig, _stop)
     if ignore_hangup:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)  # the interpreter refuses a blocking wake-up fd; a full pipe must not block it
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
 
     def wait() -> None:
         while not stopped:
-            time.sleep(0.2)
+            # A signal's handler runs before the loop looks at the flag again (the interpreter checks for pending
+            # handlers on the loop's jump back), so a woken wait sees the flag set.
+            if select.select([wake_r], [], [], FLAG_LOOK_S)[0]:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
 
     return wait
+
+
+FLAG_LOOK_S = 5.0
+"""The wait's look at the stop flag without a wake-up (another part of the process took the wake-up fd)."""
 

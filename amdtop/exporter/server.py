@@ -198,17 +198,21 @@ class Exporter:
         """
         if self._server is not None:
             return
-        from prometheus_client import start_http_server  # lazy: see __init__
-
         where = f"{self.host}:{self.port}"
         try:
-            server, thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+            server = _metrics_server(self.host, self.port, self.registry)
         except socket.gaierror:
             raise InputError(f"--listen: host {self.host!r} does not resolve; use an address of this machine") from None
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise AmdtopError(f"--listen: {where} is already in use; pick another port with --listen") from None
             raise AmdtopError(f"--listen: cannot listen on {where}: {exc.strerror or exc}; check the address") from None
+        # No poll interval: the loop sleeps until a scrape or the stop (prometheus_client's start_http_server woke it
+        # twice a second for nothing, a cost of the serve's that the in-process dashboard does not pay).
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": None}, name="amdtop-exporter", daemon=True
+        )
+        thread.start()
         self._server, self._thread = server, thread
         self.port = int(server.server_address[1])
 
@@ -218,10 +222,38 @@ class Exporter:
         self._server = self._thread = None
         if server is None:
             return
-        server.shutdown()
+        # ``shutdown`` raises the loop's flag and waits for it; the loop sleeps without a timeout, so shutting the
+        # listening socket down wakes it (its select then returns at once until the loop sees the flag).
+        flag = threading.Thread(target=server.shutdown, name="amdtop-exporter-stop", daemon=True)
+        flag.start()
+        try:
+            server.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        flag.join(timeout=5)
         server.server_close()
         if thread is not None:
             thread.join(timeout=5)
+
+
+def _metrics_server(host: str, port: int, registry: Any) -> Any:
+    """prometheus_client's WSGI app on a threading server of the address's family (what ``start_http_server``
+    builds, with its loop left to the caller), quiet: no access line per scrape on stderr."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import make_wsgi_app  # lazy: see __init__
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return make_server(host, port, make_wsgi_app(registry), Server, handler_class=Quiet)
 
 
 def runtime_exporter(runtime: PolledNode, listen: str = DEFAULT_LISTEN) -> Exporter:

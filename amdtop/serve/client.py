@@ -7,11 +7,14 @@ itself when attached.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import os
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
@@ -25,6 +28,7 @@ from amdtop.pipeline.frame import NodeFrame
 from amdtop.serve import peer
 from amdtop.serve.wire import (
     WIRE_VERSION,
+    MessageBuffer,
     WireError,
     apply_history_delta,
     check_version,
@@ -44,9 +48,15 @@ class ServeGone(AmdtopError):
 
 
 class ServeClient:
-    """One connection to a serve: a reader thread dispatches frames, replies and ramp updates."""
+    """One connection to a serve: its messages (frames, replies, ramp updates) are read and dispatched by a reader
+    thread, or, with ``reader=False``, by whoever waits on them (:meth:`wait_first_frame`, :meth:`call`) and then
+    the event loop :meth:`read_in` names.
 
-    def __init__(self, state_dir: Path, *, readonly: bool = False, timeout: float = 5.0) -> None:
+    The dashboard reads in its own loop: a reader thread woke for every frame, took the GIL from the UI and handed
+    the frame over through the loop's self-pipe, the largest part of what an attached viewer cost beyond the
+    in-process dashboard (docs/benchmarks.md)."""
+
+    def __init__(self, state_dir: Path, *, readonly: bool = False, timeout: float = 5.0, reader: bool = True) -> None:
         """Connect and exchange hellos (WireError on a version mismatch; OSError when nobody listens)."""
         self.path = socket_path(state_dir)
         self.readonly = readonly
@@ -87,51 +97,109 @@ class ServeClient:
         self.ramps: dict[str, tuple[dict[str, Any], str, bool]] = {}
         """Newest document, status and whether it still runs, per worker (kept from the serve's updates)."""
         self._first = threading.Event()
-        self._thread = threading.Thread(target=self._read_loop, name="amdtop-attach", daemon=True)
-        self._thread.start()
+        self._buffer = MessageBuffer()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._thread: threading.Thread | None = None
+        if reader:
+            self._thread = threading.Thread(target=self._read_loop, name="amdtop-attach", daemon=True)
+            self._thread.start()
 
     # -- receiving -------------------------------------------------------------------------------------------------
     def _read_loop(self) -> None:
         reason = "serve closed the connection"
         try:
-            while True:
-                msg = read_message(self.sock)
-                kind = msg.get("type")
-                if kind == "frame":
-                    frame = msg["frame"]
-                    if "history_delta" in msg:
-                        frame = self._moved_on(frame, msg)
-                    self.frame = frame
-                    self.frames += 1
-                    self._first.set()
-                    self._frame_subs.publish(frame, on_error=self._report)
-                elif kind == "reply":
-                    with self._lock:
-                        fut = self._pending.pop(int(msg["id"]), None)
-                    if fut is not None:
-                        if msg.get("ok"):
-                            fut.set_result(msg.get("value"))
-                        elif msg.get("gate"):
-                            name, action, findings = msg["gate"]
-                            fut.set_exception(GateRefused(name, action, findings))
-                        else:
-                            err = InputError if msg.get("input") else AmdtopError
-                            fut.set_exception(err(str(msg.get("error"))))
-                elif kind == "ramp":
-                    worker = str(msg["worker"])
-                    self.ramps[worker] = (msg["doc"], str(msg["status"]), bool(msg.get("running")))
-                    self._ramp_subs.publish(
-                        worker, msg["doc"], str(msg["status"]), bool(msg.get("running")), on_error=self._report
-                    )
-                elif kind == "poll_error":
-                    self._report(str(msg.get("text")))
-                elif kind == "bye":
-                    reason = str(msg.get("reason") or "serve stopped")
-                    return
+            while self._dispatch(read_message(self.sock)):
+                pass
+            reason = self._bye
         except (WireError, OSError) as exc:
             reason = f"serve connection lost ({exc})"
         finally:
             self._ended(reason)
+
+    _bye = "serve closed the connection"
+
+    def read_in(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read the socket in ``loop`` from now on (call it on the loop's thread; only without a reader thread).
+        Subscribers are then called on that thread."""
+        if self._thread is not None or self.gone is not None:
+            return
+        self._loop, self._loop_thread = loop, threading.get_ident()
+        self.sock.setblocking(False)
+        loop.add_reader(self.sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        """The loop's callback: read what arrived, dispatch every whole message."""
+        self._read_now(block=False)
+
+    def _read_now(self, *, block: bool, timeout: float = 0.0) -> None:
+        """Read what the socket holds (with ``block``, wait up to ``timeout`` for something first) and dispatch the
+        whole messages; the connection's end is handled here too."""
+        if self.gone is not None:
+            return
+        try:
+            if block and not select.select([self.sock], [], [], max(timeout, 0.0))[0]:
+                return
+            data = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+            if not data:
+                raise WireError("connection closed")
+            for msg in self._buffer.feed(data):
+                if not self._dispatch(msg):
+                    self._stop_reading(self._bye)
+                    return
+        except (BlockingIOError, InterruptedError):
+            return
+        except (WireError, OSError) as exc:
+            self._stop_reading(f"serve connection lost ({exc})")
+
+    def _stop_reading(self, reason: str) -> None:
+        if self._loop is not None:
+            try:
+                self._loop.remove_reader(self.sock.fileno())
+            except (RuntimeError, ValueError, OSError):
+                pass  # the loop or the socket closed first
+        self._ended(reason)
+
+    def _reads_inline(self) -> bool:
+        """No reader serves this thread: a wait here must read the socket itself (before :meth:`read_in`, or on
+        the loop's own thread, which is blocked while it waits)."""
+        return self._thread is None and self._loop_thread in (None, threading.get_ident())
+
+    def _dispatch(self, msg: dict[str, Any]) -> bool:
+        """Act on one message; ``False`` once the serve said goodbye (its reason kept in ``_bye``)."""
+        kind = msg.get("type")
+        if kind == "frame":
+            frame = msg["frame"]
+            if "history_delta" in msg:
+                frame = self._moved_on(frame, msg)
+            self.frame = frame
+            self.frames += 1
+            self._first.set()
+            self._frame_subs.publish(frame, on_error=self._report)
+        elif kind == "reply":
+            with self._lock:
+                fut = self._pending.pop(int(msg["id"]), None)
+            if fut is not None:
+                if msg.get("ok"):
+                    fut.set_result(msg.get("value"))
+                elif msg.get("gate"):
+                    name, action, findings = msg["gate"]
+                    fut.set_exception(GateRefused(name, action, findings))
+                else:
+                    err = InputError if msg.get("input") else AmdtopError
+                    fut.set_exception(err(str(msg.get("error"))))
+        elif kind == "ramp":
+            worker = str(msg["worker"])
+            self.ramps[worker] = (msg["doc"], str(msg["status"]), bool(msg.get("running")))
+            self._ramp_subs.publish(
+                worker, msg["doc"], str(msg["status"]), bool(msg.get("running")), on_error=self._report
+            )
+        elif kind == "poll_error":
+            self._report(str(msg.get("text")))
+        elif kind == "bye":
+            self._bye = str(msg.get("reason") or "serve stopped")
+            return False
+        return True
 
     def _moved_on(self, frame: NodeFrame, msg: dict[str, Any]) -> NodeFrame:
         """A frame sent without its history: the last frame's history moved on by the points the message brings."""
@@ -144,6 +212,8 @@ class ServeClient:
         return dataclasses.replace(frame, history=apply_history_delta(last.history, msg["history_delta"]))
 
     def _ended(self, reason: str) -> None:
+        if self.gone is not None:
+            return
         self.gone = f"amdtop serve (pid {self.pid}): {reason}"
         self._first.set()
         with self._lock:
@@ -157,8 +227,18 @@ class ServeClient:
 
     def wait_first_frame(self, timeout: float) -> NodeFrame | None:
         """The first frame (the serve sends its newest at once), ``None`` after ``timeout``."""
+        if self._reads_inline():
+            self._wait_inline(self._first.is_set, timeout)
         self._first.wait(timeout)
         return self.frame
+
+    def _wait_inline(self, done: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not done() and self.gone is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._read_now(block=True, timeout=left)
 
     # -- subscriptions ---------------------------------------------------------------------------------------------
     def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
@@ -203,7 +283,11 @@ class ServeClient:
 
     def call(self, op: str, *args: Any, timeout: float = CALL_TIMEOUT_S, **kwargs: Any) -> Any:
         """Send a request and wait for its reply (its error raised here)."""
-        return self.call_async(op, *args, **kwargs).result(timeout)
+        fut = self.call_async(op, *args, **kwargs)
+        if not self._reads_inline():
+            return fut.result(timeout)
+        self._wait_inline(fut.done, timeout)
+        return fut.result(0)  # done (or failed by the connection's end), else the wait timed out
 
     def close(self) -> None:
         """Leave the serve (it goes on)."""
@@ -211,8 +295,11 @@ class ServeClient:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if self._loop is not None and not self._loop.is_closed():
+            self._stop_reading("viewer left")
         self.sock.close()
-        self._thread.join(timeout=2)
+        if self._thread is not None:
+            self._thread.join(timeout=2)
 
 
 class RemoteService:
@@ -238,6 +325,9 @@ class RemoteService:
         if frame is None:
             raise RuntimeError("no sample yet")
         return frame
+
+    def deliver_in(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.client.read_in(loop)
 
     def wake(self) -> None:
         self.client.call_async("wake")  # the next frame answers it; nothing to wait for
@@ -301,11 +391,12 @@ class RemoteService:
         """The serve's node stays open (the connection closes with the viewer's runtime)."""
 
 
-def attach(state_dir: Path, *, readonly: bool) -> ServeClient | None:
-    """A client of the serve for ``state_dir``, or ``None`` when none runs (no socket, nobody listening)."""
+def attach(state_dir: Path, *, readonly: bool, reader: bool = True) -> ServeClient | None:
+    """A client of the serve for ``state_dir``, or ``None`` when none runs (no socket, nobody listening);
+    ``reader=False``: no reader thread (the caller's loop reads, :meth:`ServeClient.read_in`)."""
     if not socket_path(state_dir).exists() and not socket_path(state_dir).is_symlink():
         return None
     try:
-        return ServeClient(state_dir, readonly=readonly)
+        return ServeClient(state_dir, readonly=readonly, reader=reader)
     except (ConnectionRefusedError, FileNotFoundError):
         return None  # a stale socket of a killed serve

@@ -1,5 +1,10 @@
 """One connected viewer on the serve's side: a bounded frame queue and one writer thread.
 
+A frame for a viewer that has read everything so far goes out from the publishing thread in one non-blocking send
+(the kernel's socket buffer takes a frame whole): the writer thread then sleeps through the tick instead of being
+woken for it, a thread hand-off per frame and viewer that the in-process dashboard does not pay. Whatever the send
+could not take, and everything queued, is the writer's.
+
 Frames are the only messages that may be dropped: a viewer that reads slower than the serve ticks loses its oldest
 unsent frames (counted), so a stalled viewer costs the serve at most ``QUEUE_FRAMES`` frames of memory. Replies to
 control requests and ramp updates are few and never dropped one by one: a viewer that lets ``QUEUE_MESSAGES`` of
@@ -76,6 +81,12 @@ class ViewerLink:
         self._last: NodeFrame | None = None
         """The frame this viewer got last (the writer thread's own)."""
         self._other: deque[bytes] = deque()
+        self._rest = b""
+        """The tail of a frame the publishing thread's send could not take: the writer sends it before anything."""
+        self._busy = False
+        """One thread (the publisher's direct send or the writer) holds the socket and ``_last``."""
+        self._flushing = False
+        """A closing flush waits for the socket to be let go."""
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._write_loop, name=f"serve-viewer-{peer_pid}", daemon=True)
@@ -89,14 +100,36 @@ class ViewerLink:
         return self._closed
 
     def offer_frame(self, packet: FramePacket) -> None:
-        """Queue a frame (the oldest queued one is dropped when the queue is full)."""
+        """Send a frame now when the viewer has read everything so far and the socket takes it, else queue it (the
+        oldest queued one is dropped when the queue is full). Never blocks the caller."""
         with self._cond:
             if self._closed:
                 return
-            if len(self._frames) == self._frames.maxlen:
-                self.dropped += 1
-            self._frames.append(packet)
-            self._cond.notify()
+            if self._busy or self._rest or self._other or self._frames or not self._thread.is_alive():
+                if len(self._frames) == self._frames.maxlen:
+                    self.dropped += 1
+                self._frames.append(packet)
+                self._cond.notify()
+                return
+            self._busy = True
+        data, rest = b"", b""
+        try:
+            data, self._last = packet.after(self._last), packet.frame
+            try:
+                taken = self.sock.send(data, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                taken = 0
+            rest = data[taken:]
+            self.sent += 1
+        except OSError:
+            self.close()
+        finally:
+            with self._cond:
+                # The tail is the writer's before the socket is let go: nothing may cut into a frame half sent.
+                self._rest = rest
+                self._busy = False
+                if self._rest or self._other or self._frames or self._flushing:
+                    self._cond.notify_all()  # only then: a writer woken for nothing is what this path saves
 
     def send(self, message: dict[str, object]) -> None:
         """Queue a message that must arrive (a reply, a ramp update)."""
@@ -128,21 +161,31 @@ class ViewerLink:
     def _write_loop(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and not self._other and not self._frames:
+                while not self._closed and (self._busy or not (self._rest or self._other or self._frames)):
                     self._cond.wait()
                 if self._closed:
                     return
-                item: bytes | FramePacket = self._other.popleft() if self._other else self._frames.popleft()
+                item: bytes | FramePacket
+                if self._rest:
+                    item, self._rest, counted = self._rest, b"", True
+                else:
+                    item, counted = (self._other.popleft() if self._other else self._frames.popleft()), False
+                self._busy = True
             try:
                 if isinstance(item, FramePacket):
                     data, self._last = item.after(self._last), item.frame
                 else:
                     data = item
                 self.sock.sendall(data)
-                self.sent += 1
+                if not counted:
+                    self.sent += 1
             except OSError:
                 self.close()
                 return
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()  # a direct send or a closing flush waits for the socket
 
     def close(self) -> None:
         """Stop writing and close the socket (idempotent)."""
@@ -161,6 +204,7 @@ class ViewerLink:
         """Queue a last message (serve stopping), give the writer ``timeout`` to send what is queued, close."""
         self.send(message)
         with self._cond:
+            self._flushing = True
             self._frames.clear()
-            self._cond.wait_for(lambda: self._closed or not self._other, timeout)
+            self._cond.wait_for(lambda: self._closed or not (self._other or self._rest or self._busy), timeout)
         self.close()

@@ -177,6 +177,30 @@ def read_message(sock: socket.socket) -> dict[str, Any]:
     return decode(_read_exact(sock, size))
 
 
+class MessageBuffer:
+    """Bytes as a non-blocking socket gives them, cut into whole messages (what :func:`read_message` reads from a
+    blocking one)."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Add ``data``; returns the messages now whole, in order (WireError on a broken one)."""
+        self._data += data
+        out = []
+        while len(self._data) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._data)
+            if size > MAX_MESSAGE:
+                raise WireError(f"message of {size} bytes is over the {MAX_MESSAGE} limit")
+            end = _HEADER.size + size
+            if len(self._data) < end:
+                break
+            body = bytes(self._data[_HEADER.size : end])
+            del self._data[:end]
+            out.append(decode(body))
+        return out
+
+
 def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
     """Send one message (blocks until written)."""
     sock.sendall(encode(message))

@@ -8,6 +8,7 @@ table of ops is kept by hand: both sets are read off this class.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -49,6 +50,12 @@ class NodeService(Protocol):
 
     def latest(self) -> NodeFrame:
         """The newest frame (RuntimeError before the first)."""
+        ...
+
+    def deliver_in(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Call subscribers on ``loop``'s thread from now on where that costs less (call it on that thread, which
+        runs the loop): a remote service then reads its socket in the loop, no thread of its own. The local one
+        publishes from its poll thread, where each frame is made, and ignores this."""
         ...
 
     @op()

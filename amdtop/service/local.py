@@ -6,6 +6,7 @@ a refusal (read-only, no profiles, the launch gate, a wrong name) is the same li
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,6 +42,9 @@ class LocalService:
 
     def latest(self) -> NodeFrame:
         return self.node.runtime.latest()
+
+    def deliver_in(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Frames are made and published on the poll thread: nothing to move."""
 
     def wake(self) -> None:
         self.node.runtime.wake()

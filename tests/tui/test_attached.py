@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,10 +43,19 @@ async def _until(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untype
     raise AssertionError("condition not met in time")
 
 
-async def test_attached_header_frames_and_control_through_the_serve(serve: Serve) -> None:
-    client = ServeClient(serve.state_dir)
+READERS = pytest.mark.parametrize("reader", [False, True], ids=["loop-reads", "reader-thread"])
+"""``amdtop`` attaches without a reader thread (the app's loop reads the socket); tests and scripts use the thread."""
+
+
+@READERS
+async def test_attached_header_frames_and_control_through_the_serve(serve: Serve, reader: bool) -> None:
+    client = ServeClient(serve.state_dir, reader=reader)
+    if not reader:
+        assert client.wait_first_frame(10) is not None  # read inline: nothing else reads yet
     app = attached_app(client, serve.state_dir, readonly=False, watch_tty=False)
     async with app.run_test(size=(200, 50)):
+        readers = [t.name for t in threading.enumerate() if t.name == "amdtop-attach"]
+        assert readers == (["amdtop-attach"] if reader else [])
         # Counted frames may still be on their way to the screen: wait for the drawn one (under load it lags).
         await _until(lambda: app.frames >= 2 and app.dashboard.last_frame is not None)
         banner = str(app.dashboard.query_one("#banner", Static).render())
@@ -57,6 +67,13 @@ async def test_attached_header_frames_and_control_through_the_serve(serve: Serve
         # A control request runs in the serve's supervisor (its owner thread) and answers here.
         diff = await asyncio.to_thread(app.service.retune_diff, "llama-70b", {"max-num-seqs": "64"})
         assert "max-num-seqs" in diff
+        # On the UI thread itself (the retune dialog reads the profile's words there): with the loop reading the
+        # socket, the wait reads it inline, frames that come first included.
+        seen = app.received
+        words = app.service.profile_words("llama-70b")
+        assert any(w.startswith("max-num-seqs=") for w in words)
+        drawn = app.frames
+        await _until(lambda: app.received > seen + 1 and app.frames > drawn)  # the loop reads on after it
         assert app.dashboard.last_frame is not None
     client.close()
 
@@ -72,8 +89,9 @@ async def test_read_only_viewer_has_no_control(serve: Serve) -> None:
     client.close()
 
 
-async def test_viewer_exits_when_the_serve_stops(serve: Serve) -> None:
-    client = ServeClient(serve.state_dir)
+@READERS
+async def test_viewer_exits_when_the_serve_stops(serve: Serve, reader: bool) -> None:
+    client = ServeClient(serve.state_dir, reader=reader)
     app = attached_app(client, serve.state_dir, readonly=False, watch_tty=False)
     async with app.run_test(size=(200, 50)):
         await _until(lambda: app.frames >= 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
@@ -264,6 +265,34 @@ def test_start_stop_start_again_and_url() -> None:
             assert resp.status == 200
     finally:
         exp.stop()
+
+
+def _voluntary_switches(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_an_idle_exporter_sleeps_until_a_scrape_and_stops_at_once(host: str) -> None:
+    exp = Exporter(CountingSim(), f"[{host}]:0" if ":" in host else f"{host}:0")
+    exp.start()
+    try:
+        with urllib.request.urlopen(exp.url, timeout=10) as resp:
+            assert resp.status == 200
+        thread = exp._thread
+        assert thread is not None and thread.native_id is not None
+        time.sleep(0.2)
+        before = _voluntary_switches(thread.native_id)
+        time.sleep(1.5)
+        woke = _voluntary_switches(thread.native_id) - before
+        assert woke <= 1, f"the idle exporter woke {woke} times in 1.5 s"  # start_http_server's loop wakes 3
+    finally:
+        start = time.monotonic()
+        exp.stop()
+    assert time.monotonic() - start < 2.0  # the loop has no timeout: the stop wakes it
+    assert thread is not None and not thread.is_alive()
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, exp.port))  # the port is free again
 
 
 def test_port_in_use_is_one_line_runtime_error() -> None:

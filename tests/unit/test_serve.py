@@ -222,6 +222,52 @@ def test_slow_viewer_drops_frames_instead_of_growing_the_queue() -> None:
     theirs.close()
 
 
+def _voluntary_switches(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_a_frame_the_socket_takes_goes_out_without_waking_the_writer() -> None:
+    from amdtop.model import NodeSnapshot, Topology
+
+    ours, theirs = socket.socketpair()
+    link = ViewerLink(ours, 1, readonly=True).start()
+    try:
+        time.sleep(0.1)
+        tid = link._thread.native_id
+        assert tid is not None
+        before = _voluntary_switches(tid)
+        for tick in range(1, 11):
+            snap = NodeSnapshot(timestamp=0.0, hostname="h", backend="sim", topology=Topology((), (), ()), gpus=())
+            link.offer_frame(FramePacket(NodeFrame(snapshot=snap, tick=tick)))
+            assert read_message(theirs)["frame"].tick == tick
+            time.sleep(0.02)  # as ticks come: a writer woken for a frame has time to run and sleep again
+        # A writer woken for each frame switches at least 10 times (the queued path, or a needless notify; 0-1 here).
+        assert _voluntary_switches(tid) - before <= 2
+        assert link.sent == 10
+    finally:
+        link.close()
+        theirs.close()
+
+
+def test_a_frame_larger_than_the_socket_takes_is_finished_by_the_writer_before_a_reply() -> None:
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    link = ViewerLink(ours, 1, readonly=True).start()
+    try:
+        big = _big_frame()
+        link.offer_frame(FramePacket(big))  # the send takes a few KB of ~1 MB; the caller does not wait for the rest
+        assert link._rest or link._busy or link._frames
+        link.send({"type": "reply", "id": 7, "ok": True, "value": "after the frame"})
+        first = read_message(theirs)
+        assert first["type"] == "frame" and first["frame"].snapshot.hostname == big.snapshot.hostname
+        assert read_message(theirs) == {"type": "reply", "id": 7, "ok": True, "value": "after the frame"}
+        assert link.sent == 2
+    finally:
+        link.close()
+        theirs.close()
+
+
 def test_hour_history_is_a_bounded_ring() -> None:
     from amdtop.model import NodeSnapshot, Topology
 

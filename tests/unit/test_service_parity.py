@@ -33,9 +33,9 @@ from tests.fixtures.demo_node import port_holder, write_demo_profiles
 
 SECRET_KEY = "sk-parity-0123456789abcdef"
 SECRET_TOKEN = "hf_parityTOKEN0123456789"
-LOCAL_ONLY = {"subscribe", "latest", "on_ramp", "close", "api_key"}
-"""The stream and the lifetime (frames and ramp updates come to a subscriber without a request), and the API key,
-which is never a request: nothing else is local-only."""
+LOCAL_ONLY = {"subscribe", "latest", "deliver_in", "on_ramp", "close", "api_key"}
+"""The stream and the lifetime (frames and ramp updates come to a subscriber without a request, on the thread the
+view names), and the API key, which is never a request: nothing else is local-only."""
 W = "mistral-7b"
 ARGS: dict[str, tuple[Any, ...]] = {
     "wake": (),
