@@ -87,15 +87,19 @@ def worker(tmp_path: Path) -> Iterator[object]:
         topology: Topology = MI300X,
         profile_args: tuple[tuple[str, object], ...] = (),
     ):  # type: ignore[no-untyped-def]
-        # A stand-in API server: argv as vLLM's would read, environment as the ranks inherit it.
-        # Its own session, as the supervisor launches a worker: a group signal meant for another test's processes
-        # (the parallel step runs several modules at once) cannot reach it.
+        # A stand-in API server: argv as vLLM's would read, environment as the ranks inherit it, in its own session
+        # as the supervisor launches a worker. It is audited once it says it runs: Popen returns when the exec closes
+        # its error pipe, which the kernel does before it sets the new image's argv and environ up, and in that window
+        # /proc/PID/cmdline and environ read empty (three parallel CI steps audited a stand-in there: its variables,
+        # then its argv, then `--disable-custom-all-reduce` not found).
         proc = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(60)", *argv],
+            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)", *argv],
             env={"PATH": "/usr/bin:/bin", **env},
+            stdout=subprocess.PIPE,
             start_new_session=True,
         )
         procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
         _environ_shows(proc, env)
         profile = Profile("llama", "/m", (0, 1), "auto", 8000, env=tuple(env.items()), args=profile_args)  # type: ignore[arg-type]
         target = AuditTarget(
@@ -103,8 +107,6 @@ def worker(tmp_path: Path) -> Iterator[object]:
         )
         ctx = AuditContext(topology=topology, targets=[target], sys_root=tmp_path)
         report = run_audit(ctx, rules=[r for r in all_rules() if r.id in VLLM_RULES])
-        # Twice in parallel CI steps an audit read this stand-in without its variables, then without its argv, as
-        # it reads a zombie's: say so if it died under the audit, rather than fail on a finding.
         assert proc.poll() is None, f"stand-in died under the audit (status {proc.returncode})"
         return report
 
@@ -112,6 +114,8 @@ def worker(tmp_path: Path) -> Iterator[object]:
     for p in procs:
         p.kill()
         p.wait()
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 def _environ_shows(proc: subprocess.Popen[bytes], env: dict[str, str]) -> None:
