@@ -338,7 +338,13 @@ class StallTracker:
             track.cause = track.cause_since = track.cause_since_wall = None
             if track.ok_since is None:
                 track.ok_since = now
-            if track.raised is not None and now - track.ok_since >= self.clear_after_s:
+            # A process cause is a state read from /proc, not an inference: once the look shows the rank running
+            # again the flag goes at once (the raise delay already passed over py-spy's momentary stops). Kept for
+            # the clear time, it named a resumed rank "stopped, state T" for seconds after SIGCONT (the quiet step's
+            # failure in CI). A progress stall clears only after the clear time of health (no flapping).
+            if track.raised is not None and (
+                track.raised.verdict in PROCESS_CAUSES or now - track.ok_since >= self.clear_after_s
+            ):
                 track.raised = track.raised_since_wall = None
         else:
             track.ok_since = None

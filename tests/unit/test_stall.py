@@ -245,12 +245,32 @@ def test_worker_stalled_hysteresis_on_a_stopped_rank() -> None:
     assert doc["since"] == pytest.approx(stopped_at)
     assert "rank 1 pid 11 state T threads 4" in doc["evidence"]
     json.dumps(doc)
-    # Resumed: the flag stays while ok lasts less than the clear time, then goes.
+    # Resumed and streaming: the rank's state is read, not inferred, so the flag goes at the first look that shows it
+    # running (held for the clear time it named a resumed rank "stopped, state T": the quiet step's failure in CI).
+    clock.t += 2
+    assert tracker.judge([_look(clock, "S", 1.0, tokens=200.0)]) == []
+    # Stopped again: raised again only after the raise time, with a new ``since``.
+    clock.t += 2
+    assert tracker.judge([_look(clock, "T", 1.0, tokens=200.0)]) == []
+    clock.t += 4
+    (flag,) = tracker.judge([_look(clock, "T", 1.0, tokens=200.0)])
+    assert flag_json(flag)["since"] == pytest.approx(1.7e9 + clock.t - 4)
+
+
+def test_a_progress_stall_clears_only_after_the_clear_time() -> None:
+    clock = Clock()
+    tracker = StallTracker(clock=clock, wall=lambda: 1.7e9 + clock.t)
+    flags = []
+    for i in range(12):  # 24 s: the ranks spin, no token comes with requests in flight
+        clock.t += 2
+        flags = tracker.judge([_look(clock, "R", 2.0 * i)])
+    assert [dict(f.extra)["cause"] for f in flags] == ["collective_wait"]
+    # Tokens flow again: the flag stays while health lasts less than the clear time (no flapping), then goes.
     for i in range(3):
         clock.t += 2
-        assert len(tracker.judge([_look(clock, "S", 1.0, tokens=200.0 + i)])) == 1
+        assert len(tracker.judge([_look(clock, "R", 30.0 + 2.0 * i, tokens=200.0 + i)])) == 1
     clock.t += 2
-    assert tracker.judge([_look(clock, "S", 1.0, tokens=300.0)]) == []
+    assert tracker.judge([_look(clock, "R", 40.0, tokens=300.0)]) == []
 
 
 def test_a_raised_flag_follows_the_latest_cause_at_once() -> None:
