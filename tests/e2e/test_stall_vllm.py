@@ -95,8 +95,7 @@ def tp2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tp2]:
     # --enforce-eager: nothing here measures speed. Compiled (warm compile cache; 97 s to ready in a fresh clone's
     # CI run) the module took 265 s: start 51 s, the rank-1 test 100 s, the EngineCore test 64 s. Eager: 132 s, start
     # 33 s, 28 s and 43 s.
-    profile = profile_toml(NAME, PORT, tp=2, max_num_seqs=8)
-    config.write_text(profile.replace("[worker.args]\n", "[worker.args]\nenforce-eager = true\n", 1))
+    config.write_text(profile_toml(NAME, PORT, tp=2, max_num_seqs=8, eager=True))
     sim = SimBackend()
     sup = Supervisor(config, root / "state", topology=sim.topology(), vendor="AMD", grace_s=30.0)
     sup.launch(NAME)
@@ -264,7 +263,9 @@ def test_sigstop_rank1_is_named_then_clears(tp2: Tp2) -> None:
     flowing = time.monotonic()
     took, frame = _tick_until(tp2, lambda f: _health_rank(f)[0] == "ok" and _stalled(f) is None, CLEAR_WITHIN_S)
     assert took is not None, f"not clear {CLEAR_WITHIN_S} s after tokens flowed: {_stalled(frame)}"
-    print(f"E2E {NAME}: tokens {flowing - resumed:.1f} s and flag clear {time.monotonic() - resumed:.1f} s after SIGCONT")
+    print(
+        f"E2E {NAME}: tokens {flowing - resumed:.1f} s and flag clear {time.monotonic() - resumed:.1f} s after SIGCONT"
+    )
 
 
 def test_sigstop_enginecore_is_a_progress_stall(tp2: Tp2, bad_launch: BadLaunch) -> None:

@@ -69,8 +69,7 @@ def _shm_of(log: Path) -> list[str]:
 def test_tp2_reattach_retune_stop(tmp_path: Path, vllm_tp1: VllmWorker) -> None:
     config = tmp_path / "workers.toml"
     # --enforce-eager: nothing here measures speed, and both starts (launch, retune) skip the torch.compile pass.
-    profile = profile_toml("tp2", TP2_PORT, tp=2, max_num_seqs=8)
-    config.write_text(profile.replace("[worker.args]\n", "[worker.args]\nenforce-eager = true\n", 1))
+    config.write_text(profile_toml("tp2", TP2_PORT, tp=2, max_num_seqs=8, eager=True))
     state = tmp_path / "state"
     # The supervising process: `amdtop workers launch --wait`, killed while it waits (a TUI or SSH session dying).
     t0 = time.monotonic()
