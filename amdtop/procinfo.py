@@ -148,6 +148,14 @@ def numa_balancing_enabled(proc: Path = PROC) -> bool | None:
         return None
 
 
+def thread_ids(pid: int, proc: Path = PROC) -> list[int]:
+    """The threads of ``pid`` (``/proc/PID/task``); empty when it is gone."""
+    try:
+        return [int(tid) for tid in os.listdir(proc / str(pid) / "task")]
+    except OSError:
+        return []
+
+
 def children(pid: int, proc: Path = PROC) -> list[int]:
     """Direct children of ``pid`` from ``/proc/PID/task/*/children`` (each thread lists the children it forked).
 
@@ -156,13 +164,9 @@ def children(pid: int, proc: Path = PROC) -> list[int]:
     """
     out: list[int] = []
     task = proc / str(pid) / "task"
-    try:
-        tids = os.listdir(task)
-    except OSError:
-        return out
-    for tid in tids:
+    for tid in thread_ids(pid, proc):
         try:
-            text = read_text(task / tid / "children")
+            text = read_text(task / str(tid) / "children")
         except OSError:
             continue
         out.extend(int(part) for part in text.split())

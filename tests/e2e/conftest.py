@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from amdtop.model import WorkerState
-from amdtop.procinfo import read_environ
+from amdtop.procinfo import read_environ, thread_ids
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.procs import scan
 from amdtop.telemetry.sim import SimBackend
@@ -84,6 +84,15 @@ def tp1_profile(port: int) -> str:
     """The session's TP=1 worker (compiled: the side-by-side with ``vllm bench serve`` measures its speed; eager, its
     C=1 throughput ratio sat at 0.92 against the 0.90 floor)."""
     return profile_toml("tp1", port)
+
+
+def renice(pids: Iterable[int], value: int) -> None:
+    """Every thread of ``pids`` to nice ``value`` (Linux's nice is per thread; a rank's threads exist once it is up)."""
+    for tid in (tid for pid in pids for tid in thread_ids(pid)):
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, value)
+        except OSError:  # gone, or (not root) no CAP_SYS_NICE to lower it again
+            pass
 
 
 def marked_pids(prefix: str) -> list[int]:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from amdtop.model import WorkerState
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
 from tests.e2e import test_dp_vllm, test_ramp_cause_vllm  # noqa: F401  (they fill EARLY with their servers)
-from tests.e2e.conftest import EARLY, READY_TIMEOUT_S, TP1_PORT, VLLM_CACHE_ROOT, tp1_profile
+from tests.e2e.conftest import EARLY, READY_TIMEOUT_S, TP1_PORT, VLLM_CACHE_ROOT, renice, tp1_profile
 
 
 def servers() -> dict[str, Callable[[], str]]:
@@ -58,48 +58,34 @@ def launch(top: Path) -> None:
         print(f"prestart: {name} launched ({root})")
 
 
-def wait(top: Path) -> int:
+def launched(top: Path) -> Iterator[tuple[str, Supervisor]]:
+    """Each server launched into ``top``, with its supervisor (closed when the caller moves on)."""
     for name in servers():
         root = top / name
         if not (root / "workers.toml").exists():
             continue
         sup = supervisor(root)
+        try:
+            yield name, sup
+        finally:
+            sup.close()
+
+
+def wait(top: Path) -> int:
+    for name, sup in launched(top):
         try:
             st = sup.wait_ready(name, timeout=2 * READY_TIMEOUT_S)
         except Exception as exc:  # the quiet step then launches its own and reports the failure itself
             print(f"prestart: {name} not ready: {exc}", file=sys.stderr)
             return 1
-        finally:
-            sup.close()
         renice(st.pids, 0)
     return 0
 
 
-def renice(pids: Iterable[int], value: int) -> None:
-    """Every thread of ``pids`` to nice ``value`` (Linux's nice is per thread; a rank's threads exist once it is up)."""
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), value)
-            except OSError:  # gone, or no CAP_SYS_NICE to lower it again (not root): the timing tests then say so
-                pass
-
-
 def stop(top: Path) -> None:
-    for name in servers():
-        root = top / name
-        if not (root / "workers.toml").exists():
-            continue
-        sup = supervisor(root)
-        try:
-            if sup.status_one(name).state is not WorkerState.STOPPED:
-                print(f"prestart: {sup.stop(name).message}")
-        finally:
-            sup.close()
+    for name, sup in launched(top):
+        if sup.status_one(name).state is not WorkerState.STOPPED:
+            print(f"prestart: {sup.stop(name).message}")
 
 
 def main(argv: list[str]) -> int:

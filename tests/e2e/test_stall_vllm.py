@@ -30,7 +30,15 @@ from amdtop.supervisor import Supervisor
 from amdtop.supervisor.procs import read_stat
 from amdtop.supervisor.procs import title as procs_title
 from amdtop.telemetry.sim import SimBackend
-from tests.e2e.conftest import READY_TIMEOUT_S, SERVED_NAME, VLLM_CACHE_ROOT, marked_pids, profile_toml, require_vllm
+from tests.e2e.conftest import (
+    READY_TIMEOUT_S,
+    SERVED_NAME,
+    VLLM_CACHE_ROOT,
+    marked_pids,
+    profile_toml,
+    renice,
+    require_vllm,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
 PORT = 18047
@@ -113,9 +121,7 @@ def tp2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tp2]:
         # took 177-342 s. On a GPU node each rank spins on a core of its own and the rest have cores left: nice 10 on
         # every thread of the ranks gives the rest the CPU first, as there (the module 130 s, beside another pytest
         # run; rank 1's streams moved 5.5 s after SIGCONT).
-        for _rank, pid in st.rank_pids:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                os.setpriority(os.PRIO_PROCESS, int(tid), 10)  # Linux's nice is per thread
+        renice([pid for _rank, pid in st.rank_pids], 10)
         for _ in range(4):
             t = threading.Thread(target=_stream_forever, args=(env.url, env.stop, env.chunks), daemon=True)
             t.start()
