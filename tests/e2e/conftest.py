@@ -49,12 +49,9 @@ def require_vllm() -> None:
     pytest.skip(why)
 
 
-def profile_toml(
-    name: str, port: int, *, tp: int = 1, max_num_seqs: int = 8, eager: bool = False, core: int = 1
-) -> str:
+def profile_toml(name: str, port: int, *, tp: int = 1, max_num_seqs: int = 8, eager: bool = False) -> str:
     """A CPU vLLM worker profile: pinned to NUMA node 0 with real numactl, no GPUs. ``eager``: ``--enforce-eager``
-    (no torch.compile pass: a fresh clone has no compile cache). ``core``: where a TP=1 worker's API server and
-    EngineCore run (its compute threads stay on core 1)."""
+    (no torch.compile pass: a fresh clone has no compile cache)."""
     env = {
         "HF_HUB_OFFLINE": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -68,7 +65,7 @@ def profile_toml(
     # as long as the scheduler leaves EngineCore there (docs/benchmarks.md, "TTFT modes").
     env["VLLM_CPU_OMP_THREADS_BIND"] = "1" if tp == 1 else "|".join(str(i) for i in range(tp))
     env_lines = "".join(f'{k} = "{v}"\n' for k, v in env.items())
-    command = f'["taskset", "-c", "{core}", "{VLLM_BIN}", "serve"]' if tp == 1 else f'["{VLLM_BIN}", "serve"]'
+    command = f'["taskset", "-c", "1", "{VLLM_BIN}", "serve"]' if tp == 1 else f'["{VLLM_BIN}", "serve"]'
     eager_line = "enforce-eager = true\n" if eager else ""
     return (
         f'# e2e worker {name}\n[[worker]]\nname = "{name}"\nmodel = "{TINY_MODEL}"\ngpus = []\n'
@@ -93,6 +90,13 @@ def renice(pids: Iterable[int], value: int) -> None:
             os.setpriority(os.PRIO_PROCESS, tid, value)
         except OSError:  # gone, or (not root) no CAP_SYS_NICE to lower it again
             pass
+
+
+def e2e_supervisor(root: Path) -> Supervisor:
+    """The supervisor of the worker whose profile is ``root``/workers.toml and whose state is ``root``/state."""
+    return Supervisor(
+        root / "workers.toml", root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0
+    )
 
 
 def marked_pids(prefix: str) -> list[int]:
@@ -141,7 +145,7 @@ class EarlyStarts:
         root = self._factory.mktemp(f"vllm-{name}")
         config = root / "workers.toml"
         config.write_text(profile)
-        sup = Supervisor(config, root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0)
+        sup = e2e_supervisor(root)
         t0 = time.monotonic()
         sup.launch(name)
         return Launched(name, sup, root, config, t0)
@@ -157,7 +161,7 @@ class EarlyStarts:
         config = root / "workers.toml"
         if not config.exists() or config.read_text() != profile:
             return None
-        sup = Supervisor(config, root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0)
+        sup = e2e_supervisor(root)
         if sup.status_one(name).state not in (WorkerState.STARTING, WorkerState.READY):
             sup.close()
             return None

@@ -21,9 +21,8 @@ from pathlib import Path
 
 from amdtop.model import WorkerState
 from amdtop.supervisor import Supervisor
-from amdtop.telemetry.sim import SimBackend
 from tests.e2e import test_dp_vllm, test_ramp_cause_vllm  # noqa: F401  (they fill EARLY with their servers)
-from tests.e2e.conftest import EARLY, READY_TIMEOUT_S, TP1_PORT, VLLM_CACHE_ROOT, renice, tp1_profile
+from tests.e2e.conftest import EARLY, READY_TIMEOUT_S, TP1_PORT, VLLM_CACHE_ROOT, e2e_supervisor, renice, tp1_profile
 
 
 def servers() -> dict[str, Callable[[], str]]:
@@ -31,13 +30,6 @@ def servers() -> dict[str, Callable[[], str]]:
     out: dict[str, Callable[[], str]] = {"tp1": lambda: tp1_profile(TP1_PORT)}
     out.update({name: profile for name, profile in EARLY.values()})
     return out
-
-
-def supervisor(root: Path) -> Supervisor:
-    """The supervisor of the server in ``root`` (its workers.toml and state), as the e2e fixtures build it."""
-    return Supervisor(
-        root / "workers.toml", root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0
-    )
 
 
 def launch(top: Path) -> None:
@@ -50,7 +42,7 @@ def launch(top: Path) -> None:
         root = top / name
         root.mkdir(parents=True, exist_ok=True)
         (root / "workers.toml").write_text(profile())
-        sup = supervisor(root)
+        sup = e2e_supervisor(root)
         try:
             sup.launch(name)
         finally:
@@ -64,7 +56,7 @@ def launched(top: Path) -> Iterator[tuple[str, Supervisor]]:
         root = top / name
         if not (root / "workers.toml").exists():
             continue
-        sup = supervisor(root)
+        sup = e2e_supervisor(root)
         try:
             yield name, sup
         finally:
