@@ -14,7 +14,6 @@ Prints the median wall and CPU microseconds of each part over ``--ticks`` ticks 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import socket
 import statistics
 import sys
@@ -41,8 +40,8 @@ def _timed(parts: dict[str, list[tuple[float, float]]], name: str, fn: Callable[
 def _moved_on(data: bytes, last: Any) -> Any:
     """What ``ServeClient`` does with a delta frame's bytes: decode, take the kept parts, move the history on."""
     msg = decode(data[4:])
-    frame = with_parts_of(msg["frame"], last, tuple(msg.get("kept", ())))
-    return dataclasses.replace(frame, history=apply_history_delta(last.history, msg["history_delta"]))
+    history = apply_history_delta(last.history, msg["history_delta"])
+    return with_parts_of(msg["frame"], last, tuple(msg.get("kept", ())), history)
 
 
 def main() -> int:

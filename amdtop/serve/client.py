@@ -8,7 +8,6 @@ itself when attached.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import os
 import select
@@ -39,6 +38,8 @@ from amdtop.serve.wire import (
 )
 from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
 
+READ_CHUNK = 256 << 10
+"""Bytes one read of the socket takes (an idle delta frame is about 0.5 KiB, a whole one with history tens)."""
 CALL_TIMEOUT_S = 600.0
 """A stop waits for a worker's grace period and a launch for its process: minutes at most."""
 
@@ -98,6 +99,10 @@ class ServeClient:
         """Newest document, status and whether it still runs, per worker (kept from the serve's updates)."""
         self._first = threading.Event()
         self._buffer = MessageBuffer()
+        # One buffer for every read: recv(n) allocates n bytes first, and 1 MiB is an mmap and a munmap (with its
+        # page faults) per frame; a frame that does not fit is read on the loop's next call.
+        self._chunk = bytearray(READ_CHUNK)
+        self._chunk_view = memoryview(self._chunk)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._thread: threading.Thread | None = None
@@ -140,10 +145,10 @@ class ServeClient:
         try:
             if block and not select.select([self.sock], [], [], max(timeout, 0.0))[0]:
                 return
-            data = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
-            if not data:
+            size = self.sock.recv_into(self._chunk, 0, socket.MSG_DONTWAIT)
+            if not size:
                 raise WireError("connection closed")
-            for msg in self._buffer.feed(data):
+            for msg in self._buffer.feed(self._chunk_view[:size]):
                 if not self._dispatch(msg):
                     self._stop_reading(self._bye)
                     return
@@ -208,8 +213,8 @@ class ServeClient:
             have = None if last is None else last.tick
             raise WireError(f"frame {frame.tick} follows tick {msg.get('base_tick')}, this viewer holds {have}")
         self.moved_on += 1
-        frame = with_parts_of(frame, last, tuple(msg.get("kept", ())))
-        return dataclasses.replace(frame, history=apply_history_delta(last.history, msg["history_delta"]))
+        history = apply_history_delta(last.history, msg["history_delta"])
+        return with_parts_of(frame, last, tuple(msg.get("kept", ())), history)
 
     def _ended(self, reason: str) -> None:
         if self.gone is not None:

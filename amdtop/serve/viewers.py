@@ -13,7 +13,6 @@ them pile up unread is itself dropped (its connection closed, one line on the se
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import sys
 import threading
@@ -58,7 +57,7 @@ class FramePacket:
                 self._moved = encode(
                     {
                         "type": "frame",
-                        "frame": without_parts(dataclasses.replace(self.frame, history=()), kept),
+                        "frame": without_parts(self.frame, kept, history=False),
                         "history_delta": self._delta,
                         "kept": kept,
                         "base_tick": last.tick,
