@@ -27,7 +27,7 @@ from amdtop import runtime
 from amdtop.runtime import NodeSpec
 from amdtop.serve.history import HourHistory
 from amdtop.serve.viewers import FramePacket, ViewerLink
-from amdtop.serve.wire import apply_history_delta, decode, with_parts_of
+from amdtop.serve.wire import decode
 
 
 def _timed(parts: dict[str, list[tuple[float, float]]], name: str, fn: Callable[[], Any]) -> Any:
@@ -38,10 +38,8 @@ def _timed(parts: dict[str, list[tuple[float, float]]], name: str, fn: Callable[
 
 
 def _moved_on(data: bytes, last: Any) -> Any:
-    """What ``ServeClient`` does with a delta frame's bytes: decode, take the kept parts, move the history on."""
-    msg = decode(data[4:])
-    history = apply_history_delta(last.history, msg["history_delta"])
-    return with_parts_of(msg["frame"], last, tuple(msg.get("kept", ())), history)
+    """What ``ServeClient`` does with a delta frame's bytes: decode, its references resolved from the last frame."""
+    return decode(data[4:], last)["frame"]
 
 
 def main() -> int:

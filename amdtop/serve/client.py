@@ -29,12 +29,10 @@ from amdtop.serve.wire import (
     WIRE_VERSION,
     MessageBuffer,
     WireError,
-    apply_history_delta,
     check_version,
     read_message,
     send_message,
     socket_path,
-    with_parts_of,
 )
 from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
 
@@ -98,7 +96,7 @@ class ServeClient:
         self.ramps: dict[str, tuple[dict[str, Any], str, bool]] = {}
         """Newest document, status and whether it still runs, per worker (kept from the serve's updates)."""
         self._first = threading.Event()
-        self._buffer = MessageBuffer()
+        self._buffer = MessageBuffer(lambda: self.frame)
         # One buffer for every read: recv(n) allocates n bytes first, and 1 MiB is an mmap and a munmap (with its
         # page faults) per frame; a frame that does not fit is read on the loop's next call.
         self._chunk = bytearray(READ_CHUNK)
@@ -114,7 +112,7 @@ class ServeClient:
     def _read_loop(self) -> None:
         reason = "serve closed the connection"
         try:
-            while self._dispatch(read_message(self.sock)):
+            while self._dispatch(read_message(self.sock, self.frame)):
                 pass
             reason = self._bye
         except (WireError, OSError) as exc:
@@ -175,8 +173,8 @@ class ServeClient:
         kind = msg.get("type")
         if kind == "frame":
             frame = msg["frame"]
-            if "history_delta" in msg:
-                frame = self._moved_on(frame, msg)
+            if "base_tick" in msg:
+                self.moved_on += 1  # its history and kept parts came from the last frame (decode checked which)
             self.frame = frame
             self.frames += 1
             self._first.set()
@@ -205,16 +203,6 @@ class ServeClient:
             self._bye = str(msg.get("reason") or "serve stopped")
             return False
         return True
-
-    def _moved_on(self, frame: NodeFrame, msg: dict[str, Any]) -> NodeFrame:
-        """A frame sent without its history: the last frame's history moved on by the points the message brings."""
-        last = self.frame
-        if last is None or last.tick != msg.get("base_tick"):
-            have = None if last is None else last.tick
-            raise WireError(f"frame {frame.tick} follows tick {msg.get('base_tick')}, this viewer holds {have}")
-        self.moved_on += 1
-        history = apply_history_delta(last.history, msg["history_delta"])
-        return with_parts_of(frame, last, tuple(msg.get("kept", ())), history)
 
     def _ended(self, reason: str) -> None:
         if self.gone is not None:

@@ -19,7 +19,7 @@ import threading
 from collections import deque
 
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.serve.wire import encode, history_delta, kept_parts, without_parts
+from amdtop.serve.wire import encode, held_back, history_delta
 
 QUEUE_FRAMES = 4
 """Frames held for one viewer; older ones are dropped for a slow viewer (a newer frame supersedes them)."""
@@ -29,8 +29,8 @@ QUEUE_MESSAGES = 256
 
 class FramePacket:
     """One frame as it goes to the viewers: whole, or (for a viewer whose last frame was the one before it, and where
-    the history only moved on by a point) without its history plus that point (:func:`~amdtop.serve.wire.
-    history_delta`) and without the parts it shares with the one before (:func:`~amdtop.serve.wire.kept_parts`).
+    the history only moved on by a point) with references in place of its history and of the parts it shares with the
+    one before (:func:`~amdtop.serve.wire.held_back`).
     Each form is pickled once, when the first viewer needs it, and the same bytes go to every viewer that gets it."""
 
     def __init__(self, frame: NodeFrame, previous: NodeFrame | None = None) -> None:
@@ -53,16 +53,8 @@ class FramePacket:
             return self.whole()
         with self._lock:
             if self._moved is None:
-                kept = kept_parts(last, self.frame)
-                self._moved = encode(
-                    {
-                        "type": "frame",
-                        "frame": without_parts(self.frame, kept, history=False),
-                        "history_delta": self._delta,
-                        "kept": kept,
-                        "base_tick": last.tick,
-                    }
-                )
+                held = held_back(last, self.frame, self._delta)
+                self._moved = encode({"type": "frame", "frame": held, "base_tick": last.tick})
             return self._moved
 
 

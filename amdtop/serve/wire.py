@@ -9,11 +9,12 @@ a few plain stdlib types; never a function such as ``os.system``). A wire format
 same bytes go to every viewer.
 
 A frame's history (a few minutes of every GPU's samples) is most of its bytes and most of a viewer's unpickling, yet
-from one tick to the next it moves on by one point. So a viewer that holds the previous tick gets the frame without
-its history and the newest point of each series (:func:`history_delta`), and rebuilds the same history
-(:func:`apply_history_delta`), and takes the parts that are the very same objects as in the last frame (the audit
-report, which rides unchanged until its next run, and the topology) from the frame it holds (:data:`KEPT_PARTS`); a
-viewer that missed a tick (a slow one whose queue dropped frames, or one that just connected) gets the whole frame.
+from one tick to the next it moves on by one point. So a viewer that holds the previous tick gets the frame with
+references in place of its history (the newest point of each series, :func:`history_delta`, from which it rebuilds
+the same history, :func:`apply_history_delta`) and of the parts that are the very same objects as in the last frame
+(the audit report, which rides unchanged until its next run, and the topology: :data:`KEPT_PARTS`), resolved from the
+frame it holds as the frame is unpickled (:func:`held_back`: no copy of the frame on the viewer's side); a viewer that missed a tick (a slow one whose queue dropped frames, or one that just connected) gets
+the whole frame.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pickle
 import socket
 import struct
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from amdtop.errors import AmdtopError
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
 from amdtop.service.api import WIRE_OPS
 
-WIRE_PROTOCOL = "0.3"
+WIRE_PROTOCOL = "0.4"
 """The envelope (length-prefixed pickled dicts, the hello, the call/reply/frame/ramp/bye messages): changed by hand
 only when a message's own keys change. What the messages carry is fingerprinted (:func:`field_fingerprint`)."""
 
@@ -192,58 +193,83 @@ def allowed_class(module: str, name: str) -> type | None:
 
 
 class WireUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only :func:`allowed_class` names (a ``WireError`` names any other)."""
+    """An unpickler that resolves only :func:`allowed_class` names (a ``WireError`` names any other), and the parts a
+    frame holds back (:func:`held_back`) only from ``last``, the frame this viewer holds."""
+
+    def __init__(self, file: io.BytesIO, last: NodeFrame | None = None) -> None:
+        super().__init__(file)
+        self._last = last
 
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == _HELD_NAME:
+            return self._held
         cls = allowed_class(module, name)
         if cls is None:
             raise WireError(f"message names {module}.{name}, which the wire does not carry")
         return cls
 
+    def _held(self, ref: object) -> object:
+        last = self._last
+        if last is None:
+            raise WireError("frame refers to the one before it, which this viewer does not hold")
+        if isinstance(ref, tuple) and len(ref) == 2 and ref[0] == "history":
+            return apply_history_delta(last.history, ref[1])
+        if ref not in KEPT_PARTS:
+            raise WireError(f"frame part {ref!r} is not one a viewer keeps")
+        return _part(last, str(ref))
 
-def decode(body: bytes) -> dict[str, Any]:
-    """One message's body (WireError when it is not a mapping of allowed types)."""
+
+def decode(body: bytes, last: NodeFrame | None = None) -> dict[str, Any]:
+    """One message's body (WireError when it is not a mapping of allowed types); a frame's references to the one
+    before it resolve against ``last`` (WireError when ``last`` is not the frame its ``base_tick`` names)."""
     try:
-        message = WireUnpickler(io.BytesIO(body)).load()
+        message = WireUnpickler(io.BytesIO(body), last).load()
     except WireError:
         raise
     except Exception as exc:  # a truncated or foreign body: the peer is broken, not us
         raise WireError(f"unreadable message: {exc}") from None
     if not isinstance(message, dict):
         raise WireError("message is not a mapping")
+    if "base_tick" in message and (last is None or last.tick != message["base_tick"]):
+        have = None if last is None else last.tick
+        raise WireError(f"frame follows tick {message['base_tick']}, this viewer holds {have}")
     return message
 
 
-def read_message(sock: socket.socket) -> dict[str, Any]:
-    """The next message from ``sock`` (blocks); the peer was checked when it connected (:mod:`amdtop.serve.peer`)."""
+def read_message(sock: socket.socket, last: NodeFrame | None = None) -> dict[str, Any]:
+    """The next message from ``sock`` (blocks; a frame's references resolve against ``last``); the peer was checked
+    when it connected (:mod:`amdtop.serve.peer`)."""
     (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size))
     if size > MAX_MESSAGE:
         raise WireError(f"message of {size} bytes is over the {MAX_MESSAGE} limit")
-    return decode(_read_exact(sock, size))
+    return decode(_read_exact(sock, size), last)
 
 
 class MessageBuffer:
     """Bytes as a non-blocking socket gives them, cut into whole messages (what :func:`read_message` reads from a
-    blocking one)."""
+    blocking one). Each is decoded as it is taken, against what ``last`` returns then: a frame that refers to the
+    one before it needs that one taken first."""
 
-    def __init__(self) -> None:
+    def __init__(self, last: Callable[[], NodeFrame | None] = lambda: None) -> None:
         self._data = bytearray()
+        self._last = last
 
-    def feed(self, data: bytes | memoryview) -> list[dict[str, Any]]:
-        """Add ``data``; returns the messages now whole, in order (WireError on a broken one)."""
+    def feed(self, data: bytes | memoryview) -> Iterator[dict[str, Any]]:
+        """Add ``data``; yields the messages now whole, in order (WireError on a broken one)."""
         self._data += data
-        out = []
+        return self._messages()
+
+    def _messages(self) -> Iterator[dict[str, Any]]:
         while len(self._data) >= _HEADER.size:
             (size,) = _HEADER.unpack_from(self._data)
             if size > MAX_MESSAGE:
                 raise WireError(f"message of {size} bytes is over the {MAX_MESSAGE} limit")
             end = _HEADER.size + size
             if len(self._data) < end:
-                break
+                return
             body = bytes(self._data[_HEADER.size : end])
             del self._data[:end]
-            out.append(decode(body))
-        return out
+            yield decode(body, self._last())
 
 
 def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -313,10 +339,39 @@ def _part(frame: NodeFrame, path: str) -> object:
     return obj
 
 
+def kept_parts(previous: NodeFrame, frame: NodeFrame) -> tuple[str, ...]:
+    """The parts of :data:`KEPT_PARTS` that ``frame`` shares with ``previous``."""
+    # An empty part (no process rows) costs nothing to send: only what is there is kept.
+    return tuple(p for p in KEPT_PARTS if (v := _part(frame, p)) is not None and v != () and v is _part(previous, p))
+
+
+HeldRef = str | tuple[str, HistoryDelta]
+"""What stands in a frame for a part its viewer holds: a name of :data:`KEPT_PARTS` (the last frame's part), or
+``("history", delta)`` (the last frame's history moved on by ``delta``)."""
+
+
+class Held:
+    """A part of a frame on the wire that its viewer holds: pickled as a call of :func:`held_part`, which the
+    viewer's unpickler answers from the frame it holds (:class:`WireUnpickler`), as the frame is unpickled."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: HeldRef) -> None:
+        self.ref = ref
+
+
+def held_part(ref: HeldRef) -> object:
+    """The name a :class:`Held` part is pickled under; only a viewer's unpickler resolves it."""
+    raise WireError(f"frame part {ref!r} read without the frame it refers to")
+
+
+_HELD_NAME = (held_part.__module__, held_part.__name__)
+_REDUCERS[Held] = lambda held: (held_part, (held.ref,))
+
+
 def _replaced(obj: Any, changes: dict[str, object]) -> Any:
     """``obj`` with each dotted path of ``changes`` set to its value: one ``dataclasses.replace`` per object on the
-    way, however many paths go through it (a replace of the frame's 30 fields is the costly step, once not five
-    times a tick)."""
+    way, however many paths go through it."""
     top: dict[str, object] = {}
     inner: dict[str, dict[str, object]] = {}
     for path, value in changes.items():
@@ -330,33 +385,12 @@ def _replaced(obj: Any, changes: dict[str, object]) -> Any:
     return dataclasses.replace(obj, **top)
 
 
-def kept_parts(previous: NodeFrame, frame: NodeFrame) -> tuple[str, ...]:
-    """The parts of :data:`KEPT_PARTS` that ``frame`` shares with ``previous``."""
-    # An empty part (no process rows) costs nothing to send: only what is there is kept.
-    return tuple(p for p in KEPT_PARTS if (v := _part(frame, p)) is not None and v != () and v is _part(previous, p))
-
-
-def without_parts(frame: NodeFrame, parts: tuple[str, ...], *, history: bool = True) -> NodeFrame:
-    """``frame`` with ``parts`` set to ``None`` (what goes on the wire), and without its history with
-    ``history=False`` (it goes as a delta)."""
-    changes: dict[str, object] = dict.fromkeys(parts)
-    if not history:
-        changes["history"] = ()
-    return _replaced(frame, changes) if changes else frame
-
-
-def with_parts_of(
-    frame: NodeFrame, last: NodeFrame, parts: tuple[str, ...], history: tuple[GpuHistory, ...] | None = None
-) -> NodeFrame:
-    """``frame`` with ``parts`` taken from ``last`` (the viewer's side of :func:`without_parts`), and with
-    ``history`` when given."""
-    changes: dict[str, object] = {}
-    for path in parts:
-        if path not in KEPT_PARTS:
-            raise WireError(f"frame part {path!r} is not one a viewer keeps")
-        changes[path] = _part(last, path)
-    if history is not None:
-        changes["history"] = history
+def held_back(previous: NodeFrame, frame: NodeFrame, delta: HistoryDelta | None) -> NodeFrame:
+    """``frame`` as it goes to a viewer that holds ``previous``: :class:`Held` in place of the kept parts, and of
+    the history when ``delta`` moves the last one on to it (not a valid frame: for :func:`encode` only)."""
+    changes: dict[str, object] = {p: Held(p) for p in kept_parts(previous, frame)}
+    if delta is not None and frame.history:
+        changes["history"] = Held(("history", delta))
     return _replaced(frame, changes) if changes else frame
 
 

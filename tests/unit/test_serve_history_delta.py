@@ -20,13 +20,15 @@ from amdtop.serve.client import ServeClient
 from amdtop.serve.server import Serve
 from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import (
+    Held,
     WireError,
     apply_history_delta,
+    decode,
+    encode,
+    held_back,
     history_delta,
     kept_parts,
     read_message,
-    with_parts_of,
-    without_parts,
 )
 from tests.unit.test_serve import _wait, serve  # noqa: F401  (the fixture)
 
@@ -91,6 +93,12 @@ def test_a_delta_against_another_history_is_a_wire_error() -> None:
 TOPOLOGY = Topology((), (), ())
 
 
+def _sent(previous: NodeFrame, frame: NodeFrame) -> bytes:
+    """``frame`` as the serve sends it to a viewer that holds ``previous``."""
+    held = held_back(previous, frame, history_delta(previous.history, frame.history))
+    return encode({"type": "frame", "frame": held, "base_tick": previous.tick})
+
+
 def test_a_viewer_keeps_only_the_parts_the_wire_names() -> None:
     a = _frame(1, ())
     b = dataclasses.replace(_frame(2, ()), snapshot=dataclasses.replace(a.snapshot, timestamp=2.0))
@@ -99,11 +107,19 @@ def test_a_viewer_keeps_only_the_parts_the_wire_names() -> None:
         kept_parts(a, dataclasses.replace(b, snapshot=dataclasses.replace(b.snapshot, topology=Topology((), (), ()))))
         == ()
     )
-    sent = without_parts(b, ("snapshot.topology",))
-    assert sent.snapshot.topology is None and sent.snapshot.timestamp == 2.0
-    assert with_parts_of(sent, a, ("snapshot.topology",)) == b
+    sent = _sent(a, b)
+    assert pickle.dumps(TOPOLOGY) not in sent  # a reference, not the topology
+    back = decode(sent[4:], a)["frame"]
+    assert back == b and back.snapshot.topology is a.snapshot.topology and back.snapshot.timestamp == 2.0
+    # A reference names a part the wire lets a viewer keep, and needs the frame it refers to.
     with pytest.raises(WireError, match=r"frame part 'snapshot\.hostname' is not one a viewer keeps"):
-        with_parts_of(sent, a, ("snapshot.hostname",))
+        decode(encode({"type": "frame", "x": Held("snapshot.hostname")})[4:], a)
+    with pytest.raises(WireError, match=r"frame part \('eval', 1\) is not one a viewer keeps"):
+        decode(encode({"type": "frame", "x": Held(("eval", 1))})[4:], a)  # type: ignore[arg-type]
+    with pytest.raises(WireError, match="does not hold"):
+        decode(sent[4:], None)
+    with pytest.raises(WireError, match="frame follows tick 1, this viewer holds 2"):
+        decode(sent[4:], b)
 
 
 def test_process_rows_unchanged_since_the_last_frame_stay_with_the_viewer() -> None:
@@ -115,13 +131,14 @@ def test_process_rows_unchanged_since_the_last_frame_stay_with_the_viewer() -> N
     b = dataclasses.replace(_frame(2, ()), snapshot=a.snapshot, processes=rows, process_totals=totals)
     parts = kept_parts(a, b)
     assert parts == ("snapshot.topology", "processes", "process_totals")
-    sent = without_parts(b, parts)
-    assert sent.processes is None and sent.process_totals is None
-    back = with_parts_of(sent, a, parts)
+    sent = _sent(a, b)
+    assert b"python3" not in sent
+    back = decode(sent[4:], a)["frame"]
     assert back.processes is rows and back.process_totals is totals
     # Equal rows that are other objects (a reading that found the same) go whole: identity is what is free to tell.
     c = dataclasses.replace(b, processes=tuple(r._replace() for r in rows))
     assert kept_parts(b, c) == ("snapshot.topology", "process_totals")
+    assert b"python3" in _sent(b, c)
 
 
 def _frame(tick: int, history: tuple[GpuHistory, ...]) -> NodeFrame:
@@ -140,19 +157,21 @@ def test_a_link_sends_whole_frames_unless_its_viewer_holds_the_one_before() -> N
     try:
         link.offer_frame(FramePacket(frames[0]))
         first = read_message(theirs)
-        assert repr(first["frame"]) == repr(frames[0]) and "history_delta" not in first  # NaN != NaN: as text
+        assert repr(first["frame"]) == repr(frames[0]) and "base_tick" not in first  # NaN != NaN: as text
         link.offer_frame(FramePacket(frames[1], frames[0]))
-        second = read_message(theirs)
-        assert second["frame"].history == () and second["base_tick"] == 1
+        size = int.from_bytes(theirs.recv(4), "big")
+        body = theirs.recv(size, socket.MSG_WAITALL)
+        second = decode(body, first["frame"])
+        assert second["base_tick"] == 1 and repr(second["frame"]) == repr(frames[1])
         # The topology is the same object in both frames: the viewer keeps its own (no audit ran: none to keep).
-        assert second["kept"] == ("snapshot.topology",) and second["frame"].snapshot.topology is None
-        assert len(pickle.dumps(second)) * 3 < len(pickle.dumps(first))  # 100 points a series against one
+        assert second["frame"].snapshot.topology is first["frame"].snapshot.topology
+        assert size * 3 < len(FramePacket(frames[1]).whole())  # 100 points a series against one
         # frames[2] never reached this viewer (dropped): frames[3] moved on from it, so it goes whole.
         link.offer_frame(FramePacket(frames[3], frames[2]))
         third = read_message(theirs)
-        assert repr(third["frame"]) == repr(frames[3]) and "history_delta" not in third
+        assert repr(third["frame"]) == repr(frames[3]) and "base_tick" not in third
         link.offer_frame(FramePacket(frames[4], frames[3]))
-        assert read_message(theirs)["base_tick"] == 4
+        assert read_message(theirs, third["frame"])["base_tick"] == 4
     finally:
         link.close()
         theirs.close()

@@ -22,6 +22,7 @@ from amdtop import runtime
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError
 from amdtop.model import WorkerState
+from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime import Node, NodeSpec
 from amdtop.serve import client as client_module
 from amdtop.serve.client import RemoteService, ServeClient
@@ -81,8 +82,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     received: list[bytes] = []
     real_read = client_module.read_message
 
-    def recording_read(sock: socket.socket) -> dict[str, Any]:
-        msg = real_read(sock)
+    def recording_read(sock: socket.socket, last: NodeFrame | None = None) -> dict[str, Any]:
+        msg = real_read(sock, last)
         received.append(pickle.dumps(msg))
         return msg
 
