@@ -13,8 +13,8 @@ from one tick to the next it moves on by one point. So a viewer that holds the p
 references in place of its history (the newest point of each series, :func:`history_delta`, from which it rebuilds
 the same history, :func:`apply_history_delta`) and of the parts that are the very same objects as in the last frame
 (the audit report, which rides unchanged until its next run, and the topology: :data:`KEPT_PARTS`), resolved from the
-frame it holds as the frame is unpickled (:func:`held_back`: no copy of the frame on the viewer's side); a viewer that missed a tick (a slow one whose queue dropped frames, or one that just connected) gets
-the whole frame.
+frame it holds as the frame is unpickled (:func:`held_back`: no copy of the frame on the viewer's side); a viewer
+that missed a tick (a slow one whose queue dropped frames, or one that just connected) gets the whole frame.
 """
 
 from __future__ import annotations
