@@ -122,12 +122,6 @@ def observe(
             state = WorkerState.CRASHED
         else:
             state = WorkerState.STARTING
-    error: str | None = None
-    death: RankDeath | None = None
-    if state is WorkerState.CRASHED:
-        lines, error, death = _crash_lines(Path(rec.log))
-        lines = tuple(mask_log_line(line) for line in lines)  # the worker's own echo of its argv holds keys
-        error = None if error is None else mask_log_line(error)
     if pids:
         known = set(rec.known) | {(p, table[p].start_ticks) for p in pids}
         if known != set(rec.known):
@@ -151,6 +145,17 @@ def observe(
         changed["rank_exits"] = tuple(sorted(exits.items()))
     if changed:
         rec = store.merge(rec, changed)
+    if state is WorkerState.STARTING and rec.ready_seen and _rank_died(ranks, exits):
+        # A run that was ready once and lost a rank is not starting again: its API server lives on while vLLM shuts
+        # down, and its /health then refuses or times out (a second look, e.g. `workers status` in another process,
+        # read the SIGSEGV'd TP=2 worker as starting).
+        state = WorkerState.CRASHED
+    error: str | None = None
+    death: RankDeath | None = None
+    if state is WorkerState.CRASHED:
+        lines, error, death = _crash_lines(Path(rec.log))
+        lines = tuple(mask_log_line(line) for line in lines)  # the worker's own echo of its argv holds keys
+        error = None if error is None else mask_log_line(error)
     rotate_log(Path(rec.log), log_max_bytes, log_backups)
     cpus: set[int] = set()
     mems: set[int] = set()
@@ -231,6 +236,11 @@ def _look_at_ranks(
         else:
             out.append(read_rank(rank, pid, start))
     return tuple(out), tuple((rank, pid, start) for rank, (pid, start) in sorted(book.items()))
+
+
+def _rank_died(ranks: tuple[RankSample, ...], exits: dict[int, int]) -> bool:
+    """A rank process ended: its exit was seen (a zombie's status, kept in the record) or its process is gone."""
+    return bool(exits) or any(r.state in ("gone", "Z", "X") for r in ranks)
 
 
 def _health(

@@ -27,6 +27,7 @@ from amdtop.model import (
     EngineStats,
     FlagKind,
     RankSample,
+    Topology,
     WorkerHealth,
     WorkerState,
     WorkerStatus,
@@ -515,3 +516,46 @@ def test_captured_sigsegv_of_rank1_named_from_the_handler_line() -> None:
     died = next(x for x in lines if "died unexpectedly" in x)
     two = [*lines[1:], died.replace("VllmWorker-1", "VllmWorker-0")]
     assert rank_death(two) is not None and rank_death(two).signal_name is None  # type: ignore[union-attr]
+
+
+def test_a_ready_run_that_lost_a_rank_is_crashed_while_its_server_stops(tmp_path: Path) -> None:
+    """Another process's look (``workers status``) at a TP=2 run whose rank 1 died: the API server still lives
+    while vLLM shuts down and its ``/health`` refuses. The run was ready once, so it is crashed, not starting (a
+    clean clone's e2e read the SIGSEGV'd worker as ``starting``)."""
+    from amdtop.supervisor import procs
+    from amdtop.supervisor.metrics import Prober
+    from amdtop.supervisor.observe import observe
+    from amdtop.supervisor.state import StateStore, WorkerRecord
+
+    sock = __import__("socket").socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]  # bound, never listening: /health is refused
+    env = {**os.environ, "AMDTOP_WORKER": "w:abc"}  # the launch's marker: the leader is positively ours
+    leader = subprocess.Popen([sys.executable, "-c", "print('up', flush=True); input()"], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    try:
+        assert leader.stdout is not None and leader.stdout.readline() == b"up\n"  # its environ reads set from now
+        st = procs.read_stat(leader.pid)
+        assert st is not None
+        log = tmp_path / "w.log"
+        captured = (FIXTURES / "tp2-rank1-sigkill-cpu.log").read_text().splitlines()[1:]
+        log.write_text("\n".join(["=== amdtop launch w:abc at x: vllm serve", *captured]) + "\n")
+        url = f"http://127.0.0.1:{port}"
+
+        def look(ready_seen: bool) -> WorkerState:
+            rec = WorkerRecord("w", "abc", leader.pid, leader.pid, st.start_ticks, 0.0, (), {}, str(log), port, url,
+                               (), None, ready_seen=ready_seen, known=((leader.pid, st.start_ticks),),
+                               ranks=((0, 4320, 5), (1, 4321, 5)), rank_exits=((1, 9),))  # fmt: skip
+            store = StateStore(tmp_path / str(ready_seen))  # merge() reads the file back: one store per look
+            got = observe("w", None, rec, store, procs.scan(), Prober(0.2), topology=Topology((), (), ()))
+            if got.state is WorkerState.CRASHED:
+                assert got.health is not None and (got.health.verdict, got.health.rank) == ("rank_dead", 1)
+                assert got.error_line is not None and "rank 1 died (killed by SIGKILL)" in got.error_line
+            return got.state
+
+        assert look(ready_seen=True) is WorkerState.CRASHED
+        assert look(ready_seen=False) is WorkerState.STARTING  # never ready: a slow start, not a crash
+    finally:
+        leader.kill()
+        leader.wait()
+        sock.close()
