@@ -38,6 +38,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--size", default="200x50")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--threads",
+        action="store_true",
+        help="also each program's CPU by part: per process (the serve, the UI), its main thread and the rest",
+    )
     a = ap.parse_args()
     cols, rows = (int(x) for x in a.size.split("x"))
     runs = [(label, marker, PtyRun(shlex.split(cmd), cols, rows)) for label, marker, cmd in a.run]
@@ -55,18 +60,26 @@ def main() -> int:
             raise SystemExit(f"no marker from {sorted(waiting)} in 60 s")
         _pump_all(runs, a.warmup)
         windows: list[dict[str, float]] = []
+        parts: list[dict[str, float]] = []
         for _ in range(a.windows):
             before = {label: sched_ns(tree_pids(run.proc.pid)) for label, _, run in runs}
             t0 = time.monotonic()
             _pump_all(runs, a.seconds)
             wall = time.monotonic() - t0
             window = {}
+            part: dict[str, float] = {}
             for label, _, run in runs:
-                cpu = sched_delta_s(before[label], sched_ns(tree_pids(run.proc.pid)))
-                if cpu is None:
+                after = sched_ns(tree_pids(run.proc.pid))
+                cpu = sched_delta_s(before[label], after)
+                if cpu is None or after is None:
                     raise SystemExit("this kernel keeps no schedstat")
                 window[label] = 100.0 * cpu / wall
+                if a.threads:
+                    for (pid, tid), ns in after.items():
+                        key = f"{label} {_role(pid)} {'main' if pid == tid else 'other threads'}"
+                        part[key] = part.get(key, 0.0) + 100.0 * (ns - before[label].get((pid, tid), 0)) / 1e9 / wall
             windows.append(window)
+            parts.append(part)
             ref = window[runs[0][0]]
             print(
                 "  ".join(f"{k} {v:.3f} % ({v / ref:.3f}x)" for k, v in window.items()),
@@ -85,15 +98,35 @@ def main() -> int:
         }
         for label, _, _ in runs
     }
+    if a.threads:
+        keys = sorted({k for p in parts for k in p})
+        summary["threads"] = {k: round(statistics.median(p.get(k, 0.0) for p in parts), 4) for k in keys}  # type: ignore[assignment]
     if a.json:
         print(json.dumps(summary, indent=2))
     else:
         for label, s in summary.items():
+            if label == "threads":
+                for k, v in s.items():
+                    print(f"  {k}: {v:.4f} %")
+                continue
             print(
                 f"{label:12} {s['cpu_pct_median']:.3f} % of a core (median of {len(windows)} windows); "
                 f"x {ref_label}: median {s['ratio_median']:.3f}, per window {s['ratios']}"
             )
     return 0
+
+
+def _role(pid: int) -> str:
+    """What a process of a program is, from its argv: the serve, the terminal UI, or a wrapper (a shell)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return "gone"
+    text = b" ".join(argv).decode(errors="replace")
+    if "serve" in text and "serve_pair" not in text:
+        return "serve"
+    return "ui" if "python" in text else "other"
 
 
 def _pump_all(runs: list[tuple[str, str, PtyRun]], seconds: float) -> None:

@@ -78,6 +78,7 @@ class LogMonitor:
         self._found: dict[str, tuple[Flag, ...]] = {}
         self._view_cache: dict[str, ViewCache] = {}
         self.init_watch = InitWatch(init_stall_s, clock, wall)
+        self._last: LogUpdate | None = None
 
     def poll(self) -> LogUpdate:
         """Read, parse, diagnose."""
@@ -110,7 +111,22 @@ class LogMonitor:
             old = set(self._flags)
             new = tuple(f for f in flags if f not in old)
             self._flags = flags
-        return LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
+        last = self._last
+        if (
+            last is not None
+            and not batch.lines
+            and not batch.dropped
+            and not new
+            and not last.new_flags
+            and not last.lines
+            and last.flags is self._flags
+            and last.workers == views
+        ):
+            # Nothing moved: the same update again. A frame that holds the very object its predecessor held is
+            # free to tell unchanged (a viewer takes it from its last frame instead of the wire: serve/wire.py).
+            return last
+        self._last = LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
+        return self._last
 
     def _feed(self, runs: Sequence[LineRun]) -> set[str]:
         """Parse new tail lines in runs of one worker's file through the parser's batch loop (the fast path

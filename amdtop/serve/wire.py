@@ -325,11 +325,12 @@ def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tup
     return tuple(out)
 
 
-KEPT_PARTS = ("audit", "snapshot.topology", "processes", "process_totals")
+KEPT_PARTS = ("audit", "snapshot.topology", "processes", "process_totals", "logs")
 """Frame parts a viewer takes from its last frame when the serve's are the same objects (identity, not equality:
 free to tell). The audit's report is most of what is left of an idle frame once its history goes as a delta; the
 process rows repeat as the same tuples between readings of the process lists (``amdtop.gpuprocs.ProcessTable``), and
-a viewer handed the same tuples does not redraw them."""
+a viewer handed the same tuples does not redraw them; the log monitor hands the same update again while no line came
+and nothing changed (``amdtop.rccl.monitor.LogMonitor.poll``)."""
 
 
 def _part(frame: NodeFrame, path: str) -> object:

@@ -204,3 +204,22 @@ def test_flood_cut_spans_files_and_keeps_their_errors(tmp_path: Path) -> None:
         ("wb", "b4"),
     ]
     assert batch.dropped == 3 and batch.lines[0].level == ERROR
+
+
+def test_monitor_hands_the_same_update_while_nothing_moves(tmp_path: Path) -> None:
+    """A poll that read no line and changed nothing returns the update before it, the very object: a frame part that
+    is the same object as its predecessor's is one a viewer takes from its last frame (serve/wire.py KEPT_PARTS)."""
+    log = tmp_path / "w.log"
+    log.write_text("\n".join(rccl_rank_lines(0, 2)) + "\n")
+    mon = LogMonitor([("llama-a", log)])
+    first = mon.poll()
+    assert first.lines  # the backlog: a new update, not one to repeat
+    quiet = mon.poll()
+    assert quiet is not first and not quiet.lines and quiet.workers == first.workers
+    assert mon.poll() is quiet and mon.poll() is quiet
+    _append(log, "RuntimeError: NCCL Error 2: unhandled system error\n")
+    flagged = mon.poll()
+    assert flagged is not quiet and flagged.new_flags and flagged.lines
+    after = mon.poll()  # no new line, but the last update named a new flag: this one must not
+    assert after is not flagged and after.new_flags == () and not after.lines
+    assert mon.poll() is after
