@@ -262,6 +262,11 @@ def test_a_frame_larger_than_the_socket_takes_is_finished_by_the_writer_before_a
         first = read_message(theirs)
         assert first["type"] == "frame" and first["frame"].snapshot.hostname == big.snapshot.hostname
         assert read_message(theirs) == {"type": "reply", "id": 7, "ok": True, "value": "after the frame"}
+        # The writer counts a message once its sendall returns, which may be after this side read it (a clean
+        # clone's parallel step read 1 here): wait for the count, briefly.
+        deadline = time.monotonic() + 5.0
+        while link.sent < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert link.sent == 2
     finally:
         link.close()
