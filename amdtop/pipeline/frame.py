@@ -64,6 +64,10 @@ class GpuHistory:
     """VRAM in use, percent of the total."""
     power_w: tuple[float | None, ...] = ()
     """Package power, watts."""
+    points: int = 0
+    """Points appended to this GPU's series since the pipeline first saw the GPU (0: not counted). A history whose
+    every GPU counts one point more than the frame before is that one moved on by a point: the serve tells it from
+    these counts, without reading the points (serve/wire.py)."""
 
 
 @dataclass(frozen=True, slots=True)

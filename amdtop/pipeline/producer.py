@@ -120,6 +120,8 @@ class NodePipeline:
         self.clock = clock
         self._history_points = history_points
         self._history: dict[int, tuple[deque[float | None], deque[float | None], deque[float | None]]] = {}
+        self._history_counts: dict[int, int] = {}
+        """Points appended per GPU so far (``GpuHistory.points``)."""
         self._refresh = threading.Event()
         self._refresh.set()
         self._files_refresh = threading.Event()
@@ -207,8 +209,10 @@ class NodePipeline:
             util.append(sample.util_pct)
             vram.append(sample.vram_pct)
             power.append(sample.power_w)
+            self._history_counts[sample.index] = self._history_counts.get(sample.index, 0) + 1
         return tuple(
-            GpuHistory(index, tuple(u), tuple(v), tuple(p)) for index, (u, v, p) in sorted(self._history.items())
+            GpuHistory(index, tuple(u), tuple(v), tuple(p), self._history_counts[index])
+            for index, (u, v, p) in sorted(self._history.items())
         )
 
     def _numa_balancing(self, now: float) -> bool | None:

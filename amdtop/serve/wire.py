@@ -26,6 +26,7 @@ import functools
 import hashlib
 import importlib
 import io
+import itertools
 import operator
 import os
 import pickle
@@ -277,13 +278,18 @@ def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(encode(message))
 
 
-HistoryDelta = tuple[tuple[int, int, float | None, float | None, float | None], ...]
-"""Per GPU in frame order: (index, points in each series now, newest util %, VRAM %, power W)."""
+HistoryDelta = tuple[tuple[int, int, float | None, float | None, float | None, int], ...]
+"""Per GPU in frame order: (index, points in each series now, newest util %, VRAM %, power W, points counted)."""
 
 
 def history_delta(old: tuple[GpuHistory, ...], new: tuple[GpuHistory, ...]) -> HistoryDelta | None:
     """``new`` as ``old`` moved on by one point per series; ``None`` where it is not (GPUs changed, a series was
-    reset): then only the whole history says what ``new`` is."""
+    reset): then only the whole history says what ``new`` is.
+
+    The pipeline counts each GPU's points (``GpuHistory.points``): one more than before, with the lengths a deque
+    moved on by one gives, is a point on, told without reading a point. Reading them (two slices per series, each
+    point's reference count touched four times) cost the serve 44 us a tick cold on the dev VM for one GPU, 6.9 hot.
+    Histories without counts (0) are compared point by point."""
     if len(old) != len(new):
         return None
     out = []
@@ -295,13 +301,23 @@ def history_delta(old: tuple[GpuHistory, ...], new: tuple[GpuHistory, ...]) -> H
             return None
         if not (len(now.vram_pct) == len(now.power_w) == size and len(was.vram_pct) == len(was.power_w) == held):
             return None
-        start = held - keep
-        # Equal tuples: the points are the same objects (the pipeline's deque), so a NaN compares equal too.
-        for a, b in ((was.util_pct, now.util_pct), (was.vram_pct, now.vram_pct), (was.power_w, now.power_w)):
-            if a[start:] != b[:keep]:
+        if was.points and now.points:
+            if now.points != was.points + 1 or size not in (held, held + 1):
                 return None
-        out.append((now.index, size, now.util_pct[-1], now.vram_pct[-1], now.power_w[-1]))
+        else:
+            start = held - keep
+            # Equal tuples: the points are the same objects (the pipeline's deque), so a NaN compares equal too.
+            for a, b in ((was.util_pct, now.util_pct), (was.vram_pct, now.vram_pct), (was.power_w, now.power_w)):
+                if a[start:] != b[:keep]:
+                    return None
+        out.append((now.index, size, now.util_pct[-1], now.vram_pct[-1], now.power_w[-1], now.points))
     return tuple(out)
+
+
+def _moved_on(series: tuple[float | None, ...], start: int, point: float | None) -> tuple[float | None, ...]:
+    # One pass over the kept points: a slice and an unpacking into a new tuple touched each point three times (the
+    # slice's references taken, the new tuple's, the slice's given back), cold pages on the viewer's side each tick.
+    return tuple(itertools.chain(itertools.islice(series, start, None), (point,)))
 
 
 def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tuple[GpuHistory, ...]:
@@ -310,16 +326,17 @@ def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tup
     if len(old) != len(delta):
         raise WireError(f"history delta for {len(delta)} GPUs against {len(old)}")
     out = []
-    for was, (index, size, util, vram, power) in zip(old, delta, strict=True):
+    for was, (index, size, util, vram, power, points) in zip(old, delta, strict=True):
         start = len(was.util_pct) - (size - 1)
         if was.index != index or size < 1 or start < 0:
             raise WireError(f"history delta of GPU {index} ({size} points) does not follow the last frame")
         out.append(
             GpuHistory(
                 index,
-                (*was.util_pct[start:], util),
-                (*was.vram_pct[start:], vram),
-                (*was.power_w[start:], power),
+                _moved_on(was.util_pct, start, util),
+                _moved_on(was.vram_pct, start, vram),
+                _moved_on(was.power_w, start, power),
+                points,
             )
         )
     return tuple(out)

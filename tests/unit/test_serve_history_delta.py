@@ -193,3 +193,26 @@ def test_viewers_rebuild_the_serves_frames(serve: Serve) -> None:  # noqa: F811
     finally:
         unsubscribe()
         client.close()
+
+
+def test_counted_histories_move_on_by_their_counts() -> None:
+    """The pipeline counts each GPU's points: one more, with a deque's lengths, is a point on (no point is read);
+    any other count goes whole. The rebuilt history carries the count on."""
+    from amdtop.pipeline.producer import NodePipeline
+    from amdtop.telemetry.sim import SimBackend
+
+    pipeline = NodePipeline(SimBackend(seed=3), None, discover=False, follow_logs=False, history_points=4)
+    try:
+        frames = [pipeline.tick() for _ in range(8)]
+    finally:
+        pipeline.close()
+    assert [f.history[0].points for f in frames] == list(range(1, 9))
+    for old, new in zip(frames, frames[1:], strict=False):
+        delta = history_delta(old.history, new.history)
+        assert delta is not None
+        assert repr(apply_history_delta(old.history, delta)) == repr(new.history)
+    # A frame missed in between (counts two apart) is not the last one moved on, however its points read.
+    assert history_delta(frames[2].history, frames[4].history) is None
+    # The count is what is trusted: the same points under a count one off go whole.
+    skewed = tuple(dataclasses.replace(h, points=h.points + 1) for h in frames[5].history)
+    assert history_delta(frames[4].history, skewed) is None
