@@ -26,7 +26,6 @@ import functools
 import hashlib
 import importlib
 import io
-import itertools
 import operator
 import os
 import pickle
@@ -314,12 +313,6 @@ def history_delta(old: tuple[GpuHistory, ...], new: tuple[GpuHistory, ...]) -> H
     return tuple(out)
 
 
-def _moved_on(series: tuple[float | None, ...], start: int, point: float | None) -> tuple[float | None, ...]:
-    # One pass over the kept points: a slice and an unpacking into a new tuple touched each point three times (the
-    # slice's references taken, the new tuple's, the slice's given back), cold pages on the viewer's side each tick.
-    return tuple(itertools.chain(itertools.islice(series, start, None), (point,)))
-
-
 def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tuple[GpuHistory, ...]:
     """The history :func:`history_delta` was taken from (WireError when ``old`` is not the history it moved on
     from: a broken stream, never a slow viewer, which gets whole frames)."""
@@ -333,9 +326,9 @@ def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tup
         out.append(
             GpuHistory(
                 index,
-                _moved_on(was.util_pct, start, util),
-                _moved_on(was.vram_pct, start, vram),
-                _moved_on(was.power_w, start, power),
+                (*was.util_pct[start:], util),
+                (*was.vram_pct[start:], vram),
+                (*was.power_w[start:], power),
                 points,
             )
         )
