@@ -4,6 +4,7 @@ the newest points, and gets whole frames whenever it did not hold the frame befo
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import pickle
 import random
@@ -207,7 +208,7 @@ def test_counted_histories_move_on_by_their_counts() -> None:
     finally:
         pipeline.close()
     assert [f.history[0].points for f in frames] == list(range(1, 9))
-    for old, new in zip(frames, frames[1:], strict=False):
+    for old, new in itertools.pairwise(frames):
         delta = history_delta(old.history, new.history)
         assert delta is not None
         assert repr(apply_history_delta(old.history, delta)) == repr(new.history)
