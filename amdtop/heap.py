@@ -9,8 +9,9 @@ It also raises the youngest generation's threshold (:data:`GEN0_THRESHOLD`). A t
 containers (a frame's dataclasses and tuples, Textual's strips and segments), nearly all freed by their reference
 counts within the tick, so CPython's default of 700 ran a young collection about twice a second that found almost
 nothing to free: 80-120 us each on the VM, cold, and more of them in a viewer and its serve together than in the
-in-process dashboard (each process counts its own allocations; the viewer's decoded frame is allocated twice over).
-Measured in docs/benchmarks.md ("The collector's threshold", session 19). Cyclic garbage waits longer for its
+in-process dashboard (each process counts its own allocations, and a frame is built twice: by the serve's pipeline,
+then by the viewer's decode).
+Measured in docs/benchmarks.md ("The collector's threshold and where the pair's extra goes"). Cyclic garbage waits longer for its
 collection: at most ``GEN0_THRESHOLD`` net allocations, a few MiB.
 """
 
