@@ -10,9 +10,8 @@ containers (a frame's dataclasses and tuples, Textual's strips and segments), ne
 counts within the tick, so CPython's default of 700 ran a young collection about twice a second that found almost
 nothing to free: 80-120 us each on the VM, cold, and more of them in a viewer and its serve together than in the
 in-process dashboard (each process counts its own allocations, and a frame is built twice: by the serve's pipeline,
-then by the viewer's decode).
-Measured in docs/benchmarks.md ("The collector's threshold and where the pair's extra goes"). Cyclic garbage waits longer for its
-collection: at most ``GEN0_THRESHOLD`` net allocations, a few MiB.
+then by the viewer's decode). Measured in docs/benchmarks.md ("The collector's threshold and where the pair's extra
+goes"). Cyclic garbage waits longer for its collection: at most ``GEN0_THRESHOLD`` net allocations, a few MiB.
 """
 
 from __future__ import annotations
