@@ -10,8 +10,9 @@ containers (a frame's dataclasses and tuples, Textual's strips and segments), ne
 counts within the tick, so CPython's default of 700 ran a young collection every 1.6 s and an older one every 20 s
 in the idle in-process dashboard, 150 us of CPU a second on the dev VM (51 us with this threshold), and more of them
 in a viewer and its serve together (each process counts its own allocations, and a frame is built twice: by the
-serve's pipeline, then by the viewer's decode). Measured in docs/benchmarks.md ("The collector's threshold and where the pair's extra
-goes"). Cyclic garbage waits longer for its collection: at most ``GEN0_THRESHOLD`` net allocations, a few MiB.
+serve's pipeline, then by the viewer's decode). Measured in docs/benchmarks.md ("The collector's threshold and
+where the pair's extra goes"). Cyclic garbage waits longer for its collection: at most ``GEN0_THRESHOLD`` net
+allocations, a few MiB.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 # Session 19 (issue 33) on a machine without a GPU: this tree's in-process dashboard and viewer + serve against an
 # earlier tree's two (OLD=DIR: `git archive REV amdtop tui widgets bench | tar -x -C DIR`), all four AT THE SAME TIME
 # over the same windows (bench/side_by_side.py --threads), every one reading the H200's idle capture through the real
-# NVML backend (bench/replay_tui.py, bench/replay_serve.py). bench/h200_side_by_side.sh (SET=old) is the same on the lent H200.
+# NVML backend (bench/replay_tui.py, bench/replay_serve.py). bench/h200_side_by_side.sh (SET=old) is the same on the
+# lent H200.
 #   usage: OLD=/tmp/old W=8 S=30 bash bench/replay_side_by_side.sh > out.json
 set -u
 cd "$(dirname "$0")/.."

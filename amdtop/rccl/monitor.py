@@ -119,11 +119,14 @@ class LogMonitor:
             and not new
             and not last.new_flags
             and not last.lines
+            and not last.dropped
             and last.flags is self._flags
             and last.workers == views
         ):
             # Nothing moved: the same update again. A frame that holds the very object its predecessor held is
             # free to tell unchanged (a viewer takes it from its last frame instead of the wire: serve/wire.py).
+            # Only an update that brought nothing (no line, no drop, no new flag) is handed again: the tail feeds
+            # each update's lines and dropped count, which must not count twice.
             return last
         self._last = LogUpdate(batch.lines, batch.dropped, views, self._flags, new, self._summary(views))
         return self._last
