@@ -177,7 +177,8 @@ class ServeClient:
                 self.moved_on += 1  # its history and kept parts came from the last frame (decode checked which)
             self.frame = frame
             self.frames += 1
-            self._first.set()
+            if not self._first.is_set():  # set() takes the event's lock and notifies: once, not every frame
+                self._first.set()
             self._frame_subs.publish(frame, on_error=self._report)
         elif kind == "reply":
             with self._lock:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError
+from amdtop.model import NodeSnapshot
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
 from amdtop.service.api import WIRE_OPS
 
@@ -112,24 +113,25 @@ class _Reducers(dict[type, Any]):
     """The wire's pickling table (a ``Pickler.dispatch_table``): amdtop's slotted dataclasses by :func:`_by_fields`,
     everything else as ``copyreg`` says. A frozen slotted dataclass otherwise pickles through the ``__getstate__``
     and ``__setstate__`` that ``dataclasses`` writes in Python, a loop over ``fields()`` per object each way: this
-    halves encoding and decoding a frame (bench/serve_tick_parts.py)."""
+    halves encoding and decoding a frame (bench/serve_tick_parts.py).
+
+    Each class's entry is made on its first lookup and kept, so later lookups are the dict's own (no Python call per
+    object pickled): a class with no reducer of its own gets its ``__reduce_ex__``, which is what the pickler calls
+    when the table has no entry."""
 
     def __missing__(self, cls: type) -> Any:
-        reducer = _by_fields(cls) if cls.__module__.startswith("amdtop") else None
-        self[cls] = reducer if reducer is not None else copyreg.dispatch_table.get(cls)
-        return self[cls]
-
-    def __getitem__(self, cls: type) -> Any:
-        # The pickler asks with PyObject_GetItem and takes a KeyError for "no entry": default pickling.
-        reducer = self.get(cls, _UNSEEN)
-        if reducer is _UNSEEN:
-            reducer = self.__missing__(cls)
+        reducer: Any = _by_fields(cls) if cls.__module__.startswith("amdtop") else None
         if reducer is None:
-            raise KeyError(cls)
+            reducer = copyreg.dispatch_table.get(cls)
+        if reducer is None:
+            if issubclass(cls, type):
+                raise KeyError(cls)  # a class itself (an enum's metaclass): the pickler saves it by name
+            reducer = _REDUCE_EX
+        self[cls] = reducer
         return reducer
 
 
-_UNSEEN = object()
+_REDUCE_EX = operator.methodcaller("__reduce_ex__", pickle.HIGHEST_PROTOCOL)
 _REDUCERS = _Reducers()
 
 
@@ -212,11 +214,13 @@ class WireUnpickler(pickle.Unpickler):
         last = self._last
         if last is None:
             raise WireError("frame refers to the one before it, which this viewer does not hold")
-        if isinstance(ref, tuple) and len(ref) == 2 and ref[0] == "history":
+        if type(ref) is str:
+            part = _KEPT_GET.get(ref)
+            if part is not None:
+                return part(last)
+        elif isinstance(ref, tuple) and len(ref) == 2 and ref[0] == "history":
             return apply_history_delta(last.history, ref[1])
-        if ref not in KEPT_PARTS:
-            raise WireError(f"frame part {ref!r} is not one a viewer keeps")
-        return _part(last, str(ref))
+        raise WireError(f"frame part {ref!r} is not one a viewer keeps")
 
 
 def decode(body: bytes, last: NodeFrame | None = None) -> dict[str, Any]:
@@ -343,17 +347,46 @@ a viewer handed the same tuples does not redraw them; the log monitor hands the 
 and nothing changed (``amdtop.rccl.monitor.LogMonitor.poll``)."""
 
 
-def _part(frame: NodeFrame, path: str) -> object:
-    obj: object = frame
-    for name in path.split("."):
-        obj = getattr(obj, name)
-    return obj
+_KEPT_GET: dict[str, Callable[[NodeFrame], object]] = {p: operator.attrgetter(p) for p in KEPT_PARTS}
+"""Each kept part's getter (one C call, dotted paths included): what a viewer's unpickler answers a reference with."""
+
+
+def _fields_of(cls: type) -> tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]:
+    """A getter of ``cls``'s field values in ``__init__`` order (one C call) and each field's place in them."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return operator.attrgetter(*names), {name: i for i, name in enumerate(names)}
+
+
+# A held-back frame goes as ``NodeFrame(*values)`` and its snapshot as ``NodeSnapshot(*values)`` (what _by_fields
+# pickles them as): a class that stops rebuilding that way must fail here, at import, not on a viewer.
+if _by_fields(NodeFrame) is None or _by_fields(NodeSnapshot) is None:
+    raise ImportError("NodeFrame and NodeSnapshot must be slotted dataclasses rebuilt by their fields")
+_FRAME_VALUES, _FRAME_AT = _fields_of(NodeFrame)
+_SNAPSHOT_VALUES, _SNAPSHOT_AT = _fields_of(NodeSnapshot)
+_FRAME_KEPT = tuple((p, _FRAME_AT[p]) for p in KEPT_PARTS if "." not in p)
+_SNAPSHOT_KEPT = tuple((p, _SNAPSHOT_AT[p.removeprefix("snapshot.")]) for p in KEPT_PARTS if p.startswith("snapshot."))
+if len(_FRAME_KEPT) + len(_SNAPSHOT_KEPT) != len(KEPT_PARTS):
+    raise ImportError(f"KEPT_PARTS may name a frame's fields and its snapshot's only: {KEPT_PARTS}")
+
+
+def _keeps(was: object, now: object) -> bool:
+    # An empty part (no process rows) costs nothing to send: only what is there is kept. No ``==`` here: a
+    # dataclass's __eq__ is Python code run cold once a tick.
+    return now is was and now is not None and (type(now) is not tuple or len(now) > 0)
+
+
+def _held_in(was: tuple[Any, ...], now: tuple[Any, ...], kept: tuple[tuple[str, int], ...]) -> list[tuple[str, int]]:
+    return [(name, i) for name, i in kept if _keeps(was[i], now[i])]
 
 
 def kept_parts(previous: NodeFrame, frame: NodeFrame) -> tuple[str, ...]:
-    """The parts of :data:`KEPT_PARTS` that ``frame`` shares with ``previous``."""
-    # An empty part (no process rows) costs nothing to send: only what is there is kept.
-    return tuple(p for p in KEPT_PARTS if (v := _part(frame, p)) is not None and v != () and v is _part(previous, p))
+    """The parts of :data:`KEPT_PARTS` that ``frame`` shares with ``previous`` (the very same objects)."""
+    found = {
+        name
+        for name, _ in _held_in(_FRAME_VALUES(previous), _FRAME_VALUES(frame), _FRAME_KEPT)
+        + _held_in(_SNAPSHOT_VALUES(previous.snapshot), _SNAPSHOT_VALUES(frame.snapshot), _SNAPSHOT_KEPT)
+    }
+    return tuple(p for p in KEPT_PARTS if p in found)
 
 
 HeldRef = str | tuple[str, HistoryDelta]
@@ -380,29 +413,45 @@ _HELD_NAME = (held_part.__module__, held_part.__name__)
 _REDUCERS[Held] = lambda held: (held_part, (held.ref,))
 
 
-def _replaced(obj: Any, changes: dict[str, object]) -> Any:
-    """``obj`` with each dotted path of ``changes`` set to its value: one ``dataclasses.replace`` per object on the
-    way, however many paths go through it."""
-    top: dict[str, object] = {}
-    inner: dict[str, dict[str, object]] = {}
-    for path, value in changes.items():
-        head, _, rest = path.partition(".")
-        if rest:
-            inner.setdefault(head, {})[rest] = value
-        else:
-            top[head] = value
-    for head, sub in inner.items():
-        top[head] = _replaced(getattr(obj, head), sub)
-    return dataclasses.replace(obj, **top)
+class Rebuilt:
+    """A frame or a snapshot with :class:`Held` among its field values, as :func:`held_back` gives it: pickled as
+    ``cls(*values)``, the very stream the object itself pickles as (:func:`_by_fields`), so the viewer builds the
+    frame once, as it loads. The serve used to build it first (``dataclasses.replace`` of the 22-field frame and of
+    its snapshot, and a look at each kept part through ``getattr`` by path): 110 us of a 213 us delta encode, cold,
+    on the dev VM (docs/benchmarks.md, session 20)."""
+
+    __slots__ = ("cls", "values")
+
+    def __init__(self, cls: type, values: tuple[Any, ...]) -> None:
+        self.cls = cls
+        self.values = values
 
 
-def held_back(previous: NodeFrame, frame: NodeFrame, delta: HistoryDelta | None) -> NodeFrame:
+_REDUCERS[Rebuilt] = lambda built: (built.cls, built.values)
+
+
+def held_back(previous: NodeFrame, frame: NodeFrame, delta: HistoryDelta | None) -> NodeFrame | Rebuilt:
     """``frame`` as it goes to a viewer that holds ``previous``: :class:`Held` in place of the kept parts, and of
-    the history when ``delta`` moves the last one on to it (not a valid frame: for :func:`encode` only)."""
-    changes: dict[str, object] = {p: Held(p) for p in kept_parts(previous, frame)}
+    the history when ``delta`` moves the last one on to it (for :func:`encode` only)."""
+    now = _FRAME_VALUES(frame)
+    held: list[tuple[int, object]] = [
+        (i, Held(name)) for name, i in _held_in(_FRAME_VALUES(previous), now, _FRAME_KEPT)
+    ]
+    snapshot = _SNAPSHOT_VALUES(frame.snapshot)
+    in_snapshot = _held_in(_SNAPSHOT_VALUES(previous.snapshot), snapshot, _SNAPSHOT_KEPT)
+    if in_snapshot:
+        values = list(snapshot)
+        for name, i in in_snapshot:
+            values[i] = Held(name)
+        held.append((_FRAME_AT["snapshot"], Rebuilt(NodeSnapshot, tuple(values))))
     if delta is not None and frame.history:
-        changes["history"] = Held(("history", delta))
-    return _replaced(frame, changes) if changes else frame
+        held.append((_FRAME_AT["history"], Held(("history", delta))))
+    if not held:
+        return frame
+    values = list(now)
+    for i, value in held:
+        values[i] = value
+    return Rebuilt(NodeFrame, tuple(values))
 
 
 def check_version(theirs: object, *, serve_side: bool) -> None:
