@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 
 from amdtop.audit.rules_numa import LOCALITY_WARN_PCT
@@ -23,7 +25,7 @@ STATE_STYLE = {
 }
 
 
-def sparkline(values: tuple[float | None, ...], width: int = 12) -> str:
+def sparkline(values: Sequence[float | None], width: int = 12) -> str:
     tail = values[-width:]
     chars = "".join(" " if v is None else SPARK[max(0, min(7, int(v / 100.0 * 7.999)))] for v in tail)
     return chars.rjust(width)

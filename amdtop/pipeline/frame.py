@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from amdtop.analysis.numa import WorkerBinding
@@ -54,15 +55,17 @@ class TpGroup:
 
 @dataclass(frozen=True, slots=True)
 class GpuHistory:
-    """Recent history of one GPU, oldest first, one point per tick (``None`` where the source gave nothing)."""
+    """Recent history of one GPU, oldest first, one point per tick (``None`` where the source gave nothing). The
+    pipeline's series are :class:`~amdtop.pipeline.series.Series` (windows moved on by a point a tick, not copied);
+    any sequence of points reads the same."""
 
     index: int
     """GPU index."""
-    util_pct: tuple[float | None, ...] = ()
+    util_pct: Sequence[float | None] = ()
     """Utilization, percent."""
-    vram_pct: tuple[float | None, ...] = ()
+    vram_pct: Sequence[float | None] = ()
     """VRAM in use, percent of the total."""
-    power_w: tuple[float | None, ...] = ()
+    power_w: Sequence[float | None] = ()
     """Package power, watts."""
     points: int = 0
     """Points appended to this GPU's series since the pipeline first saw the GPU (0: not counted). A history whose

@@ -36,6 +36,7 @@ from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.partition_groups import partition_split_flags
 from amdtop.pipeline.frame import GpuHistory, LinkBandwidth, LogCounts, NodeFrame, RampKnee, TpGroup
 from amdtop.pipeline.owners import device_owners
+from amdtop.pipeline.series import Series
 from amdtop.pipeline.statefiles import load_probe, load_ramp_knees, state_stamp
 from amdtop.procinfo import PROC, numa_balancing_enabled
 from amdtop.rccl.monitor import LogMonitor, LogUpdate
@@ -49,13 +50,14 @@ from amdtop.thresholds import (
     WORKERS_EVERY_S,
 )
 
+_NO_HISTORY = (Series(), Series(), Series())
+"""A GPU's series before its first point (:meth:`Series.then` copies out of an empty window, never into it)."""
+
 
 class WorkerSource(Protocol):
     """Where amdtop's own workers come from: the supervisor (or a test double of it)."""
 
     def status(self) -> list[WorkerStatus]: ...
-
-
 
 
 def _dedupe(flags: Sequence[Flag]) -> tuple[Flag, ...]:
@@ -119,7 +121,7 @@ class NodePipeline:
         self.workers_every_s = workers_every_s
         self.clock = clock
         self._history_points = history_points
-        self._history: dict[int, tuple[deque[float | None], deque[float | None], deque[float | None]]] = {}
+        self._history: dict[int, tuple[Series, Series, Series]] = {}
         self._history_counts: dict[int, int] = {}
         """Points appended per GPU so far (``GpuHistory.points``)."""
         self._refresh = threading.Event()
@@ -200,18 +202,17 @@ class NodePipeline:
         return own + [w for w in found if not known.intersection(w.pids)]
 
     def _record_history(self, snap: NodeSnapshot) -> tuple[GpuHistory, ...]:
+        n = self._history_points
         for sample in snap.gpus:
-            series = self._history.get(sample.index)
-            if series is None:
-                n = self._history_points
-                series = self._history[sample.index] = (deque(maxlen=n), deque(maxlen=n), deque(maxlen=n))
-            util, vram, power = series
-            util.append(sample.util_pct)
-            vram.append(sample.vram_pct)
-            power.append(sample.power_w)
+            util, vram, power = self._history.get(sample.index) or _NO_HISTORY
+            self._history[sample.index] = (
+                util.then(sample.util_pct, n),
+                vram.then(sample.vram_pct, n),
+                power.then(sample.power_w, n),
+            )
             self._history_counts[sample.index] = self._history_counts.get(sample.index, 0) + 1
         return tuple(
-            GpuHistory(index, tuple(u), tuple(v), tuple(p), self._history_counts[index])
+            GpuHistory(index, u, v, p, self._history_counts[index])
             for index, (u, v, p) in sorted(self._history.items())
         )
 
@@ -323,7 +324,9 @@ class NodePipeline:
             snap.topology, physical, self.proc_root, bindings=bindings, balancing=self._numa_balancing(now)
         )
         running = [w for w in workers if w.state is not WorkerState.STOPPED]
-        flags += per_group(tp_placement_flags, snap.topology, [p for p in physical if p.state is not WorkerState.STOPPED])
+        flags += per_group(
+            tp_placement_flags, snap.topology, [p for p in physical if p.state is not WorkerState.STOPPED]
+        )
         flags += partition_split_flags(snap.topology, running)
         snaps = self._remember(snap)
         throttle, health = self._health.judge(snaps)
@@ -377,4 +380,3 @@ class NodePipeline:
         if self.kernel is not None:
             self.kernel.close()
         self.processes.close()
-

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
+from collections.abc import Sequence
 
 from amdtop.pipeline.frame import NodeFrame
 
@@ -44,5 +45,5 @@ class HourHistory:
         return len(self._points)
 
 
-def _last(series: tuple[float | None, ...]) -> float | None:
+def _last(series: Sequence[float | None]) -> float | None:
     return series[-1] if series else None

@@ -39,6 +39,7 @@ from typing import Any
 from amdtop.errors import AmdtopError
 from amdtop.model import NodeSnapshot
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
+from amdtop.pipeline.series import moved_on
 from amdtop.service.api import WIRE_OPS
 
 WIRE_PROTOCOL = "0.4"
@@ -168,7 +169,7 @@ STDLIB_TYPES = frozenset(
     }
 )
 """The only names outside amdtop a message may carry: plain data types."""
-PLAIN_CLASSES = frozenset({("amdtop.rccl.lines", "LogLines")})
+PLAIN_CLASSES = frozenset({("amdtop.rccl.lines", "LogLines"), ("amdtop.pipeline.series", "Series")})
 """amdtop classes that are neither dataclasses, enums nor named tuples and still ride in a frame (their constructor
 only stores what it is given). A frame that grows another such class fails in the tests with a WireError naming it:
 add it here once its ``__init__`` (which a pickle may call) is known to only store its arguments."""
@@ -330,9 +331,9 @@ def apply_history_delta(old: tuple[GpuHistory, ...], delta: HistoryDelta) -> tup
         out.append(
             GpuHistory(
                 index,
-                (*was.util_pct[start:], util),
-                (*was.vram_pct[start:], vram),
-                (*was.power_w[start:], power),
+                moved_on(was.util_pct, util, size),
+                moved_on(was.vram_pct, vram, size),
+                moved_on(was.power_w, power, size),
                 points,
             )
         )

@@ -9,7 +9,6 @@ import math
 import pickle
 import random
 import socket
-from collections import deque
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from amdtop.gpuprocs import GpuProcessTotal, ProcessRow
 from amdtop.model import NodeSnapshot, Topology
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
+from amdtop.pipeline.series import Series
 from amdtop.serve.client import ServeClient
 from amdtop.serve.server import Serve
 from amdtop.serve.viewers import FramePacket, ViewerLink
@@ -35,21 +35,30 @@ from tests.unit.test_serve import _wait, serve  # noqa: F401  (the fixture)
 
 
 class Pipeline:
-    """Histories the way the pipeline keeps them: a deque per GPU and series, snapshotted as tuples each tick."""
+    """Histories the way the pipeline keeps them: three windows per GPU, each moved on by a point a tick."""
 
     def __init__(self, gpus: list[int], keep: int) -> None:
         self.keep = keep
-        self.series: dict[int, tuple[deque[float | None], ...]] = {}
+        self.series: dict[int, tuple[Series, ...]] = {}
         self.set_gpus(gpus)
 
     def set_gpus(self, gpus: list[int]) -> None:
-        self.series = {g: self.series.get(g) or tuple(deque(maxlen=self.keep) for _ in range(3)) for g in gpus}
+        self.series = {g: self.series.get(g) or (Series(), Series(), Series()) for g in gpus}
+
+    def restart(self, gpu: int) -> None:
+        self.series[gpu] = (Series(), Series(), Series())
 
     def tick(self, rng: random.Random) -> tuple[GpuHistory, ...]:
-        for parts in self.series.values():
-            for d in parts:
-                d.append(rng.choice([None, math.nan, round(rng.uniform(0, 700), 1), 0.0]))
-        return tuple(GpuHistory(g, *(tuple(d) for d in parts)) for g, parts in sorted(self.series.items()))
+        for g, parts in self.series.items():
+            self.series[g] = tuple(
+                s.then(rng.choice([None, math.nan, round(rng.uniform(0, 700), 1), 0.0]), self.keep) for s in parts
+            )
+        return tuple(GpuHistory(g, *parts) for g, parts in sorted(self.series.items()))
+
+
+def _plain(history: tuple[GpuHistory, ...]) -> str:
+    """The points as text (NaN points are new objects on a viewer: they compare as text only)."""
+    return repr([(h.index, tuple(h.util_pct), tuple(h.vram_pct), tuple(h.power_w), h.points) for h in history])
 
 
 def test_a_history_moved_on_by_a_point_is_rebuilt_exactly() -> None:
@@ -61,8 +70,7 @@ def test_a_history_moved_on_by_a_point_is_rebuilt_exactly() -> None:
         if step == 20:
             pipe.set_gpus([0, 2])  # a GPU lost: the history is no longer the last one moved on
         if step == 40:
-            for d in pipe.series[2]:
-                d.clear()  # a GPU's series restarted (the pipeline appends to all three at once)
+            pipe.restart(2)  # a GPU's series restarted (the pipeline appends to all three at once)
         new = pipe.tick(rng)
         delta = history_delta(old, new)
         if delta is None:
@@ -70,9 +78,8 @@ def test_a_history_moved_on_by_a_point_is_rebuilt_exactly() -> None:
         else:
             moved += 1
             rebuilt = apply_history_delta(old, delta)
-            # Pickled like the wire does it: NaN points are new objects on the viewer, so compare as text.
-            assert repr(rebuilt) == repr(new)
-            assert pickle.dumps(rebuilt) == pickle.dumps(new)
+            assert _plain(rebuilt) == _plain(new)
+            assert pickle.dumps(rebuilt) == pickle.dumps(new)  # the same points, pickled as the wire does it
         old = new
     # Only the GPU change goes whole; a restarted GPU (one point left) is a delta too, and rebuilt exactly above.
     assert (moved, whole) == (59, 1)
