@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import select
 import shlex
 import statistics
@@ -43,9 +44,24 @@ def main() -> int:
         action="store_true",
         help="also each program's CPU by part: per process (the serve, the UI), its main thread and the rest",
     )
+    ap.add_argument(
+        "--pin",
+        metavar="CPUS",
+        help="comma-separated CPUs: this harness runs on the first, each program (with all it starts) on the next one "
+        "in --run order; where the kernel places each program otherwise moves its CPU by 5-15 %% (session 20)",
+    )
     a = ap.parse_args()
     cols, rows = (int(x) for x in a.size.split("x"))
-    runs = [(label, marker, PtyRun(shlex.split(cmd), cols, rows)) for label, marker, cmd in a.run]
+    cpus: list[int | None] = [None] * (len(a.run) + 1)
+    if a.pin:
+        cpus = [int(c) for c in a.pin.split(",")]
+        if len(cpus) != len(a.run) + 1:
+            raise SystemExit(f"--pin: {len(a.run) + 1} CPUs needed (this harness, then one per --run)")
+        os.sched_setaffinity(0, {cpus[0]})
+    runs = [
+        (label, marker, PtyRun(shlex.split(cmd), cols, rows, cpus[i + 1]))
+        for i, (label, marker, cmd) in enumerate(a.run)
+    ]
     try:
         waiting = {label for label, _, _ in runs}
         deadline = time.monotonic() + 60

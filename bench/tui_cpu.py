@@ -65,14 +65,22 @@ def tree_ticks(root: int) -> int:
 
 
 class PtyRun:
-    def __init__(self, argv: list[str], cols: int, rows: int) -> None:
+    def __init__(self, argv: list[str], cols: int, rows: int, cpu: int | None = None) -> None:
+        """``cpu``: the one CPU the program and everything it starts run on (``None``: wherever the kernel puts them)."""
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         env["TERM"] = "xterm-256color"
         self.start = time.monotonic()
         self.proc = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, close_fds=True
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}),
         )
         os.close(slave)
         self.buf = b""
