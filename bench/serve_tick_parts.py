@@ -64,6 +64,8 @@ def main() -> int:
     links = [ViewerLink(socket.socketpair()[0], i, False) for i in range(a.viewers)]
     parts: dict[str, list[tuple[float, float]]] = {}
     previous = None
+    viewer: Any = None
+    """The viewer's own last frame (decoded, its series moved on from its own): what a delta is read against."""
     try:
         for _ in range(a.ticks):
             frame = _timed(parts, "pipeline tick (poll, status, analysis)", node.pipeline.tick)
@@ -73,7 +75,9 @@ def main() -> int:
             if previous is not None:
                 moved = _timed(parts, "encode delta frame", lambda: packet.after(previous))  # noqa: B023
                 # Session 14: the viewer's side of the same bytes (its reader thread's work per frame).
-                _timed(parts, "viewer: decode delta frame, move on", lambda: _moved_on(moved, previous))  # noqa: B023
+                viewer = _timed(parts, "viewer: decode delta frame, move on", lambda: _moved_on(moved, viewer))  # noqa: B023
+            else:
+                viewer = decode(packet.whole()[4:])["frame"]
             _timed(parts, f"offer to {a.viewers} viewer queues", lambda: [v.offer_frame(packet) for v in links])  # noqa: B023
             previous = frame
     finally:

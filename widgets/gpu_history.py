@@ -13,6 +13,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from amdtop.pipeline.frame import GpuHistory as PipelineHistory
+from amdtop.pipeline.series import newest
 
 SPARK = "▁▂▃▄▅▆▇█"
 KEEP = 600
@@ -119,9 +120,7 @@ class GpuHistory(Widget):
             self._gpus = gpus
             self.refresh(layout=True)
         for h in history:
-            util = h.util_pct[-1] if h.util_pct else None
-            vram = h.vram_pct[-1] if h.vram_pct else None
-            power = h.power_w[-1] if h.power_w else None
+            util, vram, power = newest(h.util_pct), newest(h.vram_pct), newest(h.power_w)
             if power is not None and power > self._power_top:
                 self._power_top = power
                 self._power_top_changed = True

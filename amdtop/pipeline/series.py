@@ -25,17 +25,21 @@ class Series(Sequence[Point]):
     """The last points of one series, oldest first (``None`` where the source gave nothing); compares equal to a
     tuple of the same points. Pickled as its points."""
 
-    __slots__ = ("_points", "_start", "_stop")
+    __slots__ = ("_points", "_start", "_stop", "last")
 
     def __init__(self, points: Iterable[Point] = ()) -> None:
         self._points: list[Point] = list(points)
         self._start = 0
         self._stop = len(self._points)
+        self.last: Point = self._points[-1] if self._points else None
+        """The newest point (``None`` also for an empty series): a plain attribute, read every tick by the serve's
+        hour history, the history pane and the wire, where ``series[-1]`` is a Python call."""
 
     @classmethod
     def _window(cls, points: list[Point], start: int, stop: int) -> Series:
         out = cls.__new__(cls)
         out._points, out._start, out._stop = points, start, stop
+        out.last = points[stop - 1] if stop > start else None
         return out
 
     def then(self, point: Point, keep: int) -> Series:
@@ -94,6 +98,13 @@ class Series(Sequence[Point]):
 
     def __reduce__(self) -> tuple[type[Series], tuple[tuple[Point, ...]]]:
         return Series, (self.points(),)
+
+
+def newest(series: Sequence[Point]) -> Point:
+    """The newest point of ``series`` (``None`` when it has none)."""
+    if type(series) is Series:
+        return series.last
+    return series[-1] if series else None
 
 
 def moved_on(series: Sequence[Point], point: Point, keep: int) -> Series:

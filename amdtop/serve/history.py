@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Sequence
 
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.pipeline.series import newest
 
 HISTORY_S = 3600.0
 """How far back the serve keeps GPU samples."""
@@ -32,7 +32,7 @@ class HourHistory:
         """Append the newest sample of every GPU (a runtime subscriber)."""
         gpus = []
         for h in frame.history:
-            gpus.append((h.index, _last(h.util_pct), _last(h.vram_pct), _last(h.power_w)))
+            gpus.append((h.index, newest(h.util_pct), newest(h.vram_pct), newest(h.power_w)))
         with self._lock:
             self._points.append((frame.snapshot.timestamp, tuple(gpus)))
 
@@ -43,7 +43,3 @@ class HourHistory:
 
     def __len__(self) -> int:
         return len(self._points)
-
-
-def _last(series: Sequence[float | None]) -> float | None:
-    return series[-1] if series else None

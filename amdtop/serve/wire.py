@@ -39,7 +39,7 @@ from typing import Any
 from amdtop.errors import AmdtopError
 from amdtop.model import NodeSnapshot
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
-from amdtop.pipeline.series import moved_on
+from amdtop.pipeline.series import moved_on, newest
 from amdtop.service.api import WIRE_OPS
 
 WIRE_PROTOCOL = "0.4"
@@ -314,7 +314,7 @@ def history_delta(old: tuple[GpuHistory, ...], new: tuple[GpuHistory, ...]) -> H
             for a, b in ((was.util_pct, now.util_pct), (was.vram_pct, now.vram_pct), (was.power_w, now.power_w)):
                 if a[start:] != b[:keep]:
                     return None
-        out.append((now.index, size, now.util_pct[-1], now.vram_pct[-1], now.power_w[-1], now.points))
+        out.append((now.index, size, newest(now.util_pct), newest(now.vram_pct), newest(now.power_w), now.points))
     return tuple(out)
 
 

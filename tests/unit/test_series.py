@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from amdtop.pipeline.series import Series, moved_on
+from amdtop.pipeline.series import Series, moved_on, newest
 from amdtop.serve.wire import decode, encode
 
 
@@ -61,3 +61,11 @@ def test_a_series_crosses_the_wire_as_its_points() -> None:
     back = decode(encode({"type": "x", "s": s})[4:])["s"]
     assert isinstance(back, Series) and back == (None, 2.0)
     assert pickle.loads(pickle.dumps(s)) == s
+
+
+def test_the_newest_point_is_kept_as_an_attribute() -> None:
+    s = Series((1.0, 2.0))
+    assert s.last == 2.0 and newest(s) == 2.0 and Series().last is None and newest(Series()) is None
+    t = s.then(None, 2).then(7.0, 2)
+    assert t.last == 7.0 and s.then(None, 2).last is None
+    assert newest((3.0, 4.0)) == 4.0 and newest(()) is None
