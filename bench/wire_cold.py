@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def main() -> int:
@@ -35,7 +36,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="amdtop-cold-"))
     node = runtime.open(NodeSpec(config=tmp / "none.toml", state_dir=tmp, backend="nvml"), ui=True, kernel=False)
     try:
-        frames = [node.pipeline.tick() for _ in range(330)][300:]  # every series full (300 points)
+        frames = [node.pipeline.tick() for _ in range(300 + 2 + a.cold + 300)][300:]  # every series full (300 points)
     finally:
         node.close()
     tiny = encode({"type": "x", "v": [1.0, 2.0]})
@@ -60,12 +61,31 @@ def main() -> int:
         print(f"{name:44} cold {statistics.median(cold) / 1e3:7.1f} us   hot {statistics.median(hot) / 1e3:6.1f} us")
 
     f = frames
-    deltas = [FramePacket(f[i + 1], f[i]).after(f[i]) for i in range(a.cold)]
-    hist = [history_delta(f[i].history, f[i + 1].history) for i in range(a.cold)]
+    steps = len(f) - 1
+    deltas = [FramePacket(f[i + 1], f[i]).after(f[i]) for i in range(steps)]
+    hist = [history_delta(f[i].history, f[i + 1].history) for i in range(steps)]
+
+    def chain(step: Callable[[Any, int], Any], first: Any) -> Callable[[int], object]:
+        """A viewer's own chain: each call moves its last frame (or history) on by the next delta, as a running
+        viewer does; against the serve's frames instead, every series would be copied (their lists moved on)."""
+        held = [first]
+        calls = [0]
+
+        def call(_i: int) -> object:
+            k = calls[0] % steps
+            if k == 0:
+                held[0] = first
+            held[0] = step(held[0], k)
+            calls[0] += 1
+            return held[0]
+
+        return call
+
+    first = decode(FramePacket(f[0]).whole()[4:])["frame"]
     run("decode a tiny message", lambda i: decode(tiny[4:], None))
-    run("viewer: decode a delta frame", lambda i: decode(deltas[i][4:], f[i]))
+    run("viewer: decode a delta frame", chain(lambda last, k: decode(deltas[k][4:], last)["frame"], first))
     run("serve: history_delta", lambda i: history_delta(f[i].history, f[i + 1].history))
-    run("viewer: apply_history_delta", lambda i: apply_history_delta(f[i].history, hist[i]))  # type: ignore[arg-type]
+    run("viewer: apply_history_delta", chain(lambda last, k: apply_history_delta(last, hist[k]), first.history))  # type: ignore[arg-type]
     run("serve: encode a delta frame (history_delta in)", lambda i: FramePacket(f[i + 1], f[i]).after(f[i]))
     return 0
 
