@@ -9,7 +9,10 @@ Moving a window on by a point appends one point and makes one small object.
 
 A window never changes: points are only appended past the end of every window on its list (:meth:`Series.then`
 appends in place only to the window that ends where the list ends, and copies otherwise), and a list that has grown
-to twice the window is left to the frames that hold it while the next window starts a new one.
+to twice the window is left to the frames that hold it while the next window starts a new one. Windows are read from
+any thread (a slice or an index of a list is one step under the GIL); one list is moved on from one thread only (the
+pipeline's tick, under the runtime's tick lock; a viewer's reading of its socket), as :meth:`Series.then` looks at the
+list's end and then appends.
 """
 
 from __future__ import annotations
