@@ -290,7 +290,7 @@ def history_delta(old: tuple[GpuHistory, ...], new: tuple[GpuHistory, ...]) -> H
     """``new`` as ``old`` moved on by one point per series; ``None`` where it is not (GPUs changed, a series was
     reset): then only the whole history says what ``new`` is.
 
-    The pipeline counts each GPU's points (``GpuHistory.points``): one more than before, with the lengths a deque
+    The pipeline counts each GPU's points (``GpuHistory.points``): one more than before, with the lengths a window
     moved on by one gives, is a point on, told without reading a point. Reading them (two slices per series, each
     point's reference count touched four times) cost the serve 44 us a tick cold on the dev VM for one GPU, 6.9 hot.
     Histories without counts (0) are compared point by point."""
@@ -310,7 +310,8 @@ def history_delta(old: tuple[GpuHistory, ...], new: tuple[GpuHistory, ...]) -> H
                 return None
         else:
             start = held - keep
-            # Equal tuples: the points are the same objects (the pipeline's deque), so a NaN compares equal too.
+            # Equal slices: the points are the same objects (the pipeline's windows share them), so a NaN compares
+            # equal too.
             for a, b in ((was.util_pct, now.util_pct), (was.vram_pct, now.vram_pct), (was.power_w, now.power_w)):
                 if a[start:] != b[:keep]:
                     return None
@@ -380,13 +381,23 @@ def _held_in(was: tuple[Any, ...], now: tuple[Any, ...], kept: tuple[tuple[str, 
     return [(name, i) for name, i in kept if _keeps(was[i], now[i])]
 
 
+class _Shared:
+    """What ``frame`` shares with ``previous``: both objects' field values and which kept parts are the same objects
+    (name and place, in the frame and in its snapshot)."""
+
+    __slots__ = ("frame", "in_frame", "in_snapshot", "snapshot")
+
+    def __init__(self, previous: NodeFrame, frame: NodeFrame) -> None:
+        self.frame = _FRAME_VALUES(frame)
+        self.in_frame = _held_in(_FRAME_VALUES(previous), self.frame, _FRAME_KEPT)
+        self.snapshot = _SNAPSHOT_VALUES(frame.snapshot)
+        self.in_snapshot = _held_in(_SNAPSHOT_VALUES(previous.snapshot), self.snapshot, _SNAPSHOT_KEPT)
+
+
 def kept_parts(previous: NodeFrame, frame: NodeFrame) -> tuple[str, ...]:
     """The parts of :data:`KEPT_PARTS` that ``frame`` shares with ``previous`` (the very same objects)."""
-    found = {
-        name
-        for name, _ in _held_in(_FRAME_VALUES(previous), _FRAME_VALUES(frame), _FRAME_KEPT)
-        + _held_in(_SNAPSHOT_VALUES(previous.snapshot), _SNAPSHOT_VALUES(frame.snapshot), _SNAPSHOT_KEPT)
-    }
+    shared = _Shared(previous, frame)
+    found = {name for name, _ in shared.in_frame + shared.in_snapshot}
     return tuple(p for p in KEPT_PARTS if p in found)
 
 
@@ -418,8 +429,8 @@ class Rebuilt:
     """A frame or a snapshot with :class:`Held` among its field values, as :func:`held_back` gives it: pickled as
     ``cls(*values)``, the very stream the object itself pickles as (:func:`_by_fields`), so the viewer builds the
     frame once, as it loads. The serve used to build it first (``dataclasses.replace`` of the 22-field frame and of
-    its snapshot, and a look at each kept part through ``getattr`` by path): 110 us of a 213 us delta encode, cold,
-    on the dev VM (docs/benchmarks.md, session 20)."""
+    its snapshot, and a look at each kept part through ``getattr`` by path): with that gone, a delta encode went
+    274 -> 161 us cold on the dev VM (``bench/wire_cold.py``; docs/benchmarks.md, session 20)."""
 
     __slots__ = ("cls", "values")
 
@@ -434,22 +445,18 @@ _REDUCERS[Rebuilt] = lambda built: (built.cls, built.values)
 def held_back(previous: NodeFrame, frame: NodeFrame, delta: HistoryDelta | None) -> NodeFrame | Rebuilt:
     """``frame`` as it goes to a viewer that holds ``previous``: :class:`Held` in place of the kept parts, and of
     the history when ``delta`` moves the last one on to it (for :func:`encode` only)."""
-    now = _FRAME_VALUES(frame)
-    held: list[tuple[int, object]] = [
-        (i, Held(name)) for name, i in _held_in(_FRAME_VALUES(previous), now, _FRAME_KEPT)
-    ]
-    snapshot = _SNAPSHOT_VALUES(frame.snapshot)
-    in_snapshot = _held_in(_SNAPSHOT_VALUES(previous.snapshot), snapshot, _SNAPSHOT_KEPT)
-    if in_snapshot:
-        values = list(snapshot)
-        for name, i in in_snapshot:
+    shared = _Shared(previous, frame)
+    held: list[tuple[int, object]] = [(i, Held(name)) for name, i in shared.in_frame]
+    if shared.in_snapshot:
+        values = list(shared.snapshot)
+        for name, i in shared.in_snapshot:
             values[i] = Held(name)
         held.append((_FRAME_AT["snapshot"], Rebuilt(NodeSnapshot, tuple(values))))
     if delta is not None and frame.history:
         held.append((_FRAME_AT["history"], Held(("history", delta))))
     if not held:
         return frame
-    values = list(now)
+    values = list(shared.frame)
     for i, value in held:
         values[i] = value
     return Rebuilt(NodeFrame, tuple(values))
