@@ -59,16 +59,25 @@ def run_amdtop(args: list[str], state: Path, timeout: float) -> tuple[dict[str, 
     return (doc, "") if isinstance(doc, dict) else (None, f"amdtop {args[0]} printed {type(doc).__name__}, not a dict")
 
 
+def flag_kinds(doc: dict[str, Any] | None) -> str:
+    """The flags a document raised instead of incidents (``gpu_fault x2, nccl_error``): a miss says what was seen."""
+    kinds = Counter(str(f.get("kind")) for f in (doc or {}).get("flags") or [] if isinstance(f, dict))
+    return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(kinds.items()))
+
+
 def read(entry: Entry, state: Path, timeout: float) -> tuple[list[dict[str, Any]], str, str]:
-    """The incidents the reader gives for one log, the path that gave them (``logs`` / ``kernel-log``) and an error."""
+    """The incidents the reader gives for one log, the path that gave them (``logs`` / ``kernel-log``), and what a
+    miss with no incident should say (the run's error, or the flags it raised instead)."""
     doc, err = run_amdtop(["logs", "parse", str(entry.log), "--json"], state, timeout)
     incidents = list(doc.get("incidents") or []) if doc else []
+    seen = err or (f"flags only: {flag_kinds(doc)}" if flag_kinds(doc) else "")
     if incidents or entry.input != "kernel":
-        return incidents, "logs", err
+        return incidents, "logs", seen
     kdoc, kerr = run_amdtop(["snapshot", "--json", "--backend", "none", "--kernel-log", str(entry.log)], state, timeout)
     if kdoc is None:
         return [], "logs", "; ".join(x for x in (err, kerr) if x)
-    return list(kdoc.get("incidents") or []), "kernel-log", err
+    kseen = f"flags only: {flag_kinds(kdoc)}" if flag_kinds(kdoc) else ""
+    return list(kdoc.get("incidents") or []), "kernel-log", kseen
 
 
 def text_of(incident: dict[str, Any]) -> str:
@@ -110,7 +119,7 @@ def judge(entry: Entry, incidents: list[dict[str, Any]], error: str) -> tuple[bo
     verdict = entry.verdict
     banned = [i.get("kind") for i in incidents if i.get("kind") in verdict.get("no_incident_kinds", [])]
     if not incidents:
-        return False, error or "no incident"
+        return False, "no incident" + (f" ({error})" if error else "")
     scored = sorted(((mismatches(i, verdict), n) for n, i in enumerate(incidents)), key=lambda t: (len(t[0]), t[1]))
     best, n = scored[0]
     if not best and not banned:
