@@ -1,0 +1,50 @@
+"""The matcher: which catalog entry a line is, and the fields it names.
+
+One literal pre-filter (every entry's anchor in one alternation, searched in C) keeps lines no entry can match away
+from the regexes; a line that passes is tried entry by entry in catalog order, the first match wins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from amdtop.logread.catalog import Catalog, Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A line that is a catalog entry."""
+
+    entry: Entry
+    fields: tuple[tuple[str, str], ...]
+    """The named groups that matched (``peer``, ``node``, ``address``...), in pattern order."""
+
+    def field(self, name: str) -> str | None:
+        """The value of field ``name``, ``None`` where the line did not give it."""
+        for k, v in self.fields:
+            if k == name:
+                return v
+        return None
+
+
+class Matcher:
+    """Match message texts (prefixes already stripped) against a catalog."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.entries = catalog.entries
+        anchors = sorted({e.anchor for e in self.entries if e.anchor}, key=len, reverse=True)
+        self._always = any(e.anchor is None for e in self.entries)
+        self._pre = re.compile("|".join(re.escape(a) for a in anchors)) if anchors else None
+
+    def match(self, text: str) -> Match | None:
+        """The first entry whose pattern is found in ``text``, with its fields; ``None`` for an unknown line."""
+        if not self._always and (self._pre is None or self._pre.search(text) is None):
+            return None
+        for e in self.entries:
+            if e.anchor is not None and e.anchor not in text:
+                continue
+            m = e.pattern.search(text)
+            if m:
+                return Match(e, tuple((k, v) for k, v in m.groupdict().items() if v is not None))
+        return None
