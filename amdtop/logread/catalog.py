@@ -17,9 +17,10 @@ from typing import Any
 
 from amdtop.errors import InputError
 
-FAMILIES = ("pytorch", "nccl", "runtime", "serving", "ray", "amdgpu", "nvidia")
-"""Catalog files in the order their entries are tried: a line is claimed by the first entry that matches it (PyTorch
-quotes NCCL's error strings inside its own lines, so its entries come first)."""
+FAMILIES = ("nccl", "runtime", "pytorch", "serving", "ray", "amdgpu", "nvidia")
+"""Catalog files in the order their entries are tried: a line is claimed by the first entry that matches it. PyTorch,
+vLLM and Ray quote NCCL's and the runtimes' error strings inside their own lines (``watchdog thread terminated with
+exception: CUDA error: ...``), so the quoted emitter's entry, which names the cause, comes first."""
 CLASSES = ("cause", "consequence", "noise")
 SCOPES = ("rank", "device", "host", "peer", "nic_port", "process", "node")
 SEVERITIES = ("error", "warning", "info")
@@ -149,6 +150,10 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
     anchor = raw.get("anchor")
     if anchor is not None and not isinstance(anchor, str):
         raise _fail(where, "anchor", "must be a string")
+    if anchor is None:
+        anchor = derive_anchor(raw["pattern"])
+    elif not anchor:
+        anchor = None  # ``anchor = ""``: no literal every match holds (an alternation): always try the regex
     title = raw.get("title") or raw["meaning"].split(":")[0].split(".")[0]
     return Entry(
         id=raw["id"],
@@ -163,7 +168,7 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
         fix=raw["fix"],
         title=str(title),
         severity=severity,
-        anchor=anchor if anchor is not None else derive_anchor(raw["pattern"]),
+        anchor=anchor,
         examples=tuple(examples),
     )
 

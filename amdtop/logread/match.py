@@ -21,9 +21,10 @@ class Match:
     """The named groups that matched (``peer``, ``node``, ``address``...), in pattern order."""
 
     def field(self, name: str) -> str | None:
-        """The value of field ``name``, ``None`` where the line did not give it."""
+        """The value of field ``name``, ``None`` where the line did not give it. A pattern whose alternatives name
+        the same field twice spells the later ones ``name2``, ``name3`` (a regex may not repeat a group name)."""
         for k, v in self.fields:
-            if k == name:
+            if k == name or (k.startswith(name) and k[len(name) :].isdigit()):
                 return v
         return None
 
