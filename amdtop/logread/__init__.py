@@ -16,7 +16,7 @@ The small API (for the kernel families and every caller)::
     reader = Reader()                      # every family of the shipped catalog
     for n, line in enumerate(lines, 1):
         reader.feed(line, "dmesg", n)
-    incidents = [i for _where, i in build(reader.sightings())]
+    incidents = [b.incident for b in build(reader.sightings())]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 from amdtop.incidents.model import Incident
-from amdtop.logread.build import DEPTH, WINDOW_S, build
+from amdtop.logread.build import DEPTH, WINDOW_S, Built, build, merge
 from amdtop.logread.catalog import FAMILIES, Catalog, Entry, load_catalog, parse_family
 from amdtop.logread.match import Match, Matcher
 from amdtop.logread.prefix import Head, read_head
@@ -35,6 +35,7 @@ __all__ = [
     "FAMILIES",
     "MAX_SIGHTINGS",
     "WINDOW_S",
+    "Built",
     "Catalog",
     "Entry",
     "Head",
@@ -44,6 +45,7 @@ __all__ = [
     "Sighting",
     "build",
     "load_catalog",
+    "merge",
     "parse_family",
     "read_head",
     "read_lines",
@@ -56,4 +58,4 @@ def read_lines(
     """Every incident the catalog finds in ``lines`` (one source), in the order they began."""
     reader = Reader()
     reader.feed_lines(lines, file)
-    return tuple(i for _s, i in build(reader.sightings(), owned_elsewhere))
+    return tuple(b.incident for b in build(reader.sightings(), owned_elsewhere))

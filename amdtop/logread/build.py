@@ -12,7 +12,7 @@ join it; the scope comes from the lines that name it, and a verdict says only wh
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
 from amdtop.logread.reader import Sighting
@@ -139,7 +139,7 @@ def _scope(causes: Sequence[Sighting]) -> dict[str, tuple[str, ...] | tuple[int,
     """Every scope value the cause lines name (only what a line says)."""
     ranks = _ints([s.head.rank for s in causes] + [s.match.field("rank") for s in causes])
     devices = _ints([s.head.dev for s in causes] + [s.match.field(k) for s in causes for k in ("dev", "device")])
-    hosts = tuple(sorted({h for s in causes for h in (s.head.host, s.match.field("host")) if h}))
+    hosts = tuple(sorted({h for s in causes if (h := s.match.field("host") or s.head.host)}))
     nodes = tuple(sorted({v for s in causes if (v := s.match.field("node")) is not None}))
     peers = tuple(sorted({v for s in causes if (v := s.match.field("peer")) is not None}))
     ports = tuple(
@@ -155,13 +155,7 @@ def _scope(causes: Sequence[Sighting]) -> dict[str, tuple[str, ...] | tuple[int,
     addresses = tuple(sorted({v for s in causes if (v := s.match.field("address")) is not None}))
     errors = tuple(dict.fromkeys(v for s in causes if (v := s.match.field("error")) is not None))
     what = tuple(dict.fromkeys(v for s in causes if (v := s.match.field("what")) is not None))
-    procs = tuple(
-        dict.fromkeys(
-            f"{s.head.actor or 'pid'}{'' if s.head.pid is None else f' pid={s.head.pid}'}"
-            for s in causes
-            if s.head.actor or (s.head.pid is not None and s.head.dev is None)
-        )
-    )
+    procs = tuple(dict.fromkeys(p for s in causes if (p := _process(s))))
     return {
         "ranks": ranks,
         "devices": devices,
@@ -174,6 +168,21 @@ def _scope(causes: Sequence[Sighting]) -> dict[str, tuple[str, ...] | tuple[int,
         "what": what,
         "processes": procs,
     }
+
+
+def _process(s: Sighting) -> str | None:
+    """The process a line names: the one its fields name (Ray's ``Worker PID: N`` of a dead worker), else the one
+    that printed it (a Ray/vLLM prefix), never a monitor named as the dead one."""
+    pid = s.match.field("pid")
+    if pid is not None:
+        return f"pid {pid}"
+    if s.head.actor in ("raylet", "gcs_server", "monitor", "autoscaler"):
+        return None  # Ray's daemons report other processes' deaths
+    if s.head.actor:
+        return s.head.actor + ("" if s.head.pid is None else f" pid={s.head.pid}")
+    if s.head.pid is not None and s.head.dev is None:
+        return f"pid {s.head.pid}"
+    return None
 
 
 def _plural(n: int, word: str) -> str:
@@ -257,6 +266,61 @@ def incident(d: Draft) -> Incident:
     )
 
 
-def build(sightings: Sequence[Sighting], owned_elsewhere: Collection[str] = ()) -> list[tuple[Sighting, Incident]]:
-    """Every incident the sightings tell, each with the sighting that opened it (its place in the log)."""
-    return [(d.root, incident(d)) for d in drafts(sightings, owned_elsewhere)]
+@dataclass(frozen=True, slots=True)
+class Built:
+    """An incident with where it began and what joined it."""
+
+    incident: Incident
+    where: tuple[str, int]
+    """File and line of the line that opened it."""
+    joined: frozenset[str]
+    """Kinds of the lines that joined it as consequences."""
+
+
+def build(sightings: Sequence[Sighting], owned_elsewhere: Collection[str] = ()) -> list[Built]:
+    """Every incident the sightings tell, in the order they began."""
+    return [
+        Built(incident(d), (d.root.file, d.root.line), frozenset(s.entry.kind for s in d.consequences))
+        for d in drafts(sightings, owned_elsewhere)
+    ]
+
+
+def merge(built: Sequence[Built], external: Sequence[tuple[tuple[str, int], Incident]]) -> tuple[Incident, ...]:
+    """The catalog's incidents together with those another reader built with its own analysis (the watchdog's
+    SeqNums, NET/IB statuses, crashes), in the order they began.
+
+    An external incident whose lines joined a catalog incident further upstream is a consequence: it is folded into
+    that incident (named in its summary and ``detail.consequence_incidents``), not reported as a second verdict. A
+    catalog incident of the same kind as an external one over the same lines is the external one's duplicate."""
+    kept: list[tuple[tuple[str, int], Incident]] = []
+    folded: dict[int, list[Incident]] = {}
+    for where, ext in external:
+        host = next(
+            (
+                n
+                for n, b in enumerate(built)
+                if ext.kind in b.joined and depth(b.incident.kind) < depth(ext.kind) and b.where <= where
+            ),
+            None,
+        )
+        if host is None:
+            host = next((n for n, b in enumerate(built) if ext.kind in b.joined and depth(b.incident.kind) < depth(ext.kind)), None)
+        if host is not None:
+            folded.setdefault(host, []).append(ext)
+        else:
+            kept.append((where, ext))
+    ext_evidence = {line for _w, e in kept for line in e.evidence}
+    for n, b in enumerate(built):
+        inc = b.incident
+        if any(e.kind == inc.kind for _w, e in kept) and ext_evidence.intersection(inc.evidence):
+            continue  # the same lines, read with more analysis by the other reader
+        more = folded.get(n)
+        if more:
+            inc = replace(
+                inc,
+                summary=inc.summary + "; consequences: " + "; ".join(m.summary for m in more[:3]),
+                detail=(*inc.detail, ("consequence_incidents", tuple(m.summary for m in more))),
+            )
+        kept.append((b.where, inc))
+    kept.sort(key=lambda pair: pair[0])
+    return tuple(i for _w, i in kept)

@@ -54,8 +54,9 @@ class Entry:
     title: str
     """A short name of what happened (``HIP memory access fault``): the head of an incident's summary."""
     severity: str = "error"
-    anchor: str | None = None
-    """A literal every matching line holds: a cheap ``in`` test before the regex (``None``: always try the regex)."""
+    anchors: tuple[str, ...] | None = None
+    """Literals of which every matching line holds one: a cheap ``in`` test before the regex (``None``: always try
+    the regex). Given as ``anchor`` in the entry, else derived from the pattern (:func:`derive_anchors`)."""
     examples: tuple[str, ...] = ()
     """Lines the pattern must match (built from the format string or quoted from a capture): checked by the tests."""
 
@@ -64,9 +65,58 @@ def _fail(where: str, field: str, why: str) -> InputError:
     return InputError(f"{where}: field {field!r} {why}; fix the catalog entry")
 
 
-def derive_anchor(pattern: str) -> str | None:
-    """The longest literal run every match of ``pattern`` must contain, or ``None`` where that is not plain to see
-    (a top-level alternation). Good enough to skip the regex on lines that cannot match; never used to accept one."""
+def _split_top(pattern: str) -> list[str]:
+    """``pattern`` cut at its top-level ``|`` (not inside a group or a class)."""
+    out, depth, start, i = [], 0, 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            j = i + 1
+            while j < len(pattern) and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    out.append(pattern[start:])
+    return out
+
+
+def _group_end(pattern: str, i: int) -> int:
+    """Index of the ``)`` closing the group opened at ``pattern[i]``."""
+    depth = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            j = i + 1
+            while j < len(pattern) and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _longest_run(pattern: str) -> str:
+    """The longest literal run outside groups and classes that every match holds."""
     depth = 0
     runs: list[str] = []
     cur: list[str] = []
@@ -92,12 +142,7 @@ def derive_anchor(pattern: str) -> str | None:
                 i = j + 1 if j > 0 else i + 1
                 continue
         elif c == "+":
-            runs.append("".join(cur))  # the char before it is present at least once: keep it, cut after
-            cur = []
-        elif c == "|":
-            if depth == 0:
-                return None
-            runs.append("".join(cur))
+            runs.append("".join(cur))  # the char before it is there at least once: keep it, cut after
             cur = []
         elif c == "(":
             runs.append("".join(cur))
@@ -107,7 +152,7 @@ def derive_anchor(pattern: str) -> str | None:
             runs.append("".join(cur))
             cur = []
             depth -= 1
-        elif c in "[":
+        elif c == "[":
             runs.append("".join(cur))
             cur = []
             j = i + 1
@@ -122,8 +167,43 @@ def derive_anchor(pattern: str) -> str | None:
             cur.append(c)
         i += 1
     runs.append("".join(cur))
-    best = max(runs, key=len)
-    return best if len(best) >= 4 else None
+    return max(runs, key=len)
+
+
+def derive_anchors(pattern: str) -> tuple[str, ...] | None:
+    """Literals of which every match of ``pattern`` holds at least one (one per top-level alternative, or of the
+    group the pattern opens with), or ``None`` where that is not plain to see. Used only to skip the regex on lines
+    that cannot match, never to accept one."""
+    alternatives = _split_top(pattern)
+    if len(alternatives) > 1:
+        out: list[str] = []
+        for alt in alternatives:
+            got = derive_anchors(alt)
+            if got is None:
+                return None
+            out += got
+        return tuple(dict.fromkeys(out))
+    best = _longest_run(pattern)
+    if len(best) >= 4:
+        return (best,)
+    if pattern.startswith("("):
+        end = _group_end(pattern, 0)
+        if end > 0 and pattern[end + 1 : end + 2] not in ("?", "*", "{"):
+            inner = pattern[1:end]
+            if inner.startswith("?:"):
+                inner = inner[2:]
+            elif inner.startswith("?P<"):
+                inner = inner[inner.index(">") + 1 :]
+            elif inner.startswith("?"):
+                return None
+            return derive_anchors(inner)
+    return None
+
+
+def derive_anchor(pattern: str) -> str | None:
+    """The one literal every match holds (see :func:`derive_anchors`), ``None`` where there is not one."""
+    got = derive_anchors(pattern)
+    return got[0] if got is not None and len(got) == 1 else None
 
 
 def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
@@ -150,10 +230,7 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
     anchor = raw.get("anchor")
     if anchor is not None and not isinstance(anchor, str):
         raise _fail(where, "anchor", "must be a string")
-    if anchor is None:
-        anchor = derive_anchor(raw["pattern"])
-    elif not anchor:
-        anchor = None  # ``anchor = ""``: no literal every match holds (an alternation): always try the regex
+    anchors = (anchor,) if anchor else derive_anchors(raw["pattern"])
     title = raw.get("title") or raw["meaning"].split(":")[0].split(".")[0]
     return Entry(
         id=raw["id"],
@@ -168,7 +245,7 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
         fix=raw["fix"],
         title=str(title),
         severity=severity,
-        anchor=anchor,
+        anchors=anchors,
         examples=tuple(examples),
     )
 

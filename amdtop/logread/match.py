@@ -34,16 +34,20 @@ class Matcher:
 
     def __init__(self, catalog: Catalog) -> None:
         self.entries = catalog.entries
-        anchors = sorted({e.anchor for e in self.entries if e.anchor}, key=len, reverse=True)
-        self._always = any(e.anchor is None for e in self.entries)
+        anchors = sorted({a for e in self.entries for a in e.anchors or ()}, key=len, reverse=True)
+        self._always = any(e.anchors is None for e in self.entries)
         self._pre = re.compile("|".join(re.escape(a) for a in anchors)) if anchors else None
+
+    def may_match(self, line: str) -> bool:
+        """False only where no entry can match ``line`` (or any text inside it): one C search, no regex per entry."""
+        return self._always or (self._pre is not None and self._pre.search(line) is not None)
 
     def match(self, text: str) -> Match | None:
         """The first entry whose pattern is found in ``text``, with its fields; ``None`` for an unknown line."""
-        if not self._always and (self._pre is None or self._pre.search(text) is None):
+        if not self.may_match(text):
             return None
         for e in self.entries:
-            if e.anchor is not None and e.anchor not in text:
+            if e.anchors is not None and not any(a in text for a in e.anchors):
                 continue
             m = e.pattern.search(text)
             if m:

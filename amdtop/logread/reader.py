@@ -65,8 +65,8 @@ class Reader:
 
     def feed(self, line: str, file: str = "<memory>", lineno: int = 0) -> Sighting | None:
         """Read one line; returns its sighting where it is a catalog entry (noise included)."""
-        if len(line) > MAX_LINE:
-            return None
+        if len(line) > MAX_LINE or not self.matcher.may_match(line):
+            return None  # the message sits inside the line: no anchor in the line, no entry in the message
         head = read_head(line)
         m = self.matcher.match(head.text)
         if m is None:
