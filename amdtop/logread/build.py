@@ -291,7 +291,7 @@ def merge(built: Sequence[Built], external: Sequence[tuple[tuple[str, int], Inci
 
     An external incident whose lines joined a catalog incident further upstream is a consequence: it is folded into
     that incident (named in its summary and ``detail.consequence_incidents``), not reported as a second verdict. A
-    catalog incident of the same kind as an external one over the same lines is the external one's duplicate."""
+    catalog incident of a kind the other reader built is its duplicate (the other reader's analysis is kept)."""
     kept: list[tuple[tuple[str, int], Incident]] = []
     folded: dict[int, list[Incident]] = {}
     for where, ext in external:
@@ -309,11 +309,11 @@ def merge(built: Sequence[Built], external: Sequence[tuple[tuple[str, int], Inci
             folded.setdefault(host, []).append(ext)
         else:
             kept.append((where, ext))
-    ext_evidence = {line for _w, e in kept for line in e.evidence}
+    ext_kinds = {e.kind for _w, e in external}
     for n, b in enumerate(built):
         inc = b.incident
-        if any(e.kind == inc.kind for _w, e in kept) and ext_evidence.intersection(inc.evidence):
-            continue  # the same lines, read with more analysis by the other reader
+        if inc.kind in ext_kinds:
+            continue  # the same kind of lines, read with more analysis by the other reader
         more = folded.get(n)
         if more:
             inc = replace(

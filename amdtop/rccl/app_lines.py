@@ -89,6 +89,9 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
     if "Watchdog caught" in s:
         m = g.WATCHDOG.search(s)
         if m:
+            s = _own_record(s, m.start())
+            m = g.WATCHDOG.search(s)
+        if m:
             seq, op, _ni, _no, tmo, ran = m.groups()
             extra: tuple[tuple[str, object], ...] = (
                 ("seq", int(seq)),
@@ -99,8 +102,15 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
             )
             p.errors.append((p.seq(lineno), Message(file, lineno, s, "watchdog_timeout", _torch_rank(s), extra)))
             return
-    if "last completed NCCL work" in s and facts.torch_progress(p, s, _torch_rank(s), file, lineno):
-        return
+    if "last completed NCCL work" in s:
+        m = g.TORCH_PROGRESS.search(s)
+        if m:
+            s = _own_record(s, m.start())
+        if facts.torch_progress(p, s, _torch_rank(s), file, lineno):
+            return
+    if "didn't" in s or "lagging ranks" in s:
+        if facts.desync_laggards(p, s, file, lineno):
+            return
     if "NCCL Error" in s:
         m = g.NCCL_ERROR.search(s)
         if m:
@@ -137,6 +147,16 @@ def _vllm_nccl(p: LogParser, s: str) -> bool:
 def _is_app_log(s: str) -> bool:
     # vLLM / Python logging lines (``INFO 07-20 17:27:20 file.py:63] ...``): known, not NCCL
     return s.startswith(_APP_LEVELS) and s[s.find(" ") + 1 : s.find(" ") + 3].isdigit()
+
+
+def _own_record(s: str, at: int) -> str:
+    """The record of ``s`` the match at ``at`` belongs to: from the last c10d record start before it. Where two
+    processes wrote into one line, the first one's head must not lend its rank to the second one's SeqNum."""
+    start = 0
+    for m in g.TORCH_RECORD.finditer(s, 0, at):
+        if m.start() > start and not (s[m.start() - 1 : m.start()] == ":" or s[m.start() - 2 : m.start()] == "] "):
+            start = m.start()  # a record start not glued to the one before it (``[rank1]:[E..] [Rank 1]``)
+    return s[start:] if start else s
 
 
 def _torch_rank(s: str) -> int | None:

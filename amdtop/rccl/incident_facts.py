@@ -48,6 +48,31 @@ def torch_progress(p: LogParser, s: str, rank: int | None, file: str, lineno: in
     return True
 
 
+def desync_laggards(p: LogParser, s: str, file: str, lineno: int) -> bool:
+    """A line of PyTorch's desync report naming the lagging ranks (the laggard, in the report's own words)."""
+    m = g.DESYNC_LAGGARDS.search(s.strip())
+    if m is None:
+        return False
+    text = m.group("ranks") or m.group("never") or ""
+    ranks: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            top = int(hi) if hi else int(lo)
+            if top - int(lo) > 4096:
+                return False  # a range no job has: not a report line
+            ranks += range(int(lo), top + 1)
+    if not ranks:
+        return False
+    how = "never joined a collective" if m.group("never") else (
+        f"joined but did not finish collective #{m.group('seq')}"
+        if m.group("seq")
+        else f"did not join collective #{m.group('next')}"
+    )
+    p.facts.append(Message(file, lineno, s.strip(), "desync_laggards", None, (("ranks", tuple(ranks)), ("how", how))))
+    return True
+
+
 def ib_completion(
     p: LogParser, text: str, host: str | None, pid: int | None, dev: int | None, file: str, lineno: int
 ) -> None:

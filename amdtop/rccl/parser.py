@@ -155,7 +155,7 @@ class LogParser(CommLines):
             warning_groups=group_warnings(warnings),
             nics=self.nic_lines.report(),
             incidents=merge(
-                build(self.catalog.sightings(), OWNED_BY_RCCL),
+                build(self.catalog.sightings()),
                 build_incidents_at(self.facts, final, warnings, comms, self.crash_after, self.recent),
             ),
         )
@@ -303,9 +303,6 @@ class LogParser(CommLines):
 
 
 _QUIET_APP = ("INFO ", "DEBUG ", "INFO:")
-OWNED_BY_RCCL = frozenset({"collective_timeout", "net_completion_error"})
-"""Kinds :mod:`amdtop.rccl.incidents` builds with its own analysis (SeqNums by process group, ibv_wc statuses): the
-catalog's lines of these kinds open nothing but join an incident a first cause opened."""
 
 
 def parse_lines(lines: Iterable[str], file: str = "<memory>") -> LogReport:
