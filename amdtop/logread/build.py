@@ -11,7 +11,7 @@ join it; the scope comes from the lines that name it, and a verdict says only wh
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
@@ -135,9 +135,17 @@ def _range_text(values: Sequence[int]) -> str:
     return ",".join(str(v) for v in values)
 
 
-def _scope(causes: Sequence[Sighting]) -> dict[str, tuple[str, ...] | tuple[int, ...]]:
-    """Every scope value the cause lines name (only what a line says)."""
-    ranks = _ints([s.head.rank for s in causes] + [s.match.field("rank") for s in causes])
+RankOf = Callable[[str | None, int | None, int | None], int | None]
+"""``(host, pid, local device) -> rank`` where the process's own communicator lines named it, else ``None``."""
+
+
+def _scope(causes: Sequence[Sighting], rank_of: RankOf | None = None) -> dict[str, tuple[str, ...] | tuple[int, ...]]:
+    """Every scope value the cause lines name (only what a line says; a rank from an NCCL head only where that
+    process's communicator lines named it, never the device index)."""
+    values: list[str | int | None] = [s.head.rank for s in causes]
+    values += [s.match.field("rank") for s in causes]
+    values += [rank_of(s.head.host, s.head.pid, s.head.dev) for s in causes if rank_of and s.head.dev is not None]
+    ranks = _ints(values)
     devices = _ints([s.head.dev for s in causes] + [s.match.field(k) for s in causes for k in ("dev", "device")])
     hosts = tuple(sorted({h for s in causes if (h := s.match.field("host") or s.head.host)}))
     nodes = tuple(sorted({v for s in causes if (v := s.match.field("node")) is not None}))
@@ -216,11 +224,11 @@ def _where(sc: dict[str, tuple[str, ...] | tuple[int, ...]]) -> str:
     return "; ".join(parts)
 
 
-def incident(d: Draft) -> Incident:
+def incident(d: Draft, rank_of: RankOf | None = None) -> Incident:
     """The verdict over one draft."""
     root = d.root.entry
     causes = d.causes or [d.root]
-    sc = _scope(causes)
+    sc = _scope(causes, rank_of)
     n_lines = sum(s.count for s in causes)
     summary = root.title
     where = _where(sc)
@@ -277,10 +285,13 @@ class Built:
     """Kinds of the lines that joined it as consequences."""
 
 
-def build(sightings: Sequence[Sighting], owned_elsewhere: Collection[str] = ()) -> list[Built]:
-    """Every incident the sightings tell, in the order they began."""
+def build(
+    sightings: Sequence[Sighting], owned_elsewhere: Collection[str] = (), rank_of: RankOf | None = None
+) -> list[Built]:
+    """Every incident the sightings tell, in the order they began; ``rank_of`` names the rank of an NCCL line's
+    process where its communicator lines did."""
     return [
-        Built(incident(d), (d.root.file, d.root.line), frozenset(s.entry.kind for s in d.consequences))
+        Built(incident(d, rank_of), (d.root.file, d.root.line), frozenset(s.entry.kind for s in d.consequences))
         for d in drafts(sightings, owned_elsewhere)
     ]
 

@@ -214,7 +214,7 @@ def _timeout(
     silent: tuple[int, ...] = ()
     if silent_n and nranks <= MAX_NAMED_SILENT:
         silent = tuple(r for r in range(nranks) if r not in seqs)
-    lagging = sorted({r for d in desync for r in (_get(d, "ranks") or ())})  # type: ignore[union-attr]
+    lagging = sorted({r for d in desync if isinstance(got := _get(d, "ranks"), tuple) for r in got})
     low = min(done.values(), default=None)
     high = max(done.values(), default=None)
     if lagging:

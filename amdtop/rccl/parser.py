@@ -155,7 +155,7 @@ class LogParser(CommLines):
             warning_groups=group_warnings(warnings),
             nics=self.nic_lines.report(),
             incidents=merge(
-                build(self.catalog.sightings()),
+                build(self.catalog.sightings(), rank_of=self.named_rank),
                 build_incidents_at(self.facts, final, warnings, comms, self.crash_after, self.recent),
             ),
         )
