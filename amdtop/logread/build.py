@@ -164,7 +164,9 @@ def _scope(causes: Sequence[Sighting], rank_of: RankOf | None = None) -> dict[st
     errors = tuple(dict.fromkeys(v for s in causes if (v := s.match.field("error")) is not None))
     what = tuple(dict.fromkeys(v for s in causes if (v := s.match.field("what")) is not None))
     procs = tuple(dict.fromkeys(p for s in causes if (p := _process(s))))
+    from_ranks = _ints([s.match.field("from_rank") for s in causes])
     return {
+        "from_ranks": from_ranks,
         "ranks": ranks,
         "devices": devices,
         "hosts": hosts,
@@ -217,8 +219,12 @@ def _where(sc: dict[str, tuple[str, ...] | tuple[int, ...]]) -> str:
         parts.append(
             f"local device{'s' if len(sc['devices']) > 1 else ''} {_range_text([int(d) for d in sc['devices']])}"
         )
+    if sc["from_ranks"]:
+        parts.append(f"timeout signalled by rank {', '.join(map(str, sc['from_ranks']))}")
     if sc["hosts"]:
-        parts.append(f"on {', '.join(map(str, sc['hosts'][:4]))}")
+        hosts = [str(h) for h in sc["hosts"]]
+        more = f" (+{len(hosts) - 8} more)" if len(hosts) > 8 else ""
+        parts.append(f"on {', '.join(hosts[:8])}{more}")
     if sc["processes"] and not ranks:
         parts.append(f"in {', '.join(map(str, sc['processes'][:3]))}")
     return "; ".join(parts)
@@ -258,8 +264,9 @@ def incident(d: Draft, rank_of: RankOf | None = None) -> Incident:
             detail.append((key, sc[key]))
     if d.consequences:
         detail.append(("consequences", tuple(dict.fromkeys(s.entry.id for s in d.consequences))))
-        if cons_scope and cons_scope["peers"]:
-            detail.append(("consequence_peers", cons_scope["peers"]))
+        for key in ("peers", "hosts", "nic_ports", "from_ranks"):
+            if cons_scope and cons_scope[key]:
+                detail.append((f"consequence_{key}", cons_scope[key]))
     return Incident(
         kind=d.kind,
         summary=summary,

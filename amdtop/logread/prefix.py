@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass
 
 _NCCL = re.compile(
-    r"(?:^|[\s)\]>])(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ )?"
+    r"(?:^|[\s)\]>])(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+ )?"
     r"NCCL (?:INFO|WARN|TRACE|ERROR) "
 )
 """``host:pid:tid [dev] NCCL WARN``; with NCCL_DEBUG_FILE-less WARNs of NCCL 2.x and plugins, ``file.cc:66`` or
 ``func:line`` sits between the device and ``NCCL`` (``ncclDebugLog``'s ``"%s:%d:%d [%d] %s:%d NCCL WARN "``)."""
 _NCCL_SHORT = re.compile(
-    r"(?:^|[\s)\]>])(?P<host>[^\s:\[\]()]+) \[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?:INFO|WARN|TRACE|ERROR) "
+    r"(?:^|[\s)\]>])(?P<host>[^\s:\[\]()]+) \[(?P<dev>\d+)\] (?:\S+ )?NCCL (?:INFO|WARN|TRACE|ERROR) "
 )
 _RAY = re.compile(
     r"^\((?:(?P<actor>[^()=,]+?)\s+)?pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[^)\s,]+))?[^)]*\)\s*"
