@@ -11,6 +11,7 @@ join it; the scope comes from the lines that name it, and a verdict says only wh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -135,6 +136,16 @@ def _range_text(values: Sequence[int]) -> str:
     return ",".join(str(v) for v in values)
 
 
+_QUOTED_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+
+
+def _quoted_rank(s: Sighting) -> int | None:
+    """The ProcessGroupNCCL prefix (``[PG ID 0 ... Rank 1]``) quoted before the match inside the message (a C++
+    ``what():`` line), the last one before it."""
+    found = _QUOTED_RANK.findall(s.head.text, 0, s.match.start)
+    return int(found[-1]) if found else None
+
+
 RankOf = Callable[[str | None, int | None, int | None], int | None]
 """``(host, pid, local device) -> rank`` where the process's own communicator lines named it, else ``None``."""
 
@@ -142,7 +153,7 @@ RankOf = Callable[[str | None, int | None, int | None], int | None]
 def _scope(causes: Sequence[Sighting], rank_of: RankOf | None = None) -> dict[str, tuple[str, ...] | tuple[int, ...]]:
     """Every scope value the cause lines name (only what a line says; a rank from an NCCL head only where that
     process's communicator lines named it, never the device index)."""
-    values: list[str | int | None] = [s.head.rank for s in causes]
+    values: list[str | int | None] = [s.head.rank if s.head.rank is not None else _quoted_rank(s) for s in causes]
     values += [s.match.field("rank") for s in causes]
     values += [rank_of(s.head.host, s.head.pid, s.head.dev) for s in causes if rank_of and s.head.dev is not None]
     ranks = _ints(values)
@@ -202,7 +213,7 @@ def _plural(n: int, word: str) -> str:
 def _where(sc: dict[str, tuple[str, ...] | tuple[int, ...]]) -> str:
     parts = []
     if sc["what"]:
-        parts.append(", ".join(str(w) for w in sc["what"][:3]))
+        parts.append(", ".join(str(w) for w in sc["what"][:6]))
     if sc["gpu_nodes"]:
         parts.append(f"GPU node{'s' if len(sc['gpu_nodes']) > 1 else ''} {', '.join(map(str, sc['gpu_nodes']))}")
     if sc["addresses"]:
@@ -234,6 +245,11 @@ def incident(d: Draft, rank_of: RankOf | None = None) -> Incident:
     """The verdict over one draft."""
     root = d.root.entry
     causes = d.causes or [d.root]
+    consequences = d.consequences
+    if d.orphan:
+        # no cause was printed: the lines of the opening kind are the incident's own (each rank's heartbeat line)
+        causes = [*causes, *(c for c in d.consequences if c.entry.kind == d.kind)]
+        consequences = [c for c in d.consequences if c.entry.kind != d.kind]
     sc = _scope(causes, rank_of)
     n_lines = sum(s.count for s in causes)
     summary = root.title
@@ -244,7 +260,7 @@ def incident(d: Draft, rank_of: RankOf | None = None) -> Incident:
         summary += f" ({'; '.join(str(e) for e in sc['errors'][:2])})"
     if n_lines > 1:
         summary += f" [{_plural(n_lines, 'line')}]"
-    later = list(dict.fromkeys(s.entry.title for s in d.consequences))
+    later = list(dict.fromkeys(s.entry.title for s in consequences))
     if later:
         summary += f"; then: {', '.join(later[:4])}"
     cause = root.meaning
@@ -252,8 +268,8 @@ def incident(d: Draft, rank_of: RankOf | None = None) -> Incident:
         cause = f"no first cause was printed before this; {cause}"
     evidence = [s.text for s in causes]
     evidence += [x for s in causes for x in s.lines]
-    evidence += [s.text for s in d.consequences]
-    cons_scope = _scope(d.consequences) if d.consequences else None
+    evidence += [s.text for s in consequences]
+    cons_scope = _scope(consequences) if consequences else None
     detail: list[tuple[str, object]] = [
         ("entries", tuple(dict.fromkeys(s.entry.id for s in causes))),
         ("source", root.source),
@@ -262,8 +278,8 @@ def incident(d: Draft, rank_of: RankOf | None = None) -> Incident:
     for key in ("gpu_nodes", "peers", "nic_ports", "addresses", "errors", "processes"):
         if sc[key]:
             detail.append((key, sc[key]))
-    if d.consequences:
-        detail.append(("consequences", tuple(dict.fromkeys(s.entry.id for s in d.consequences))))
+    if consequences:
+        detail.append(("consequences", tuple(dict.fromkeys(s.entry.id for s in consequences))))
         for key in ("peers", "hosts", "nic_ports", "from_ranks"):
             if cons_scope and cons_scope[key]:
                 detail.append((f"consequence_{key}", cons_scope[key]))
@@ -322,7 +338,10 @@ def merge(built: Sequence[Built], external: Sequence[tuple[tuple[str, int], Inci
             None,
         )
         if host is None:
-            host = next((n for n, b in enumerate(built) if ext.kind in b.joined and depth(b.incident.kind) < depth(ext.kind)), None)
+            host = next(
+                (n for n, b in enumerate(built) if ext.kind in b.joined and depth(b.incident.kind) < depth(ext.kind)),
+                None,
+            )
         if host is not None:
             folded.setdefault(host, []).append(ext)
         else:

@@ -19,6 +19,9 @@ class Match:
     entry: Entry
     fields: tuple[tuple[str, str], ...]
     """The named groups that matched (``peer``, ``node``, ``address``...), in pattern order."""
+    start: int = 0
+    """Where the match begins in the message: what comes before it (a ``[PG 0 Rank 1]`` quoted by a C++ ``what():``)
+    may still name the rank."""
 
     def field(self, name: str) -> str | None:
         """The value of field ``name``, ``None`` where the line did not give it. A pattern whose alternatives name
@@ -51,5 +54,5 @@ class Matcher:
                 continue
             m = e.pattern.search(text)
             if m:
-                return Match(e, tuple((k, v) for k, v in m.groupdict().items() if v is not None))
+                return Match(e, tuple((k, v) for k, v in m.groupdict().items() if v is not None), m.start())
         return None

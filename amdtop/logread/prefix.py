@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass
 
 _NCCL = re.compile(
-    r"(?:^|[\s)\]>])(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+ )?"
+    r"(?:^|[\s)\]>]|(?<=<stdout>):|(?<=<stderr>):)(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+ )?"
     r"NCCL (?:INFO|WARN|TRACE|ERROR) "
 )
 """``host:pid:tid [dev] NCCL WARN``; with NCCL_DEBUG_FILE-less WARNs of NCCL 2.x and plugins, ``file.cc:66`` or
 ``func:line`` sits between the device and ``NCCL`` (``ncclDebugLog``'s ``"%s:%d:%d [%d] %s:%d NCCL WARN "``)."""
 _NCCL_SHORT = re.compile(
-    r"(?:^|[\s)\]>])(?P<host>[^\s:\[\]()]+) \[(?P<dev>\d+)\] (?:\S+ )?NCCL (?:INFO|WARN|TRACE|ERROR) "
+    r"(?:^|[\s)\]>]|(?<=<stdout>):|(?<=<stderr>):)(?P<host>[^\s:\[\]()]+) \[(?P<dev>\d+)\] (?:\S+ )?NCCL (?:INFO|WARN|TRACE|ERROR) "
 )
 _RAY = re.compile(
     r"^\((?:(?P<actor>[^()=,]+?)\s+)?pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[^)\s,]+))?[^)]*\)\s*"
@@ -35,6 +35,8 @@ _TORCH_RANK = re.compile(r"^\[(?:rank|Rank |default)(?P<rank>\d+)\]:?\s*")
 _GLOG = re.compile(
     r"^\[?(?P<lvl>[IWEF])(?P<mo>\d\d)(?P<d>\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]\s*"
 )
+_GLOG_NODATE = re.compile(r"^\[(?P<lvl>[IWEF]) [\w./-]+:\d+\]\s*")
+"""glog's head of PyTorch 2.0-2.2 (``[E ProcessGroupNCCL.cpp:1316]``): no date, no time."""
 _PG = re.compile(r"^\[(?:PG (?:ID )?(?P<pg>[^\]]*?) )?Rank (?P<rank>\d+)\]\s*")
 _ISO = re.compile(
     r"^\[?(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
@@ -128,9 +130,14 @@ def read_head(line: str) -> Head:
             rank = int(m.group("rank"))
             text = text[m.end() :]
             continue
+        m = _GLOG_NODATE.match(text)
+        if m:
+            text = text[m.end() :]
+            continue
         m = _PG.match(text)
         if m:
-            rank = int(m.group("rank"))
+            # torchrun's ``[rank4]:`` is the global rank; ``[PG 5 Rank 0]`` the rank within that group
+            rank = int(m.group("rank")) if rank is None else rank
             group = m.group("pg") or group
             text = text[m.end() :]
             continue

@@ -96,7 +96,7 @@ class Reader:
         have = {k for k, _v in s.match.fields}
         more = tuple((k, v) for k, v in m.groupdict().items() if v is not None and k not in have)
         if more:
-            s.match = Match(s.match.entry, s.match.fields + more)
+            s.match = Match(s.match.entry, s.match.fields + more, s.match.start)
         if left > 1:
             self._cont[file] = (s, left - 1)
         return True

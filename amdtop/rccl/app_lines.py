@@ -108,9 +108,8 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
             s = _own_record(s, m.start())
         if facts.torch_progress(p, s, _torch_rank(s), file, lineno):
             return
-    if "didn't" in s or "lagging ranks" in s:
-        if facts.desync_laggards(p, s, file, lineno):
-            return
+    if ("didn't" in s or "lagging ranks" in s) and facts.desync_laggards(p, s, file, lineno):
+        return
     if "NCCL Error" in s:
         m = g.NCCL_ERROR.search(s)
         if m:

@@ -64,10 +64,14 @@ def desync_laggards(p: LogParser, s: str, file: str, lineno: int) -> bool:
             ranks += range(int(lo), top + 1)
     if not ranks:
         return False
-    how = "never joined a collective" if m.group("never") else (
-        f"joined but did not finish collective #{m.group('seq')}"
-        if m.group("seq")
-        else f"did not join collective #{m.group('next')}"
+    how = (
+        "never joined a collective"
+        if m.group("never")
+        else (
+            f"joined but did not finish collective #{m.group('seq')}"
+            if m.group("seq")
+            else f"did not join collective #{m.group('next')}"
+        )
     )
     p.facts.append(Message(file, lineno, s.strip(), "desync_laggards", None, (("ranks", tuple(ranks)), ("how", how))))
     return True

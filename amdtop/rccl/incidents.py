@@ -266,7 +266,9 @@ def _timeout(
         evidence += [line_of[r].text for r in behind[:2] if r in line_of]
     elif high is not None and high <= 0:
         who = "the rank that reported" if len(done) == 1 else f"the {len(done)} ranks that reported"
-        summary = f"{head}: {who} never completed a collective (last completed {high}): the first collective never completed"
+        summary = (
+            f"{head}: {who} never completed a collective (last completed {high}): the first collective never completed"
+        )
         cause = (
             "the path between the ranks never worked (P2P/IPC, shared memory or the network between these GPUs), or a "
             "rank never reached the first collective"
@@ -310,7 +312,9 @@ def _timeout(
         )
     if silent_n:
         named = f" ({_ranges(silent)})" if silent else ""
-        summary += f"; {silent_n} rank{'s' if silent_n > 1 else ''}{named} of {nranks} printed no timeout (not reported)"
+        summary += (
+            f"; {silent_n} rank{'s' if silent_n > 1 else ''}{named} of {nranks} printed no timeout (not reported)"
+        )
     detail: tuple[tuple[str, object], ...] = (
         ("timeout_ms", tmo),
         ("last_completed", tuple((r, done[r]) for r in ranks if r in done)),

@@ -12,12 +12,12 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from amdtop.logread import Reader, build, merge
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
 from amdtop.rccl import phases as ph
 from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
-from amdtop.logread import Reader, build, merge
 from amdtop.rccl.incidents import build_incidents_at
 from amdtop.rccl.join import FreezeCache, join
 from amdtop.rccl.nics import NicLines
