@@ -206,6 +206,22 @@ def _process(s: Sighting) -> str | None:
     return None
 
 
+_OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def say(template: str, fields: dict[str, str]) -> str:
+    """``template`` with ``{field}`` filled from ``fields``; a ``[...]`` part naming a field the line did not give
+    is left out (a verdict never fills in what no line says)."""
+
+    def part(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        return inner if all(f in fields for f in _FIELD.findall(inner)) else ""
+
+    text = _OPTIONAL.sub(part, template)
+    return _FIELD.sub(lambda m: fields.get(m.group(1), "?"), text)
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -253,9 +269,13 @@ def incident(d: Draft, rank_of: RankOf | None = None) -> Incident:
     sc = _scope(causes, rank_of)
     n_lines = sum(s.count for s in causes)
     summary = root.title
+    if root.say is not None:
+        fields = {k.rstrip("0123456789"): v for k, v in reversed(d.root.match.fields)}
+        summary += f": {say(root.say, fields)}"
+        sc = {**sc, "what": ()}
     where = _where(sc)
     if where:
-        summary += f": {where}"
+        summary += f"{'; ' if root.say is not None else ': '}{where}"
     if sc["errors"]:
         summary += f" ({'; '.join(str(e) for e in sc['errors'][:2])})"
     if n_lines > 1:

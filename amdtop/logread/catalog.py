@@ -59,6 +59,9 @@ class Entry:
     the regex). Given as ``anchor`` in the entry, else derived from the pattern (:func:`derive_anchors`)."""
     examples: tuple[str, ...] = ()
     """Lines the pattern must match (built from the format string or quoted from a capture): checked by the tests."""
+    say: str | None = None
+    """How a person would say one line of it, from its fields: ``{field}`` is replaced, and a ``[...]`` part whose
+    fields the line did not give is left out (``tried to allocate {what}[ on GPU {device}]``)."""
     continuation: re.Pattern[str] | None = None
     """Lines the emitter prints right after this one as part of the same message (Ray's ``\tpid: 20174`` under an
     ActorDiedError): matched against the raw lines that follow, their named groups add fields, the first line that
@@ -260,6 +263,7 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
         anchors=anchors,
         examples=tuple(examples),
         continuation=continuation,
+        say=raw["say"] if isinstance(raw.get("say"), str) else None,
     )
 
 
