@@ -76,7 +76,7 @@ class Reader:
         if not self.matcher.may_match(line):
             return None  # the message sits inside the line: no anchor in the line, no entry in the message
         head = read_head(line)
-        m = self.matcher.match(head.text)
+        m = self.matcher.match(head.text, checked=True)
         if m is None:
             if head.time is not None:
                 self._clock[file] = head.time

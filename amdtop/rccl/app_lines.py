@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from amdtop.rccl import grammar as g
 from amdtop.rccl import incident_facts as facts
+from amdtop.rccl.capped import MAX_KEPT, Capped
 from amdtop.rccl.report import Message
 from amdtop.rccl.verdicts import is_advisory
 
@@ -38,7 +39,11 @@ def warn(p: LogParser, line: str, i: int, j: int, file: str, lineno: int) -> Non
     if "Got completion" in text:
         facts.ib_completion(p, text, host, pid, dev, file, lineno)
     if not is_advisory(text):
-        p.warn_seqs.setdefault((host, pid, tid), []).append(p.seq(lineno))
+        seqs = p.warn_seqs.get((host, pid, tid))
+        if seqs is None and len(p.warn_seqs) < MAX_KEPT:
+            seqs = p.warn_seqs[(host, pid, tid)] = Capped()
+        if seqs is not None:
+            seqs.append(p.seq(lineno))
         if any(mark in text for mark in g.FATAL_WARNS):
             # IPC handles, reverse paths, proxy calls: the communicator cannot work, whether or not a trail follows
             fatal = Message(file, lineno, text, "fatal_warn", rank, extra, host, pid, dev)

@@ -18,6 +18,8 @@ RECENT = 4
 AFTER = 8
 """Lines kept after a process's signal line (the faulting PC, the Python stack)."""
 _CHEAP = ("SIG", "Fatal Python", "signal", "Segfault")
+MAX_PROCESSES = 4096
+"""Process prefixes whose last lines are remembered at most."""
 
 
 def torch_context(s: str) -> tuple[tuple[str, object], ...]:
@@ -126,7 +128,8 @@ def crash_line(p: LogParser, s: str, prefix: re.Match[str] | None, file: str, li
         extra = (("signal", sig), ("process", name), ("before", before), ("key", key))
         host = prefix.group("ip") if prefix else None
         p.facts.append(Message(file, lineno, s, "signal", rank, extra, host, pid))
-        p.crash_after.setdefault(key, [])
+        if len(p.crash_after) < MAX_PROCESSES:
+            p.crash_after.setdefault(key, [])
         return True
     _remember(p, key, s)
     return False
@@ -138,5 +141,7 @@ def _remember(p: LogParser, key: str, s: str) -> None:
         after.append(s[:300])  # what a dying process printed after the signal: the faulting function, its stack
     recent = p.recent.get(key)
     if recent is None:
+        if len(p.recent) >= MAX_PROCESSES:
+            return  # a log naming more processes than any node runs: the ones after are not remembered
         recent = p.recent[key] = deque(maxlen=RECENT)
     recent.append((key + s)[:300])  # with its process prefix: evidence says who printed it

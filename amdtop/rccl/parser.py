@@ -16,6 +16,7 @@ from amdtop.logread import Reader, build, merge
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
 from amdtop.rccl import phases as ph
+from amdtop.rccl.capped import Capped
 from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
 from amdtop.rccl.incidents import build_incidents_at
@@ -34,23 +35,23 @@ class LogParser(CommLines):
         super().__init__()
         self.nic_lines = NicLines()
         self._frozen: FreezeCache = {}
-        self.fatal_warns: list[tuple[int, ThreadKey, Message]] = []
+        self.fatal_warns: list[tuple[int, ThreadKey, Message]] = Capped()
         """Fatal WARNs (IPC handle, reverse path, proxy call...): errors unless a failed trace of their thread
         already reports them (the trace then carries the WARN's text)."""
         self.version: str | None = None
         self.versions: dict[str, str] = {}
         self.files: set[str] = set()
         self.lines = 0
-        self.warnings: list[Message] = []
-        self.errors: list[tuple[int, Message]] = []
+        self.warnings: list[Message] = Capped()
+        self.errors: list[tuple[int, Message]] = Capped()
         """``(seq, message)``: traces are judged at report time and merged back in order."""
-        self.traces: list[Trace] = []
+        self.traces: list[Trace] = Capped()
         self.warn_seqs: dict[ThreadKey, list[int]] = {}
         self.env: dict[str, EnvSetting] = {}
         self._env_names: dict[str, str] = {}  # the echo line of a known variable -> its name
         self._env_msgs: dict[str, str] = {}  # a known variable -> the echo line that set its current value
         self.in_banner = False
-        self.facts: list[Message] = []
+        self.facts: list[Message] = Capped()
         """Lines that build incidents (c10d progress, NET/IB completions, signals): :mod:`amdtop.rccl.incidents`."""
         self.recent: dict[str, deque[str]] = {}
         """The last few non-INFO lines per process prefix (``""``: lines without one): a crash's evidence."""
