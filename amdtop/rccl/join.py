@@ -7,9 +7,8 @@ bus ids that agree (each process names its peers' bus ids in its channel lines).
 
 from __future__ import annotations
 
-from itertools import islice
-
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 
 from amdtop.rccl.phases import phase_name
 from amdtop.rccl.report import Comm, Edge, RankInfo
