@@ -160,3 +160,27 @@ def test_a_repeated_line_is_one_sighting_with_a_count() -> None:
     assert s.count == 10000
     (b,) = build(reader.sightings())
     assert "[10000 lines]" in b.incident.summary
+
+
+# -- the same reader on a worker's own log (the Logs pane's tail, snapshot --json, the exporter) -------------------------
+def test_a_hip_fault_in_a_workers_log_is_an_incident_of_that_worker(tmp_path: Path) -> None:
+    from amdtop.exporter.families import build_families
+    from amdtop.pipeline import NodeFrame
+    from amdtop.rccl.monitor import LogMonitor
+    from amdtop.report import frame_json
+    from amdtop.telemetry.sim import SimBackend
+
+    log = tmp_path / "llama.log"
+    log.write_text((CORPUS / "runtime" / "rocm_1017_nil_fault_under_mpirun.log").read_text())
+    monitor = LogMonitor([("llama", log)])
+    try:
+        update = monitor.poll()
+    finally:
+        monitor.close()
+    (view,) = update.workers
+    (inc,) = view.incidents
+    assert inc.kind == "gpu_memory_fault" and inc.worker == "llama" and "(nil)" in inc.summary
+    frame = NodeFrame(SimBackend().sample(), logs=update)
+    assert frame_json(frame)["incidents"][0]["kind"] == "gpu_memory_fault"
+    (family,) = [f for f in build_families(frame) if f.name == "amdtop_incidents"]
+    assert {s.labels["kind"]: s.value for s in family.samples}["gpu_memory_fault"] == 1.0
