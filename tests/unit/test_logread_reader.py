@@ -80,6 +80,7 @@ def test_faults_on_three_gpus_at_once_are_one_incident_rocm_2494() -> None:
     assert i.kind == "gpu_memory_fault"
     assert dict(i.detail)["gpu_nodes"] == ("2", "3", "4")
     assert i.devices == ()  # node-N is ROCr's agent node, not a HIP device index: no device is claimed
+    assert i.ranks == ()  # DeepSpeed's "[Rank 0] step=1" line before them is not the faults' rank
 
 
 def test_invalid_device_ordinal_under_ray_vllm_16646() -> None:
