@@ -127,6 +127,7 @@ def test_a_repeated_watchdog_line_costs_no_memory_per_line(tmp_path: Path) -> No
     assert peak_big < peak_small * 1.5 + 4, (peak_small, peak_big)
     report = parse_files([big])
     assert [i.kind for i in report.incidents] == ["collective_timeout"]
+    assert len(report.errors) == 20000 and report.dropped == 80000  # counted, not lost silently
 
 
 # bug 19: a character device is refused like --kernel-log refuses it
