@@ -17,6 +17,18 @@ KINDS = (
     "ecc",
     "gpu_init_failed",
     "kernel_fault",
+    # job-log kinds of the message catalog (amdtop/logread, issue 48)
+    "peer_lost",
+    "comm_init_failed",
+    "nic_flap",
+    "worker_died",
+    "gpu_memory_fault",
+    "gpu_oom",
+    "startup_failed",
+    "engine_dead",
+    "collective_mismatch",
+    "nccl_usage_error",
+    "device_assert",
 )
 """Every incident kind (the exporter publishes a count for each, zero included, as it does for flags)."""
 

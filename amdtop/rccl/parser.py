@@ -12,12 +12,14 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from amdtop.logread import Reader, build, merge
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
 from amdtop.rccl import phases as ph
+from amdtop.rccl.capped import Capped
 from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
-from amdtop.rccl.incidents import build_incidents
+from amdtop.rccl.incidents import build_incidents_at
 from amdtop.rccl.join import FreezeCache, join
 from amdtop.rccl.nics import NicLines
 from amdtop.rccl.ranks import attribute
@@ -33,28 +35,30 @@ class LogParser(CommLines):
         super().__init__()
         self.nic_lines = NicLines()
         self._frozen: FreezeCache = {}
-        self.fatal_warns: list[tuple[int, ThreadKey, Message]] = []
+        self.fatal_warns: Capped[tuple[int, ThreadKey, Message]] = Capped()
         """Fatal WARNs (IPC handle, reverse path, proxy call...): errors unless a failed trace of their thread
         already reports them (the trace then carries the WARN's text)."""
         self.version: str | None = None
         self.versions: dict[str, str] = {}
         self.files: set[str] = set()
         self.lines = 0
-        self.warnings: list[Message] = []
-        self.errors: list[tuple[int, Message]] = []
+        self.warnings: Capped[Message] = Capped()
+        self.errors: Capped[tuple[int, Message]] = Capped()
         """``(seq, message)``: traces are judged at report time and merged back in order."""
-        self.traces: list[Trace] = []
+        self.traces: Capped[Trace] = Capped()
         self.warn_seqs: dict[ThreadKey, list[int]] = {}
         self.env: dict[str, EnvSetting] = {}
         self._env_names: dict[str, str] = {}  # the echo line of a known variable -> its name
         self._env_msgs: dict[str, str] = {}  # a known variable -> the echo line that set its current value
         self.in_banner = False
-        self.facts: list[Message] = []
+        self.facts: Capped[Message] = Capped()
         """Lines that build incidents (c10d progress, NET/IB completions, signals): :mod:`amdtop.rccl.incidents`."""
         self.recent: dict[str, deque[str]] = {}
         """The last few non-INFO lines per process prefix (``""``: lines without one): a crash's evidence."""
         self.crash_after: dict[str, list[str]] = {}
         """Lines a process printed after its signal line, by process prefix."""
+        self.catalog = Reader()
+        """Every family of the message catalog (amdtop/logread), run on the lines that can carry a failure."""
 
     # -- entry points --------------------------------------------------------------------------------------------
     def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
@@ -99,6 +103,7 @@ class LogParser(CommLines):
 
     def _not_info(self, line: str, file: str, lineno: int) -> None:
         self.trail_key = None
+        self.catalog.feed(line, file, lineno)
         if line[:1] == "[":
             m = g.LINE_NUMBER.match(line)
             if m:  # a log viewer's ``[12345] `` line number: the record starts after it
@@ -150,7 +155,16 @@ class LogParser(CommLines):
             notes=tuple(notes),
             warning_groups=group_warnings(warnings),
             nics=self.nic_lines.report(),
-            incidents=build_incidents(self.facts, final, warnings, comms, self.crash_after, self.recent),
+            dropped=self.warnings.dropped
+            + self.errors.dropped
+            + self.facts.dropped
+            + self.traces.dropped
+            + self.fatal_warns.dropped
+            + self.catalog.dropped,
+            incidents=merge(
+                build(self.catalog.sightings(), rank_of=self.named_rank),
+                build_incidents_at(self.facts, final, warnings, comms, self.crash_after, self.recent),
+            ),
         )
 
     # -- INFO ----------------------------------------------------------------------------------------------------
@@ -166,6 +180,8 @@ class LogParser(CommLines):
             # invalid bytes (free to test on ASCII lines): a corrupted RCCL line is counted, never half-trusted
             self.unknown += 1
             return
+        if "ailed" in msg or "rror" in msg or "xited" in msg:
+            self.catalog.feed(line, file, lineno)  # an INFO failure (a plugin, a socket): cheap words first
         msg = msg.rstrip()
         if c == "C":
             if msg.startswith("Connected all "):
