@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from amdtop.incidents.model import Incident
-from amdtop.kernel.events import ADVICE, FaultCause, KernelEvent
+from amdtop.kernel.events import ADVICE, LOST, LOST_ADVICE, FaultCause, KernelEvent
 from amdtop.kernel.incidents import KernelVerdicts
 from amdtop.kernel.mapper import FaultMapper, Owner
 from amdtop.kernel.parser import KernelLogParser
@@ -35,6 +35,7 @@ _WHAT = {
     FaultCause.RESET: "GPU reset",
     FaultCause.HANG: "GPU hang",
     FaultCause.FALLEN_OFF_BUS: "fallen off the bus",
+    FaultCause.RESET_FAILED: "reset failed: GPU lost",
     FaultCause.NVLINK: "NVLink error",
     FaultCause.APP_EXCEPTION: "GPU exception in the application's work",
     FaultCause.DRIVER: "driver/firmware error",
@@ -111,7 +112,13 @@ def _message(f: _Fault) -> str:
         who = f" by pasid {e.pasid} (no live process has it)"
     if o.worker is not None:
         who += f" ({o.worker}" + (f" rank {o.rank})" if o.rank is not None else ")")
-    return f"{where}: {what}{who}: {xid_advice(e.xid, e.detail) or ADVICE[e.suspect]}"
+    return f"{where}: {what}{who}: {_advice(e)}"
+
+
+def _advice(e: KernelEvent) -> str:
+    if e.cause in LOST:
+        return LOST_ADVICE
+    return xid_advice(e.xid, e.detail) or ADVICE[e.suspect]
 
 
 def _flag(f: _Fault) -> Flag:
@@ -151,7 +158,7 @@ def _historic(f: _Fault, age_s: float) -> Incident:
         kind="kernel_fault",
         summary=f"{_age(age_s)} ago: {_message(f)}",
         cause=_WHAT[e.cause],
-        fix=xid_advice(e.xid, e.detail) or ADVICE[e.suspect],
+        fix=_advice(e),
         evidence=(e.line,) if f.last_line == e.line else (e.line, f.last_line),
         devices=() if o.gpu is None else (o.gpu,),
         worker=o.worker,
@@ -323,7 +330,7 @@ class KernelFaultMonitor:
             names = tuple(w.name for w in workers if gpu is not None and gpu in w.gpus)
             return gpu, names
 
-        out += (self._aged(i, wall) for i in self._verdicts.incidents(place))
+        out += (self._aged(i, wall) for i in self._verdicts.incidents(place, init_failed=False))
         if self._bus is None:
             self._bus = scan(self.sysfs_root)  # once: GPUs do not join the bus while amdtop runs
         missing = failed(self._bus, [g.bdf for g in topology.gpus]) if topology.gpus else ()
