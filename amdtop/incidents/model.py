@@ -17,6 +17,10 @@ KINDS = (
     "ecc",
     "gpu_init_failed",
     "kernel_fault",
+    "gpu_lost",
+    "nvswitch_error",
+    "gsp_timeout",
+    "xid",
 )
 """Every incident kind (the exporter publishes a count for each, zero included, as it does for flags)."""
 

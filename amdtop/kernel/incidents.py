@@ -614,6 +614,8 @@ class KernelVerdicts:
         return out
 
     def _hive(self, place: Placer) -> list[Incident]:
+        if self._s.episodes:
+            self._compact(self._s.episodes)  # the open episode too (idempotent: it merges once)
         lost = self._lost_bdfs()
         return [inc for n, ep in enumerate(self._s.episodes) if (inc := _hive_of(ep, n, place, lost)) is not None]
 

@@ -28,7 +28,7 @@ _MAX_HISTORY = 64
 _MAX_FAULTS = 256
 """Distinct faults kept (a storm of page faults from one process is one fault with a count)."""
 
-_WHAT = {
+WHAT: dict[FaultCause, str] = {
     FaultCause.PAGE_FAULT: "page fault",
     FaultCause.UNCORRECTABLE: "uncorrectable error",
     FaultCause.POISON: "RAS poison",
@@ -98,7 +98,7 @@ def _message(f: _Fault) -> str:
         where += f" ({bdf})"
     elif e.kfd_node is not None:
         where += f" (KFD node {e.kfd_node})"
-    what = _WHAT[e.cause]
+    what = WHAT[e.cause]
     if e.xid is not None:
         what += f" (Xid {e.xid})"
     if e.address:
@@ -112,10 +112,11 @@ def _message(f: _Fault) -> str:
         who = f" by pasid {e.pasid} (no live process has it)"
     if o.worker is not None:
         who += f" ({o.worker}" + (f" rank {o.rank})" if o.rank is not None else ")")
-    return f"{where}: {what}{who}: {_advice(e)}"
+    return f"{where}: {what}{who}: {advice(e)}"
 
 
-def _advice(e: KernelEvent) -> str:
+def advice(e: KernelEvent) -> str:
+    """What to do about ``e``: its Xid's own advice, a lost GPU's, else its suspect's."""
     if e.cause in LOST:
         return LOST_ADVICE
     return xid_advice(e.xid, e.detail) or ADVICE[e.suspect]
@@ -157,8 +158,8 @@ def _historic(f: _Fault, age_s: float) -> Incident:
     return Incident(
         kind="kernel_fault",
         summary=f"{_age(age_s)} ago: {_message(f)}",
-        cause=_WHAT[e.cause],
-        fix=_advice(e),
+        cause=WHAT[e.cause],
+        fix=advice(e),
         evidence=(e.line,) if f.last_line == e.line else (e.line, f.last_line),
         devices=() if o.gpu is None else (o.gpu,),
         worker=o.worker,

@@ -154,6 +154,10 @@ class KernelLogParser:
             self._open[key] = self._continue(current, line)
         return done
 
+    def pending(self) -> list[KernelEvent]:
+        """The faults still open, left open (a report over a log still being read)."""
+        return list(self._open.values())
+
     def flush(self) -> list[KernelEvent]:
         """The faults still open (the end of what was read so far)."""
         done = list(self._open.values())

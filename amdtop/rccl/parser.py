@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from amdtop.kernel.logfile import KernelLineReader
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
 from amdtop.rccl import phases as ph
@@ -50,6 +51,9 @@ class LogParser(CommLines):
         self._env_msgs: dict[str, str] = {}  # a known variable -> the echo line that set its current value
         self.in_banner = False
         self.facts: list[Message] = []
+        self.kernel = KernelLineReader()
+        """Kernel lines in the same files (a saved dmesg, a journal): amdgpu and NVIDIA faults, read as the kernel
+        path reads them."""
         """Lines that build incidents (c10d progress, NET/IB completions, signals): :mod:`amdtop.rccl.incidents`."""
         self.recent: dict[str, deque[str]] = {}
         """The last few non-INFO lines per process prefix (``""``: lines without one): a crash's evidence."""
@@ -99,6 +103,7 @@ class LogParser(CommLines):
 
     def _not_info(self, line: str, file: str, lineno: int) -> None:
         self.trail_key = None
+        self.kernel.feed(line)
         if line[:1] == "[":
             m = g.LINE_NUMBER.match(line)
             if m:  # a log viewer's ``[12345] `` line number: the record starts after it
@@ -150,7 +155,10 @@ class LogParser(CommLines):
             notes=tuple(notes),
             warning_groups=group_warnings(warnings),
             nics=self.nic_lines.report(),
-            incidents=build_incidents(self.facts, final, warnings, comms, self.crash_after, self.recent),
+            incidents=(
+                *build_incidents(self.facts, final, warnings, comms, self.crash_after, self.recent),
+                *self.kernel.incidents(),
+            ),
         )
 
     # -- INFO ----------------------------------------------------------------------------------------------------
