@@ -10,12 +10,30 @@ capped: a log of 100k identical faults is one incident, not 100k.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
 from amdtop.kernel.events import LOST, FaultCause, KernelEvent
 from amdtop.kernel.incidents import KernelVerdicts
 from amdtop.kernel.monitor import WHAT, advice
 from amdtop.kernel.parser import KernelLogParser
+from amdtop.logread import Catalog, Matcher, load_catalog, read_head
+
+KERNEL_FAMILIES = ("amdgpu", "nvidia")
+"""Catalog families of kernel lines. Their incidents are built here (per-GPU state over many lines: a reset's outcome,
+a hive's episode, an Xid chain), so the job-log reader runs every other family (:func:`job_catalog`)."""
+
+
+@lru_cache(maxsize=1)
+def kernel_matcher() -> Matcher:
+    """The kernel families of the catalog: a single fault's meaning and fix come from its entry."""
+    return Matcher(load_catalog().only(KERNEL_FAMILIES))
+
+
+def job_catalog() -> Catalog:
+    """Every family but the kernel's (which :class:`KernelLineReader` reads, with state the line matcher lacks)."""
+    return load_catalog().without(KERNEL_FAMILIES)
+
 
 MAX_GROUPS = 64
 """Distinct faults kept (by cause, device, process and Xid); later distinct ones are counted, not kept."""
@@ -104,13 +122,20 @@ def _single(group: _Group) -> Incident | None:
         who = f" by pasid {e.pasid}"
     detail = f" ({e.detail})" if e.detail and e.xid is None else ""
     evidence = (e.line,) if group.count == 1 or not group.last or group.last == e.line else (e.line, group.last)
+    entry = kernel_matcher().match(read_head(e.line).text)
+    cause = e.detail or WHAT[e.cause]
+    fix = advice(e)
+    if entry is not None and e.xid not in (45,):  # an Xid 45's advice depends on what came before it
+        cause = f"{cause}: {entry.entry.meaning}" if e.detail else entry.entry.meaning
+        fix = entry.entry.fix
     return Incident(
         kind="xid" if e.xid is not None else "kernel_fault",
         summary=f"{where}: {what}{detail}{who}",
-        cause=e.detail or WHAT[e.cause],
-        fix=advice(e),
+        cause=cause,
+        fix=fix,
         evidence=evidence[:MAX_EVIDENCE],
         detail=(
+            ("entry", None if entry is None else entry.entry.id),
             ("cause", e.cause.value),
             ("bdf", e.bdf),
             ("xid", e.xid),

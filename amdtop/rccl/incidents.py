@@ -84,12 +84,24 @@ def build_incidents(
 ) -> tuple[Incident, ...]:
     """Every incident the lines tell, in the order their first lines came; ``after``: what each crashed process
     printed after its signal line, ``recent``: the last lines of each process, by its prefix."""
+    return tuple(i for _where, i in build_incidents_at(facts, errors, warnings, comms, after, recent))
+
+
+def build_incidents_at(
+    facts: Sequence[Message],
+    errors: Sequence[Message],
+    warnings: Sequence[Message],
+    comms: Sequence[Comm],
+    after: Mapping[str, Sequence[str]] | None = None,
+    recent: Mapping[str, Iterable[str]] | None = None,
+) -> list[tuple[tuple[str, int], Incident]]:
+    """:func:`build_incidents` with where each incident's first line is (file, line)."""
     out: list[tuple[tuple[str, int], Incident]] = []
     out += timeout_incidents(facts, errors, warnings, comms)
     out += ib_incidents(facts)
     out += crash_incidents(facts, after or {}, recent or {})
     out.sort(key=lambda pair: pair[0])
-    return tuple(i for _where, i in out)
+    return out
 
 
 # -- collective timeouts -------------------------------------------------------------------------------------------

@@ -12,13 +12,14 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from amdtop.kernel.logfile import KernelLineReader
+from amdtop.kernel.logfile import KernelLineReader, job_catalog
+from amdtop.logread import Reader, build, merge
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
 from amdtop.rccl import phases as ph
 from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
-from amdtop.rccl.incidents import build_incidents
+from amdtop.rccl.incidents import build_incidents_at
 from amdtop.rccl.join import FreezeCache, join
 from amdtop.rccl.nics import NicLines
 from amdtop.rccl.ranks import attribute
@@ -59,6 +60,8 @@ class LogParser(CommLines):
         """The last few non-INFO lines per process prefix (``""``: lines without one): a crash's evidence."""
         self.crash_after: dict[str, list[str]] = {}
         """Lines a process printed after its signal line, by process prefix."""
+        self.catalog = Reader(job_catalog())
+        """Every family of the message catalog (amdtop/logread), run on the lines that can carry a failure."""
 
     # -- entry points --------------------------------------------------------------------------------------------
     def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
@@ -103,6 +106,7 @@ class LogParser(CommLines):
 
     def _not_info(self, line: str, file: str, lineno: int) -> None:
         self.trail_key = None
+        self.catalog.feed(line, file, lineno)
         self.kernel.feed(line)
         if line[:1] == "[":
             m = g.LINE_NUMBER.match(line)
@@ -156,7 +160,10 @@ class LogParser(CommLines):
             warning_groups=group_warnings(warnings),
             nics=self.nic_lines.report(),
             incidents=(
-                *build_incidents(self.facts, final, warnings, comms, self.crash_after, self.recent),
+                *merge(
+                    build(self.catalog.sightings(), OWNED_BY_RCCL),
+                    build_incidents_at(self.facts, final, warnings, comms, self.crash_after, self.recent),
+                ),
                 *self.kernel.incidents(),
             ),
         )
@@ -174,6 +181,8 @@ class LogParser(CommLines):
             # invalid bytes (free to test on ASCII lines): a corrupted RCCL line is counted, never half-trusted
             self.unknown += 1
             return
+        if "ailed" in msg or "rror" in msg or "xited" in msg:
+            self.catalog.feed(line, file, lineno)  # an INFO failure (a plugin, a socket): cheap words first
         msg = msg.rstrip()
         if c == "C":
             if msg.startswith("Connected all "):
@@ -302,6 +311,9 @@ class LogParser(CommLines):
 
 
 _QUIET_APP = ("INFO ", "DEBUG ", "INFO:")
+OWNED_BY_RCCL = frozenset({"collective_timeout", "net_completion_error"})
+"""Kinds :mod:`amdtop.rccl.incidents` builds with its own analysis (SeqNums by process group, ibv_wc statuses): the
+catalog's lines of these kinds open nothing but join an incident a first cause opened."""
 
 
 def parse_lines(lines: Iterable[str], file: str = "<memory>") -> LogReport:

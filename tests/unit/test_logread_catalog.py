@@ -1,0 +1,76 @@
+"""The message catalog (issue 48): every entry cites its source, its examples match, and its anchor is sound."""
+
+from __future__ import annotations
+
+import pytest
+
+from amdtop.errors import InputError
+from amdtop.logread import FAMILIES, load_catalog, parse_family
+from amdtop.logread.catalog import derive_anchor, derive_anchors
+from amdtop.logread.match import Matcher
+
+
+def test_every_entry_cites_a_source_and_its_examples_match_it() -> None:
+    catalog = load_catalog()
+    assert catalog.entries
+    matcher = Matcher(catalog)
+    for e in catalog.entries:
+        assert e.family in FAMILIES
+        assert e.source.startswith("not found:") or "/" in e.source, e.id
+        assert e.examples, f"{e.id}: give at least one example line"
+        for line in e.examples:
+            assert e.pattern.search(line), f"{e.id}: its pattern misses its example {line!r}"
+            if e.anchors is not None:
+                assert any(a in line for a in e.anchors), f"{e.id}: no anchor of {e.anchors!r} in {line!r}"
+            got = matcher.match(line)
+            assert got is not None, f"{e.id}: {line!r} matches no entry"
+            if e.cls != "noise":
+                # an earlier entry may claim the line only where it reads it the same way
+                assert got.entry.kind == e.kind or got.entry.id == e.id, (e.id, got.entry.id)
+
+
+def test_a_malformed_entry_is_refused_with_one_line_naming_the_field() -> None:
+    text = """
+[[entry]]
+id = "nccl.x.y"
+emitter = "NCCL"
+source = "NVIDIA/nccl x"
+pattern = "abc("
+class = "cause"
+scope = "peer"
+kind = "peer_lost"
+meaning = "m"
+fix = "f"
+"""
+    with pytest.raises(InputError, match=r"nccl.x.y.*'pattern' is not a valid regex"):
+        parse_family("nccl", text)
+    with pytest.raises(InputError, match=r"'class' is 'bad'"):
+        parse_family("nccl", text.replace('class = "cause"', 'class = "bad"').replace("abc(", "abc"))
+    with pytest.raises(InputError, match=r"'fix' is missing"):
+        parse_family("nccl", text.replace('fix = "f"', "").replace("abc(", "abc"))
+    with pytest.raises(InputError, match="not valid TOML"):
+        parse_family("nccl", "[[entry]\n")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "anchor"),
+    [
+        (r"Memory access fault by GPU node-(?P<n>\d+)", "Memory access fault by GPU node-"),
+        (r"NET/IB : Got completion from peer (?P<p>\S+)", "NET/IB : Got completion from peer "),
+        (r"a|b", None),
+        (r"Connection closed by remote peers?", "Connection closed by remote peer"),
+        (r"x\.y (?:abc|def) ", "x.y "),
+    ],
+)
+def test_anchor_is_a_literal_every_match_holds(pattern: str, anchor: str | None) -> None:
+    assert derive_anchor(pattern) == anchor
+
+
+def test_alternations_get_one_anchor_per_alternative() -> None:
+    assert derive_anchors(r"(?:Heartbeat monitor timed out|watchdog got stuck for (?P<s>\d+) seconds)") == (
+        "Heartbeat monitor timed out",
+        "watchdog got stuck for ",
+    )
+    assert derive_anchors(r"(?P<what>a|bcdef)") is None
+    # every catalog entry but a handful is anchored: the pre-filter keeps unknown lines off the regexes
+    assert sum(e.anchors is None for e in load_catalog().entries) <= 2
