@@ -18,7 +18,7 @@ from amdtop.kernel.sources import KernelSource, SourceUnavailable, open_kernel_s
 from amdtop.kernel.worker_logs import WorkerLogFaults
 from amdtop.kernel.xid import xid_advice
 from amdtop.model import Flag, FlagKind, Topology, WorkerStatus
-from amdtop.pcibus import PciAccelerator, failed, scan, verdict
+from amdtop.pcibus import MissingGpu, PciAccelerator, failed, missing_gpus, scan, verdict
 from amdtop.thresholds import GPU_FAULT_HOLD_S
 
 _TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
@@ -57,6 +57,8 @@ class KernelLogStatus:
     """Lines read so far."""
     incidents: tuple[Incident, ...] = ()
     """Kernel verdicts: faults read from before amdtop started (history, with their age), hive resets, error chains."""
+    missing_gpus: tuple[MissingGpu, ...] = ()
+    """Accelerators on the PCI bus that the backend does not show (``missing_gpus`` in ``snapshot --json``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +218,7 @@ class KernelFaultMonitor:
         self._history: dict[tuple[object, ...], _Fault] = {}
         self._verdicts = KernelVerdicts()
         self._bus: tuple[PciAccelerator, ...] | None = None
+        self._missing: tuple[MissingGpu, ...] = ()
         self._boot_wall: float | None = None
         self._worker_logs = WorkerLogFaults() if worker_logs else None
 
@@ -316,7 +319,8 @@ class KernelFaultMonitor:
             if self.on_note is not None:
                 self.on_note(new_note)
         flags = tuple(_flag(f) for f in sorted(self._faults.values(), key=lambda f: (f.first, f.event.number)))
-        status = replace(self._status(), incidents=self._incidents(topology, workers))
+        incidents = self._incidents(topology, workers)
+        status = replace(self._status(), incidents=incidents, missing_gpus=self._missing)
         return KernelUpdate(flags, status, new_note)
 
     def _incidents(self, topology: Topology, workers: Sequence[WorkerStatus]) -> tuple[Incident, ...]:
@@ -335,6 +339,7 @@ class KernelFaultMonitor:
         if self._bus is None:
             self._bus = scan(self.sysfs_root)  # once: GPUs do not join the bus while amdtop runs
         missing = failed(self._bus, [g.bdf for g in topology.gpus]) if topology.gpus else ()
+        self._missing = missing_gpus(missing, self._verdicts.init_failures)
         bus = verdict(missing, self._verdicts.init_failures)
         if bus is not None:
             out.append(bus)
