@@ -53,6 +53,24 @@ _SMU_FAIL = re.compile(
     r"SMU: I'm not done with your previous command|SMU: response:0xFFFFFFFF|[Ff]ailed to send message"
     r"|failed send message|SMC engine is not correctly up|SMU is not ready"
 )
+_SMU_UNNAMED = re.compile(
+    r"failed to send message|SMU Firmware start failed|[Ss][Mm][Uu] firmware loading failed|Failed to load SMU ucode"
+)
+"""Powerplay's SMU lines that name no device ("amdgpu:\n failed to send message %d ret is %d"): after a reset began
+on one GPU, they are that GPU's."""
+_RMINIT = re.compile(
+    r"NVRM: GPU (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:RmInitAdapter|rm_init_adapter) failed"
+)
+_GSP_HEARTBEAT = re.compile(r"NVRM: (?:GPU(?P<inst>\d+) )?_kgsp\w+: (?:GSP RM |LibOS )?[Hh]eartbeat timed out")
+_AER_FATAL = re.compile(
+    r"^(?:.*?\] )?(?:pcieport )?(?P<port>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
+    r"(?:AER: Uncorrected \(Fatal\) error|PCIe Bus Error: severity=Uncorrected \(Fatal\))"
+)
+_AER_TLP = re.compile(r"\[\s*\d+\] (?P<what>[A-Z][A-Za-z ]+?)\s+\(First\)")
+_CAUSE_LINE = re.compile(
+    r"MES failed to respon(?:d to|se) msg=\S+|ring \S+ timeout, signaled seq=\d+|Illegal \w+(?: access)? in command stream"
+    r"|page fault \(src_id|uncorrectable hardware error"
+)
 _NV_GPU = re.compile(
     r"NVRM: (?:The NVIDIA GPU|GPU at)\s+(?:PCI:)?(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
     r"(?:\.(?P<fn>[0-7]))?"
@@ -143,6 +161,8 @@ class _Reset:
     ok: int = 0
     failed: _Seen = field(default_factory=_Seen)
     first: _Seen = field(default_factory=_Seen)
+    cause: str | None = None
+    """What the GPU logged last before the reset began (a ring timeout, MES not answering...)."""
 
 
 @dataclass(slots=True)
@@ -152,6 +172,16 @@ class _Gsp:
     seen: _Seen = field(default_factory=_Seen)
     callers: dict[str, int] = field(default_factory=dict)
     instance: str | None = None
+
+
+@dataclass(slots=True)
+class _Aer:
+    """A fatal PCIe error on a port, the GPUs the kernel named below it, and whether recovery failed."""
+
+    seen: _Seen = field(default_factory=_Seen)
+    gpus: list[str] = field(default_factory=list)
+    what: str | None = None
+    failed: bool = False
 
 
 @dataclass(slots=True)
@@ -171,6 +201,14 @@ class _State:
     first_xid: dict[str, tuple[int, str]] = field(default_factory=dict)
     gsp: dict[str, _Gsp] = field(default_factory=dict)
     nv_bdf: str | None = None
+    last_reset: str | None = None
+    """The GPU whose reset began last (lines that name no device during it are its)."""
+    causes: dict[str, str] = field(default_factory=dict)
+    """PCI address -> the last line that could start a reset (a ring timeout, MES not answering, a fault)."""
+    aer: dict[str, _Aer] = field(default_factory=dict)
+    aer_port: str | None = None
+    gsp_pending: _Gsp | None = None
+    """GSP heartbeat lines that named no GPU: the next Xid line names it."""
     dropped: int = 0
     """Keys, episodes or incidents left out by the caps (said in the last incident's detail)."""
 
@@ -201,6 +239,20 @@ class KernelVerdicts:
         if "SXid (" in line:
             self._sxid(line)
             return
+        if "AER" in line or "PCIe Bus Error" in line or (self._s.aer_port is not None and "(First)" in line):
+            self._aer(line)
+            return
+        if (
+            self._s.last_reset is not None
+            and ("essage" in line or "SMU" in line or "smu" in line)
+            and _SMU_UNNAMED.search(line)
+            and not _DEV.search(line)
+        ):
+            r = self._s.resets.get(self._s.last_reset)
+            if r is not None and r.state != "ok":
+                r.state = "failed"
+                r.failed.add(line)
+            return
         if "amdgpu" not in line and "[drm]" not in line:
             return
         if not (
@@ -216,6 +268,10 @@ class KernelVerdicts:
             or "SMC" in line
             or "message" in line
             or "ip_resume" in line
+            or "MES failed" in line
+            or "timeout, signaled" in line
+            or "command stream" in line
+            or "page fault" in line
         ):
             return
         dev = _DEV.search(line)
@@ -225,6 +281,9 @@ class KernelVerdicts:
         s = self._s
         if bdf:
             self._reset_state(line, bdf, ts)
+            c = _CAUSE_LINE.search(line)
+            if c and _room(s.causes, bdf, s):
+                s.causes[bdf] = c.group(0)
         if "VRAM is lost" in line:
             self._episode(ts).vram_lost.add(line, ts=ts)
         elif _MODE1.search(line):
@@ -255,6 +314,9 @@ class KernelVerdicts:
                     return
                 r = s.resets[bdf] = _Reset(begun=1)
                 r.first.add(line, ts=ts)
+                r.cause = s.causes.get(bdf)
+                if "GPU reset begin!" in line:
+                    s.last_reset = bdf
                 if not failed:
                     return
             if failed:
@@ -264,6 +326,10 @@ class KernelVerdicts:
                 r.begun += 1
                 r.state = "begun"
                 r.first.add(line, ts=ts)
+            if "GPU reset begin!" in line:
+                s.last_reset = bdf
+                if r.cause is None and bdf in s.causes:
+                    r.cause = s.causes[bdf]
             return
         if r is None:
             return
@@ -306,6 +372,21 @@ class KernelVerdicts:
         if "NVRM: Xid" in line:
             self._xid(line)
             return
+        r = _RMINIT.search(line)
+        if r:
+            bdf = r.group("bdf").lower()
+            if _room(s.init_failed, bdf, s):
+                s.init_failed.setdefault(bdf, _Seen()).add(line)
+            return
+        h = _GSP_HEARTBEAT.search(line)
+        if h:
+            inst = h.group("inst")
+            if inst is None:
+                s.gsp_pending = s.gsp_pending or _Gsp()
+                s.gsp_pending.seen.add(line)
+            elif _room(s.gsp, f"GPU{inst}", s):
+                s.gsp.setdefault(f"GPU{inst}", _Gsp(instance=inst)).seen.add(line)
+            return
         g = _NV_GPU.search(line)
         if g:
             s.nv_bdf = f"{g.group('bus').lower()}.{g.group('fn') or '0'}"
@@ -320,6 +401,29 @@ class KernelVerdicts:
             if _room(s.gsp, key, s):
                 gsp = s.gsp.setdefault(key, _Gsp(instance=b.group("inst")))
                 gsp.seen.add(line)
+
+    def _aer(self, line: str) -> None:
+        """PCIe AER (drivers/pci/pcie/aer.c, err.c): a fatal error on a port, the drivers below it, the recovery."""
+        s = self._s
+        m = _AER_FATAL.search(line)
+        if m:
+            port = m.group("port").lower()
+            if _room(s.aer, port, s):
+                s.aer.setdefault(port, _Aer()).seen.add(line)
+                s.aer_port = port
+            return
+        a = s.aer.get(s.aer_port) if s.aer_port is not None else None
+        if a is None:
+            return
+        t = _AER_TLP.search(line)
+        if t and a.what is None:
+            a.what = t.group("what").strip()
+        dev = _DEV.search(line)
+        if dev and "amdgpu" in line and dev.group("bdf").lower() not in a.gpus and len(a.gpus) < MAX_KEYS:
+            a.gpus.append(dev.group("bdf").lower())  # "amdgpu <bdf>: device has no AER-aware driver"
+        if "Device recovery failed" in line:
+            a.failed = True
+            a.seen.add(line)
 
     def _sxid(self, line: str) -> None:
         m = _SXID.search(line)
@@ -340,6 +444,12 @@ class KernelVerdicts:
         t = _TS.match(line)
         ts = float(t.group("ts")) if t else None
         s = self._s
+        if s.gsp_pending is not None and _room(s.gsp, bdf, s):
+            # heartbeat lines that named no GPU, then this GPU's Xid (154: "GPU Reset Required"): they were its
+            held = s.gsp.setdefault(bdf, _Gsp())
+            for ln in s.gsp_pending.seen.lines:
+                held.seen.add(ln)
+            s.gsp_pending = None
         if xid != 45 and bdf not in s.first_xid and _room(s.first_xid, bdf, s):
             s.first_xid[bdf] = (xid, line)
         prev = _CAUSED_BY.search(line)
@@ -393,6 +503,7 @@ class KernelVerdicts:
         out += self._chains(place)
         out += self._ecc(place)
         out += self._gsp(place)
+        out += self._aer_incidents(place)
         dropped = self._s.dropped + max(0, len(out) - MAX_INCIDENTS)
         out = out[:MAX_INCIDENTS]
         if dropped and out:
@@ -466,13 +577,15 @@ class KernelVerdicts:
             who = _name(b, {b: gpu})
             outcome = "it came back" if r.state == "ok" else "the log holds no outcome yet"
             times = f"{r.begun} times" if r.begun != 1 else "once"
+            after = f" after {r.cause}" if r.cause else ""
             out.append(
                 Incident(
                     kind="gpu_reset",
-                    summary=f"{who} was reset {times} ({outcome}): the work on it at each reset was lost"
+                    summary=f"{who} was reset {times}{after} ({outcome}): the work on it at each reset was lost"
                     + (f"; workers on it: {', '.join(workers)}" if workers else ""),
-                    cause="the driver reset the GPU to recover from a hang or fault (read the lines before the "
-                    "reset for which one)",
+                    cause=f"the driver reset the GPU to recover from {r.cause}"
+                    if r.cause
+                    else "the driver reset the GPU to recover from a hang or fault (no line before the reset names it)",
                     fix="restart the work that ran on the GPU; if resets repeat, find the hang that starts them",
                     evidence=tuple(r.first.lines[:MAX_EVIDENCE]),
                     devices=() if gpu is None else (gpu,),
@@ -508,6 +621,15 @@ class KernelVerdicts:
             fix = (
                 "power-cycle the node (a full power off, not a warm reboot); if it repeats, update the GPU's "
                 "firmware/VBIOS and the driver, and check the card's seating and power"
+            )
+        elif "RmInitAdapter failed" in text:
+            cause = (
+                "the NVIDIA driver could not initialize the GPU (RmInitAdapter failed): after a link retrain "
+                "or an Xid 79 the GPU does not answer as it should"
+            )
+            fix = (
+                "power-cycle the node (not a warm reboot); check the GPU's PCIe link, power and seating; "
+                "replace the GPU if it repeats"
             )
         elif "<psp>" in text or "PSP" in text:
             cause = "the GPU's firmware (PSP) did not come up: its init failed in the driver"
@@ -585,29 +707,59 @@ class KernelVerdicts:
             bdf = key if not key.startswith("GPU") else None
             gpu, workers = place(bdf) if bdf else (None, ())
             who = _name(bdf, {bdf: gpu}) if bdf else f"driver GPU{g.instance} (the log names no PCI address)"
-            callers = ", ".join(f"{c} x{n}" if n > 1 else c for c, n in sorted(g.callers.items()))
+            devices: tuple[int, ...] = () if gpu is None else (gpu,)
+            if bdf is None and g.instance is not None:
+                devices = (int(g.instance),)  # the driver's GPU number: the only one its lines give
+            n = len(g.callers)
+            # the processes on Xid 119 lines were calling the driver when it timed out: counted, never named
+            callers = (
+                f"; the {n} process{'es' if n != 1 else ''} on its lines were only calling the driver: not the cause"
+                if n
+                else ""
+            )
             out.append(
                 Incident(
                     kind="gsp_timeout",
-                    summary=f"GSP timeout on {who}"
-                    + (f" x{g.seen.count}" if g.seen.count > 1 else "")
-                    + (
-                        f"; logged while {callers} called the driver (they waited on it; not the cause)"
-                        if callers
-                        else ""
-                    ),
-                    cause="the GPU's System Processor (GSP firmware) stopped answering the driver's RPCs (Xid 119/"
-                    "120): the GPU is hung",
+                    summary=f"GSP timeout on {who}" + (f" x{g.seen.count}" if g.seen.count > 1 else "") + callers,
+                    cause="the GPU's System Processor (GSP firmware) stopped answering the driver (its heartbeat or "
+                    "its RPCs timed out, Xid 119/120): the GPU is hung",
                     fix="drain the GPU and reset it (nvidia-smi -r, or reboot the node); update the driver if it "
                     "repeats (NVIDIA fixed GSP RPC timeouts in several branches)",
                     evidence=tuple(g.seen.lines[:MAX_EVIDENCE]),
-                    devices=() if gpu is None else (gpu,),
+                    devices=devices,
                     detail=(
                         ("bdf", bdf),
                         ("gsp_instance", g.instance),
-                        ("callers", tuple(sorted(g.callers))),
+                        ("callers", n),
                         ("count", g.seen.count),
                         ("workers", workers),
+                    ),
+                )
+            )
+        return out
+
+    def _aer_incidents(self, place: Placer) -> list[Incident]:
+        out = []
+        for port, a in self._s.aer.items():
+            gpus, workers = _placed(a.gpus, place)
+            below = ", ".join(_name(b, gpus) for b in a.gpus) or "the devices below it"
+            what = f" ({a.what})" if a.what else ""
+            out.append(
+                Incident(
+                    kind="hardware_error",
+                    summary=f"fatal PCIe error{what} at port {port}, above {below}"
+                    + ("; device recovery failed: the GPU is not recovered" if a.failed else ""),
+                    cause="an uncorrected fatal PCIe error on the GPU's link (a bad riser/cable/slot, signal "
+                    "integrity, or the device itself)",
+                    fix="drain the GPU and reboot the node; check the link (lspci -vv: LnkSta, AER counters), the "
+                    "riser/cable and the slot; replace the part if it repeats",
+                    evidence=tuple(a.seen.lines[:MAX_EVIDENCE]),
+                    devices=tuple(sorted(g for g in gpus.values() if g is not None)),
+                    detail=(
+                        ("port", port),
+                        ("bdfs", tuple(a.gpus)),
+                        ("recovery_failed", a.failed),
+                        ("workers", tuple(sorted({w for ws in workers.values() for w in ws}))),
                     ),
                 )
             )
@@ -749,6 +901,30 @@ def _unknown_first(by: dict[str, _Seen], place: Placer, pids: set[int]) -> Incid
     )
 
 
+def _uncorrectable_of(ep: _Episode, place: Placer) -> Incident | None:
+    """Uncorrectable errors with no reset in the lines read (yet): the GPU that logged them, its first line."""
+    culprits = sorted(b for b in ep.uncorrectable if b)
+    if not culprits:
+        return None
+    gpus, workers = _placed(culprits, place)
+    where = ", ".join(_name(b, gpus) for b in culprits)
+    first = [ep.uncorrectable[b].lines[0] for b in culprits]
+    return Incident(
+        kind="hardware_error",
+        summary=f"uncorrectable hardware error on {where}: {_short(first[0])}",
+        cause="the GPU's RAS reported an uncorrectable error: data on it may be corrupt; on an XGMI hive a MODE1 "
+        "reset of every GPU usually follows",
+        fix="drain the GPU and check its RAS counts (amd-smi metric --ecc) before reuse; restart the work on it",
+        evidence=tuple(first)[:MAX_EVIDENCE],
+        devices=tuple(sorted(g for g in gpus.values() if g is not None)),
+        detail=(
+            ("culprit_bdfs", tuple(culprits)),
+            ("first_ts", ep.first),
+            ("workers", tuple(sorted({w for ws in workers.values() for w in ws}))),
+        ),
+    )
+
+
 def _short(line: str) -> str:
     """A kernel line without its stamp and device prefix."""
     text = line[line.find("]") + 1 :] if line.startswith("[") else line
@@ -760,10 +936,12 @@ def _short(line: str) -> str:
 
 
 def _hive_of(ep: _Episode, episode: int, place: Placer, lost: dict[str, str]) -> Incident | None:
-    """One episode's reset verdict (``None``: errors but no reset in it)."""
+    """One episode's reset verdict (``None``: a reset that lost every GPU it took, told by the lost verdict)."""
     if not ep.mode1:
-        return None
+        return _uncorrectable_of(ep, place)
     reset = sorted(b for b in ep.mode1 if b)
+    if reset and all(b in lost for b in reset):
+        return None
     culprits = sorted(b for b in ep.uncorrectable if b)
     gpus, workers = _placed(reset, place)
     gone = sorted({w for ws in workers.values() for w in ws})

@@ -9,7 +9,7 @@ capped: a log of 100k identical faults is one incident, not 100k.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
@@ -47,10 +47,24 @@ class _Group:
     event: KernelEvent
     count: int = 1
     last: str = ""
+    bdfs: list[str] = field(default_factory=list)
+    """Every GPU it was seen on (one process's fault on several GPUs at once is one incident)."""
+
+    def add(self, e: KernelEvent) -> None:
+        self.count += 1
+        self.last = e.line
+        if e.bdf and e.bdf not in self.bdfs and len(self.bdfs) < MAX_GROUPS:
+            self.bdfs.append(e.bdf)
 
 
 def _key(e: KernelEvent) -> tuple[object, ...]:
-    return (e.cause, e.bdf or e.kfd_node, e.pid, e.xid)
+    if e.pid is not None:
+        return (e.cause, "pid", e.pid, e.xid)  # one process's fault, on however many GPUs
+    return (e.cause, e.bdf or e.kfd_node, e.xid)
+
+
+def _group(e: KernelEvent) -> _Group:
+    return _Group(e, last=e.line, bdfs=[e.bdf] if e.bdf else [])
 
 
 def _nowhere(_bdf: str) -> tuple[int | None, tuple[str, ...]]:
@@ -76,20 +90,22 @@ class KernelLineReader:
         key = _key(event)
         group = self._groups.get(key)
         if group is not None:
-            group.count += 1
-            group.last = event.line
+            group.add(event)
         elif len(self._groups) < MAX_GROUPS:
-            self._groups[key] = _Group(event, last=event.line)
+            self._groups[key] = _group(event)
         else:
             self._dropped += 1
 
     def incidents(self) -> tuple[Incident, ...]:
         """The verdicts over many lines (lost GPUs, resets, failed inits, chains...), then each other fault once."""
         out = list(self._verdicts.incidents(_nowhere, init_failed=True))
-        groups = dict(self._groups)
+        groups = {k: _Group(g.event, g.count, g.last, list(g.bdfs)) for k, g in self._groups.items()}
         for event in self._parser.pending():  # faults still taking lines when the log ended
             group = groups.get(_key(event))
-            groups[_key(event)] = _Group(event) if group is None else _Group(group.event, group.count + 1, event.line)
+            if group is None:
+                groups[_key(event)] = _group(event)
+            else:
+                group.add(event)
         for group in sorted(groups.values(), key=lambda g: g.event.number):
             incident = _single(group)
             if incident is not None:
@@ -109,7 +125,7 @@ def _single(group: _Group) -> Incident | None:
         return None  # a ROCr report in an application's output: the job-log families read it
     if e.detail and e.detail.startswith(("NVSwitch", "GSP timeout")):
         return None  # the SXid and GSP verdicts tell them
-    where = e.bdf or "a GPU the line does not name"
+    where = ", ".join(group.bdfs) or "a GPU the line does not name"
     what = WHAT[e.cause] + (f" (Xid {e.xid})" if e.xid is not None else "")
     if e.address:
         what += f" at {e.address}"
@@ -138,6 +154,7 @@ def _single(group: _Group) -> Incident | None:
             ("entry", None if entry is None else entry.entry.id),
             ("cause", e.cause.value),
             ("bdf", e.bdf),
+            ("bdfs", tuple(group.bdfs)),
             ("xid", e.xid),
             ("pid", e.pid),
             ("process", e.process),

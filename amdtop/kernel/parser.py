@@ -28,6 +28,8 @@ _ADDRESS = re.compile(
     r"(?:in page starting at address|at page) (?P<addr>0x[0-9a-fA-F]+)(?: from (?:IH )?client (?P<client>\S+(?: \(\w+\))?))?"
 )
 _STATUS = re.compile(r"\b(?:GC)?VM_L2_PROTECTION_FAULT_STATUS:(?P<status>0x[0-9a-fA-F]+)")
+# gmc_v7_0.c / gmc_v8_0.c (older GPUs): dev_err("GPU fault detected: %d 0x%08x for process %s pid %d thread %s pid %d\n")
+_OLD_FAULT = re.compile(r"\bGPU fault detected: (?P<src>\d+) (?P<status>0x[0-9a-fA-F]+)")
 _RING_TIMEOUT = re.compile(r"\bring (?P<ring>\S+) timeout, signaled seq=\d+, emitted seq=\d+")
 _RESET = re.compile(r"\bGPU reset begin!")
 # The reset method each device of a reset domain prints (amdgpu_device.c / soc15.c / nv.c ... dev_info "MODE1 reset",
@@ -120,6 +122,7 @@ class KernelLogParser:
             "page fault" in line
             or "timeout, signaled" in line
             or "GPU reset begin" in line
+            or "GPU fault detected" in line
             or "reset" in line
             or "in command stream" in line
             or "ip_resume failed" in line
@@ -177,6 +180,10 @@ class KernelLogParser:
                 detail=m.group("hub"),
                 number=n,
             )
+            return self._continue(event, line[m.end() :])
+        m = _OLD_FAULT.search(line)
+        if m:
+            event = KernelEvent(FaultCause.PAGE_FAULT, line, bdf=bdf, detail=f"VM fault {m.group('src')}", number=n)
             return self._continue(event, line[m.end() :])
         m = _RING_TIMEOUT.search(line)
         if m:
