@@ -484,6 +484,12 @@ class KernelVerdicts:
             s.off_bus.setdefault(bdf, _Seen()).add(line, ts=ts)
 
     @property
+    def expects_unnamed(self) -> bool:
+        """Whether lines that name no device can matter now (a reset began: powerplay's SMU lines; a fatal PCIe error:
+        the AER detail lines)."""
+        return self._s.last_reset is not None or self._s.aer_port is not None
+
+    @property
     def init_failures(self) -> dict[str, tuple[str, ...]]:
         """PCI address -> the kernel's own lines about its failed driver init (``""``: lines that named no device)."""
         return {bdf: tuple(seen.lines) for bdf, seen in self._s.init_failed.items()}

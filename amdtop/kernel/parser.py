@@ -118,10 +118,11 @@ class KernelLogParser:
             return self._rocr(line)
         # Substring tests (C speed, written out: a generator costs more than the tests) decide whether a line is
         # worth a regex; a busy host's kernel log is mostly other drivers' lines.
-        if not (
+        # every amdgpu line says "amdgpu" ("amdgpu 0000:..:" or "[drm:... [amdgpu]]") or "drm" (a BSD's "drmn0:"): a
+        # job log's "reset" or "timeout" is not worth the header regexes
+        if not ("amdgpu" in line or "drm" in line) or not (
             "page fault" in line
             or "timeout, signaled" in line
-            or "GPU reset begin" in line
             or "GPU fault detected" in line
             or "reset" in line
             or "in command stream" in line
