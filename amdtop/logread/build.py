@@ -11,7 +11,8 @@ join it; the scope comes from the lines that name it, and a verdict says only wh
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import re
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
@@ -135,9 +136,27 @@ def _range_text(values: Sequence[int]) -> str:
     return ",".join(str(v) for v in values)
 
 
-def _scope(causes: Sequence[Sighting]) -> dict[str, tuple[str, ...] | tuple[int, ...]]:
-    """Every scope value the cause lines name (only what a line says)."""
-    ranks = _ints([s.head.rank for s in causes] + [s.match.field("rank") for s in causes])
+_QUOTED_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+
+
+def _quoted_rank(s: Sighting) -> int | None:
+    """The ProcessGroupNCCL prefix (``[PG ID 0 ... Rank 1]``) quoted before the match inside the message (a C++
+    ``what():`` line), the last one before it."""
+    found = _QUOTED_RANK.findall(s.head.text, 0, s.match.start)
+    return int(found[-1]) if found else None
+
+
+RankOf = Callable[[str | None, int | None, int | None], int | None]
+"""``(host, pid, local device) -> rank`` where the process's own communicator lines named it, else ``None``."""
+
+
+def _scope(causes: Sequence[Sighting], rank_of: RankOf | None = None) -> dict[str, tuple[str, ...] | tuple[int, ...]]:
+    """Every scope value the cause lines name (only what a line says; a rank from an NCCL head only where that
+    process's communicator lines named it, never the device index)."""
+    values: list[str | int | None] = [s.head.rank if s.head.rank is not None else _quoted_rank(s) for s in causes]
+    values += [s.match.field("rank") for s in causes]
+    values += [rank_of(s.head.host, s.head.pid, s.head.dev) for s in causes if rank_of and s.head.dev is not None]
+    ranks = _ints(values)
     devices = _ints([s.head.dev for s in causes] + [s.match.field(k) for s in causes for k in ("dev", "device")])
     hosts = tuple(sorted({h for s in causes if (h := s.match.field("host") or s.head.host)}))
     nodes = tuple(sorted({v for s in causes if (v := s.match.field("node")) is not None}))
@@ -156,7 +175,9 @@ def _scope(causes: Sequence[Sighting]) -> dict[str, tuple[str, ...] | tuple[int,
     errors = tuple(dict.fromkeys(v for s in causes if (v := s.match.field("error")) is not None))
     what = tuple(dict.fromkeys(v for s in causes if (v := s.match.field("what")) is not None))
     procs = tuple(dict.fromkeys(p for s in causes if (p := _process(s))))
+    from_ranks = _ints([s.match.field("from_rank") for s in causes])
     return {
+        "from_ranks": from_ranks,
         "ranks": ranks,
         "devices": devices,
         "hosts": hosts,
@@ -185,6 +206,22 @@ def _process(s: Sighting) -> str | None:
     return None
 
 
+_OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def say(template: str, fields: dict[str, str]) -> str:
+    """``template`` with ``{field}`` filled from ``fields``; a ``[...]`` part naming a field the line did not give
+    is left out (a verdict never fills in what no line says)."""
+
+    def part(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        return inner if all(f in fields for f in _FIELD.findall(inner)) else ""
+
+    text = _OPTIONAL.sub(part, template)
+    return _FIELD.sub(lambda m: fields.get(m.group(1), "?"), text)
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -192,7 +229,7 @@ def _plural(n: int, word: str) -> str:
 def _where(sc: dict[str, tuple[str, ...] | tuple[int, ...]]) -> str:
     parts = []
     if sc["what"]:
-        parts.append(", ".join(str(w) for w in sc["what"][:3]))
+        parts.append(", ".join(str(w) for w in sc["what"][:6]))
     if sc["gpu_nodes"]:
         parts.append(f"GPU node{'s' if len(sc['gpu_nodes']) > 1 else ''} {', '.join(map(str, sc['gpu_nodes']))}")
     if sc["addresses"]:
@@ -209,28 +246,41 @@ def _where(sc: dict[str, tuple[str, ...] | tuple[int, ...]]) -> str:
         parts.append(
             f"local device{'s' if len(sc['devices']) > 1 else ''} {_range_text([int(d) for d in sc['devices']])}"
         )
+    if sc["from_ranks"]:
+        parts.append(f"timeout signalled by rank {', '.join(map(str, sc['from_ranks']))}")
     if sc["hosts"]:
-        parts.append(f"on {', '.join(map(str, sc['hosts'][:4]))}")
+        hosts = [str(h) for h in sc["hosts"]]
+        more = f" (+{len(hosts) - 8} more)" if len(hosts) > 8 else ""
+        parts.append(f"on {', '.join(hosts[:8])}{more}")
     if sc["processes"] and not ranks:
         parts.append(f"in {', '.join(map(str, sc['processes'][:3]))}")
     return "; ".join(parts)
 
 
-def incident(d: Draft) -> Incident:
+def incident(d: Draft, rank_of: RankOf | None = None) -> Incident:
     """The verdict over one draft."""
     root = d.root.entry
     causes = d.causes or [d.root]
-    sc = _scope(causes)
+    consequences = d.consequences
+    if d.orphan:
+        # no cause was printed: the lines of the opening kind are the incident's own (each rank's heartbeat line)
+        causes = [*causes, *(c for c in d.consequences if c.entry.kind == d.kind)]
+        consequences = [c for c in d.consequences if c.entry.kind != d.kind]
+    sc = _scope(causes, rank_of)
     n_lines = sum(s.count for s in causes)
     summary = root.title
+    if root.say is not None:
+        fields = {k.rstrip("0123456789"): v for k, v in reversed(d.root.match.fields)}
+        summary += f": {say(root.say, fields)}"
+        sc = {**sc, "what": ()}
     where = _where(sc)
     if where:
-        summary += f": {where}"
+        summary += f"{'; ' if root.say is not None else ': '}{where}"
     if sc["errors"]:
         summary += f" ({'; '.join(str(e) for e in sc['errors'][:2])})"
     if n_lines > 1:
         summary += f" [{_plural(n_lines, 'line')}]"
-    later = list(dict.fromkeys(s.entry.title for s in d.consequences))
+    later = list(dict.fromkeys(s.entry.title for s in consequences))
     if later:
         summary += f"; then: {', '.join(later[:4])}"
     cause = root.meaning
@@ -238,8 +288,8 @@ def incident(d: Draft) -> Incident:
         cause = f"no first cause was printed before this; {cause}"
     evidence = [s.text for s in causes]
     evidence += [x for s in causes for x in s.lines]
-    evidence += [s.text for s in d.consequences]
-    cons_scope = _scope(d.consequences) if d.consequences else None
+    evidence += [s.text for s in consequences]
+    cons_scope = _scope(consequences) if consequences else None
     detail: list[tuple[str, object]] = [
         ("entries", tuple(dict.fromkeys(s.entry.id for s in causes))),
         ("source", root.source),
@@ -248,10 +298,11 @@ def incident(d: Draft) -> Incident:
     for key in ("gpu_nodes", "peers", "nic_ports", "addresses", "errors", "processes"):
         if sc[key]:
             detail.append((key, sc[key]))
-    if d.consequences:
-        detail.append(("consequences", tuple(dict.fromkeys(s.entry.id for s in d.consequences))))
-        if cons_scope and cons_scope["peers"]:
-            detail.append(("consequence_peers", cons_scope["peers"]))
+    if consequences:
+        detail.append(("consequences", tuple(dict.fromkeys(s.entry.id for s in consequences))))
+        for key in ("peers", "hosts", "nic_ports", "from_ranks"):
+            if cons_scope and cons_scope[key]:
+                detail.append((f"consequence_{key}", cons_scope[key]))
     return Incident(
         kind=d.kind,
         summary=summary,
@@ -277,10 +328,13 @@ class Built:
     """Kinds of the lines that joined it as consequences."""
 
 
-def build(sightings: Sequence[Sighting], owned_elsewhere: Collection[str] = ()) -> list[Built]:
-    """Every incident the sightings tell, in the order they began."""
+def build(
+    sightings: Sequence[Sighting], owned_elsewhere: Collection[str] = (), rank_of: RankOf | None = None
+) -> list[Built]:
+    """Every incident the sightings tell, in the order they began; ``rank_of`` names the rank of an NCCL line's
+    process where its communicator lines did."""
     return [
-        Built(incident(d), (d.root.file, d.root.line), frozenset(s.entry.kind for s in d.consequences))
+        Built(incident(d, rank_of), (d.root.file, d.root.line), frozenset(s.entry.kind for s in d.consequences))
         for d in drafts(sightings, owned_elsewhere)
     ]
 
@@ -291,7 +345,7 @@ def merge(built: Sequence[Built], external: Sequence[tuple[tuple[str, int], Inci
 
     An external incident whose lines joined a catalog incident further upstream is a consequence: it is folded into
     that incident (named in its summary and ``detail.consequence_incidents``), not reported as a second verdict. A
-    catalog incident of the same kind as an external one over the same lines is the external one's duplicate."""
+    catalog incident of a kind the other reader built is its duplicate (the other reader's analysis is kept)."""
     kept: list[tuple[tuple[str, int], Incident]] = []
     folded: dict[int, list[Incident]] = {}
     for where, ext in external:
@@ -312,11 +366,11 @@ def merge(built: Sequence[Built], external: Sequence[tuple[tuple[str, int], Inci
             folded.setdefault(host, []).append(ext)
         else:
             kept.append((where, ext))
-    ext_evidence = {line for _w, e in kept for line in e.evidence}
+    ext_kinds = {e.kind for _w, e in external}
     for n, b in enumerate(built):
         inc = b.incident
-        if any(e.kind == inc.kind for _w, e in kept) and ext_evidence.intersection(inc.evidence):
-            continue  # the same lines, read with more analysis by the other reader
+        if inc.kind in ext_kinds:
+            continue  # the same kind of lines, read with more analysis by the other reader
         more = folded.get(n)
         if more:
             inc = replace(

@@ -59,6 +59,13 @@ class Entry:
     the regex). Given as ``anchor`` in the entry, else derived from the pattern (:func:`derive_anchors`)."""
     examples: tuple[str, ...] = ()
     """Lines the pattern must match (built from the format string or quoted from a capture): checked by the tests."""
+    say: str | None = None
+    """How a person would say one line of it, from its fields: ``{field}`` is replaced, and a ``[...]`` part whose
+    fields the line did not give is left out (``tried to allocate {what}[ on GPU {device}]``)."""
+    continuation: re.Pattern[str] | None = None
+    """Lines the emitter prints right after this one as part of the same message (Ray's ``\tpid: 20174`` under an
+    ActorDiedError): matched against the raw lines that follow, their named groups add fields, the first line that
+    does not match ends it."""
 
 
 def _fail(where: str, field: str, why: str) -> InputError:
@@ -232,6 +239,14 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
         raise _fail(where, "anchor", "must be a string")
     anchors = (anchor,) if anchor else derive_anchors(raw["pattern"])
     title = raw.get("title") or raw["meaning"].split(":")[0].split(".")[0]
+    continuation = None
+    if raw.get("continuation") is not None:
+        if not isinstance(raw["continuation"], str):
+            raise _fail(where, "continuation", "must be a string (a regex)")
+        try:
+            continuation = re.compile(raw["continuation"])
+        except re.error as exc:
+            raise _fail(where, "continuation", f"is not a valid regex ({exc})") from None
     return Entry(
         id=raw["id"],
         family=family,
@@ -247,6 +262,8 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
         severity=severity,
         anchors=anchors,
         examples=tuple(examples),
+        continuation=continuation,
+        say=raw["say"] if isinstance(raw.get("say"), str) else None,
     )
 
 

@@ -19,9 +19,14 @@ import time
 from dataclasses import dataclass
 
 _NCCL = re.compile(
-    r"(?:^|[\s)\]>])(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?:INFO|WARN|TRACE|ERROR) "
+    r"(?:^|[\s)\]>]|(?<=<stdout>):|(?<=<stderr>):)(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+ )?"
+    r"NCCL (?:INFO|WARN|TRACE|ERROR) "
 )
-_NCCL_SHORT = re.compile(r"(?:^|[\s)\]>])(?P<host>[^\s:\[\]()]+) \[(?P<dev>\d+)\] NCCL (?:INFO|WARN|TRACE|ERROR) ")
+"""``host:pid:tid [dev] NCCL WARN``; with NCCL_DEBUG_FILE-less WARNs of NCCL 2.x and plugins, ``file.cc:66`` or
+``func:line`` sits between the device and ``NCCL`` (``ncclDebugLog``'s ``"%s:%d:%d [%d] %s:%d NCCL WARN "``)."""
+_NCCL_SHORT = re.compile(
+    r"(?:^|[\s)\]>]|(?<=<stdout>):|(?<=<stderr>):)(?P<host>[^\s:\[\]()]+) \[(?P<dev>\d+)\] (?:\S+ )?NCCL (?:INFO|WARN|TRACE|ERROR) "
+)
 _RAY = re.compile(
     r"^\((?:(?P<actor>[^()=,]+?)\s+)?pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[^)\s,]+))?[^)]*\)\s*"
     r"|^\((?P<actor2>raylet|gcs_server|dashboard[\w-]*|autoscaler|monitor)(?:,\s*ip=(?P<ip2>[^)\s,]+))?\)\s*"
@@ -30,6 +35,8 @@ _TORCH_RANK = re.compile(r"^\[(?:rank|Rank |default)(?P<rank>\d+)\]:?\s*")
 _GLOG = re.compile(
     r"^\[?(?P<lvl>[IWEF])(?P<mo>\d\d)(?P<d>\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]\s*"
 )
+_GLOG_NODATE = re.compile(r"^\[(?P<lvl>[IWEF]) [\w./-]+:\d+\]\s*")
+"""glog's head of PyTorch 2.0-2.2 (``[E ProcessGroupNCCL.cpp:1316]``): no date, no time."""
 _PG = re.compile(r"^\[(?:PG (?:ID )?(?P<pg>[^\]]*?) )?Rank (?P<rank>\d+)\]\s*")
 _ISO = re.compile(
     r"^\[?(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
@@ -85,63 +92,75 @@ def read_head(line: str) -> Head:
     host = actor = group = None
     pid = rank = dev = None
     for _ in range(8):  # a prefix per launcher: Ray over vLLM over PyTorch over NCCL, at most a handful
-        m = _RAY.match(text)
-        if m:
-            actor = (m.group("actor") or m.group("actor2") or actor or "").strip() or actor
-            pid = int(m.group("pid")) if m.group("pid") else pid
-            host = m.group("ip") or m.group("ip2") or host
-            tp = _TP.search(actor or "")
-            if tp and rank is None:
-                rank = int(tp.group(1))
-            text = text[m.end() :]
-            continue
-        m = _ISO.match(text)
-        if m:
-            try:
-                t = calendar.timegm(time.strptime(f"{m.group('date')} {m.group('hms')}", "%Y-%m-%d %H:%M:%S"))
-                t += float("0." + m.group("frac")[1:]) if m.group("frac") else 0.0
-            except ValueError:
-                pass
-            if m.group("tp"):
-                tp = _TP.search(m.group("tp"))
+        c = text[:1]
+        if c == "(":
+            m = _RAY.match(text)
+            if m:
+                actor = (m.group("actor") or m.group("actor2") or actor or "").strip() or actor
+                pid = int(m.group("pid")) if m.group("pid") else pid
+                host = m.group("ip") or m.group("ip2") or host
+                tp = _TP.search(actor or "")
                 if tp and rank is None:
                     rank = int(tp.group(1))
-            text = text[m.end() :]
-            continue
-        m = _VLLM.match(text)
-        if m:
-            t = _yearless(int(m.group("mo")), int(m.group("d")), m.group("hms"))
-            text = text[m.end() :]
-            continue
-        m = _GLOG.match(text)
-        if m:
-            t = _yearless(int(m.group("mo")), int(m.group("d")), m.group("hms"))
-            text = text[m.end() :]
-            continue
-        m = _TORCH_RANK.match(text)
-        if m:
-            rank = int(m.group("rank"))
-            text = text[m.end() :]
-            continue
-        m = _PG.match(text)
-        if m:
-            rank = int(m.group("rank"))
-            group = m.group("pg") or group
-            text = text[m.end() :]
-            continue
-        m = _KERNEL.match(text)
-        if m:
-            t = float(m.group("up")) if t is None else t
-            text = text[m.end() :]
-            continue
-        m = _SYSLOG.match(text)
-        if m and m.group("mon") in _MONTHS:
-            t = _yearless(_MONTHS[m.group("mon")], int(m.group("d")), m.group("hms"))
-            host = host or m.group("host")
-            text = text[m.end() :]
-            continue
+                text = text[m.end() :]
+                continue
+            break
+        if c.isdigit() or (c == "[" and text[1:2].isdigit() and text[1:5].isdigit()):
+            m = _ISO.match(text)
+            if m:
+                try:
+                    t = calendar.timegm(time.strptime(f"{m.group('date')} {m.group('hms')}", "%Y-%m-%d %H:%M:%S"))
+                    t += float("0." + m.group("frac")[1:]) if m.group("frac") else 0.0
+                except ValueError:
+                    pass
+                if m.group("tp"):
+                    tp = _TP.search(m.group("tp"))
+                    if tp and rank is None:
+                        rank = int(tp.group(1))
+                text = text[m.end() :]
+                continue
+        if c == "[" or c == "<":
+            m = _TORCH_RANK.match(text)
+            if m:
+                rank = int(m.group("rank"))
+                text = text[m.end() :]
+                continue
+            m = _GLOG.match(text)
+            if m:
+                t = _yearless(int(m.group("mo")), int(m.group("d")), m.group("hms"))
+                text = text[m.end() :]
+                continue
+            m = _GLOG_NODATE.match(text)
+            if m:
+                text = text[m.end() :]
+                continue
+            m = _PG.match(text)
+            if m:
+                # torchrun's ``[rank4]:`` is the global rank; ``[PG 5 Rank 0]`` the rank within that group
+                rank = int(m.group("rank")) if rank is None else rank
+                group = m.group("pg") or group
+                text = text[m.end() :]
+                continue
+            m = _KERNEL.match(text)
+            if m:
+                t = float(m.group("up")) if t is None else t
+                text = text[m.end() :]
+                continue
+            break
+        if c.isupper():
+            m = _VLLM.match(text)
+            if m:
+                t = _yearless(int(m.group("mo")), int(m.group("d")), m.group("hms"))
+                text = text[m.end() :]
+                continue
+            m = _SYSLOG.match(text)
+            if m and m.group("mon") in _MONTHS:
+                t = _yearless(_MONTHS[m.group("mon")], int(m.group("d")), m.group("hms"))
+                host = host or m.group("host")
+                text = text[m.end() :]
+                continue
         break
-    m = _NCCL.search(text) or _NCCL_SHORT.search(text)
+    m = (_NCCL.search(text) or _NCCL_SHORT.search(text)) if " NCCL " in text else None
     if m:
         host = m.group("host").split(".")[0]
         dev = int(m.group("dev"))

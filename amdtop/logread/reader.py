@@ -20,6 +20,8 @@ MAX_LINE = 16384
 MAX_SIGHTINGS = 2048
 """Distinct (entry, scope) sightings kept; enough for every rank of a large job, bounded for a hostile one."""
 MAX_FILES = 4096
+MAX_CONTINUATION = 12
+"""Lines of one message's continuation read at most (Ray's ActorDiedError prints six)."""
 
 
 @dataclass(slots=True)
@@ -59,21 +61,45 @@ class Reader:
         self._seen: dict[tuple[object, ...], Sighting] = {}
         self._files: dict[str, int] = {}
         self._clock: dict[str, float] = {}
+        self._cont: dict[str, tuple[Sighting, int]] = {}
+        """Per file: the sighting whose entry's continuation lines may follow, and how many more may."""
         self.dropped = 0
         """Matching lines of a new scope not kept because :data:`MAX_SIGHTINGS` were already held."""
         self.matched = 0
 
     def feed(self, line: str, file: str = "<memory>", lineno: int = 0) -> Sighting | None:
         """Read one line; returns its sighting where it is a catalog entry (noise included)."""
-        if len(line) > MAX_LINE or not self.matcher.may_match(line):
+        if len(line) > MAX_LINE:
+            return None
+        if self._cont and file in self._cont and self._continue(line, file):
+            return None
+        if not self.matcher.may_match(line):
             return None  # the message sits inside the line: no anchor in the line, no entry in the message
         head = read_head(line)
-        m = self.matcher.match(head.text)
+        m = self.matcher.match(head.text, checked=True)
         if m is None:
             if head.time is not None:
                 self._clock[file] = head.time
             return None
-        return self.add(m, head, line.strip(), file, lineno)
+        s = self.add(m, head, line.strip(), file, lineno)
+        if s is not None and m.entry.continuation is not None:
+            self._cont[file] = (s, MAX_CONTINUATION)
+        return s
+
+    def _continue(self, line: str, file: str) -> bool:
+        """Whether ``line`` continues the open sighting of ``file`` (its fields are added to it)."""
+        s, left = self._cont.pop(file)
+        cont = s.entry.continuation
+        m = cont.search(line.rstrip("\n")) if cont is not None else None
+        if m is None:
+            return False
+        have = {k for k, _v in s.match.fields}
+        more = tuple((k, v) for k, v in m.groupdict().items() if v is not None and k not in have)
+        if more:
+            s.match = Match(s.match.entry, s.match.fields + more, s.match.start)
+        if left > 1:
+            self._cont[file] = (s, left - 1)
+        return True
 
     def feed_lines(self, lines: Iterable[str], file: str = "<memory>", start: int = 1) -> None:
         """Read many lines of one source, numbered from ``start``."""

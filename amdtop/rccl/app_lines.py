@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from amdtop.rccl import grammar as g
 from amdtop.rccl import incident_facts as facts
+from amdtop.rccl.capped import MAX_KEPT, Capped
 from amdtop.rccl.report import Message
 from amdtop.rccl.verdicts import is_advisory
 
@@ -38,7 +39,11 @@ def warn(p: LogParser, line: str, i: int, j: int, file: str, lineno: int) -> Non
     if "Got completion" in text:
         facts.ib_completion(p, text, host, pid, dev, file, lineno)
     if not is_advisory(text):
-        p.warn_seqs.setdefault((host, pid, tid), []).append(p.seq(lineno))
+        seqs = p.warn_seqs.get((host, pid, tid))
+        if seqs is None and len(p.warn_seqs) < MAX_KEPT:
+            seqs = p.warn_seqs[(host, pid, tid)] = Capped()
+        if seqs is not None:
+            seqs.append(p.seq(lineno))
         if any(mark in text for mark in g.FATAL_WARNS):
             # IPC handles, reverse paths, proxy calls: the communicator cannot work, whether or not a trail follows
             fatal = Message(file, lineno, text, "fatal_warn", rank, extra, host, pid, dev)
@@ -89,6 +94,9 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
     if "Watchdog caught" in s:
         m = g.WATCHDOG.search(s)
         if m:
+            s = _own_record(s, m.start())
+            m = g.WATCHDOG.search(s)
+        if m:
             seq, op, _ni, _no, tmo, ran = m.groups()
             extra: tuple[tuple[str, object], ...] = (
                 ("seq", int(seq)),
@@ -99,7 +107,13 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
             )
             p.errors.append((p.seq(lineno), Message(file, lineno, s, "watchdog_timeout", _torch_rank(s), extra)))
             return
-    if "last completed NCCL work" in s and facts.torch_progress(p, s, _torch_rank(s), file, lineno):
+    if "last completed NCCL work" in s:
+        m = g.TORCH_PROGRESS.search(s)
+        if m:
+            s = _own_record(s, m.start())
+        if facts.torch_progress(p, s, _torch_rank(s), file, lineno):
+            return
+    if ("didn't" in s or "lagging ranks" in s) and facts.desync_laggards(p, s, file, lineno):
         return
     if "NCCL Error" in s:
         m = g.NCCL_ERROR.search(s)
@@ -137,6 +151,16 @@ def _vllm_nccl(p: LogParser, s: str) -> bool:
 def _is_app_log(s: str) -> bool:
     # vLLM / Python logging lines (``INFO 07-20 17:27:20 file.py:63] ...``): known, not NCCL
     return s.startswith(_APP_LEVELS) and s[s.find(" ") + 1 : s.find(" ") + 3].isdigit()
+
+
+def _own_record(s: str, at: int) -> str:
+    """The record of ``s`` the match at ``at`` belongs to: from the last c10d record start before it. Where two
+    processes wrote into one line, the first one's head must not lend its rank to the second one's SeqNum."""
+    start = 0
+    for m in g.TORCH_RECORD.finditer(s, 0, at):
+        if m.start() > start and not (s[m.start() - 1 : m.start()] == ":" or s[m.start() - 2 : m.start()] == "] "):
+            start = m.start()  # a record start not glued to the one before it (``[rank1]:[E..] [Rank 1]``)
+    return s[start:] if start else s
 
 
 def _torch_rank(s: str) -> int | None:

@@ -86,10 +86,16 @@ def open_log(path: Path | str, fifo_wait_s: float = FIFO_WAIT_S) -> TextIO:
 def _open_stream(path: Path | str, fifo_wait_s: float) -> BinaryIO:
     """Open ``path`` for reading once; a FIFO without a writer is refused after ``fifo_wait_s`` instead of hanging."""
     try:
-        is_fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
-        is_fifo = False
-    if not is_fifo:
+        mode = 0
+    if stat.S_ISCHR(mode) and not _is_terminal(path):
+        # /dev/zero, /dev/urandom: read without end; /dev/kmsg: follows forever (the kernel path reads it)
+        raise InputError(
+            f"{path}: a character device, which never ends; give a regular file or a pipe (the kernel log: "
+            "amdtop --kernel-log /dev/kmsg)"
+        )
+    if not stat.S_ISFIFO(mode):
         return open(path, "rb", buffering=0)
     # open(2) of a FIFO blocks until a writer opens it: open without blocking, then wait for data or hang-up
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -106,6 +112,19 @@ def _open_stream(path: Path | str, fifo_wait_s: float) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def _is_terminal(path: Path | str) -> bool:
+    """A terminal (``/dev/stdin`` of an interactive shell: text pasted, ended with Ctrl-D): a character device that
+    does end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_head(raw: BinaryIO, n: int) -> bytes:

@@ -123,11 +123,23 @@ TORCH_PROGRESS = re.compile(
     r"(?:at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: (?P<enq>-?\d+), "
     r"last completed NCCL work: (?P<done>-?\d+)"
 )
+TORCH_RECORD = re.compile(r"\[rank\d+\]:|\[(?:PG [^\]]*?)?Rank \d+\]")
+"""Where a c10d record starts (torchrun's ``[rank3]:``, ProcessGroupNCCL's ``[Rank 3]`` / ``[PG ID 0 ... Rank 3]``):
+in a line two processes wrote into each other, a match belongs to the record whose start is the last one before it."""
+DESYNC_LAGGARDS = re.compile(
+    r"^-? ?\[(?P<ranks>[\d, -]+)\] (?:joined but didn't finish collective #(?P<seq>\d+)|finished collective #\d+, "
+    r"but didn't join collective #(?P<next>\d+))|ranks \[(?P<never>[\d, -]+)\] are the lagging ranks that caused this "
+    r"timeout"
+)
+"""PyTorch's desync report (torch/csrc/distributed/c10d/TraceUtils.h ``retrieveDesyncReport``): ``[%s] joined but
+didn't finish collective #%d (count from 1)``, ``[%s] finished collective #%d, but didn't join collective #%d (count
+from 1)`` and ``ranks [%s] are the lagging ranks that caused this timeout. They never joined any collectives``."""
 TORCH_TIME = re.compile(r"\[[EWI](?P<mo>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d(?:\.\d+)?) ")
 """glog's ``[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607]``: month, day and time of a c10d line."""
 IB_COMPLETION = re.compile(
-    r"Got completion (?:from peer (?P<peer>\S+) )?with (?:error |status=)(?P<status>\d+),? opcode[ =]?(?P<opcode>\d+),? "
-    r"len[ =]?(?P<len>\d+),? vendor err (?P<vendor>\d+)(?: \((?P<dir>\w+)\))?"
+    r"Got completion (?:from peer (?P<peer>\S+) )?with (?:error |status=)(?:\w+\()?(?P<status>\d+)\)?,? "
+    r"opcode[ =]?(?:\w+\()?(?P<opcode>\d+)\)?,? (?:len[ =]?(?P<len>\d+),? )?vendor[ _]err[ =]?(?P<vendor>\d+)"
+    r"(?: \((?P<dir>\w+)\))?"
 )
 """``NET/IB : Got completion from peer 10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...``
 (NCCL 2.19+) and the older ``Got completion with error 12, opcode 1, len 0, vendor err 129``."""

@@ -18,6 +18,8 @@ RECENT = 4
 AFTER = 8
 """Lines kept after a process's signal line (the faulting PC, the Python stack)."""
 _CHEAP = ("SIG", "Fatal Python", "signal", "Segfault")
+MAX_PROCESSES = 4096
+"""Process prefixes whose last lines are remembered at most."""
 
 
 def torch_context(s: str) -> tuple[tuple[str, object], ...]:
@@ -45,6 +47,35 @@ def torch_progress(p: LogParser, s: str, rank: int | None, file: str, lineno: in
         pg = g.PG_RANK.search(s)
         rank = int(pg.group("rank")) if pg else None
     p.facts.append(Message(file, lineno, s, "torch_progress", rank, extra + torch_context(s)))
+    return True
+
+
+def desync_laggards(p: LogParser, s: str, file: str, lineno: int) -> bool:
+    """A line of PyTorch's desync report naming the lagging ranks (the laggard, in the report's own words)."""
+    m = g.DESYNC_LAGGARDS.search(s.strip())
+    if m is None:
+        return False
+    text = m.group("ranks") or m.group("never") or ""
+    ranks: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            top = int(hi) if hi else int(lo)
+            if top - int(lo) > 4096:
+                return False  # a range no job has: not a report line
+            ranks += range(int(lo), top + 1)
+    if not ranks:
+        return False
+    how = (
+        "never joined a collective"
+        if m.group("never")
+        else (
+            f"joined but did not finish collective #{m.group('seq')}"
+            if m.group("seq")
+            else f"did not join collective #{m.group('next')}"
+        )
+    )
+    p.facts.append(Message(file, lineno, s.strip(), "desync_laggards", None, (("ranks", tuple(ranks)), ("how", how))))
     return True
 
 
@@ -97,7 +128,8 @@ def crash_line(p: LogParser, s: str, prefix: re.Match[str] | None, file: str, li
         extra = (("signal", sig), ("process", name), ("before", before), ("key", key))
         host = prefix.group("ip") if prefix else None
         p.facts.append(Message(file, lineno, s, "signal", rank, extra, host, pid))
-        p.crash_after.setdefault(key, [])
+        if len(p.crash_after) < MAX_PROCESSES:
+            p.crash_after.setdefault(key, [])
         return True
     _remember(p, key, s)
     return False
@@ -109,5 +141,7 @@ def _remember(p: LogParser, key: str, s: str) -> None:
         after.append(s[:300])  # what a dying process printed after the signal: the faulting function, its stack
     recent = p.recent.get(key)
     if recent is None:
+        if len(p.recent) >= MAX_PROCESSES:
+            return  # a log naming more processes than any node runs: the ones after are not remembered
         recent = p.recent[key] = deque(maxlen=RECENT)
     recent.append((key + s)[:300])  # with its process prefix: evidence says who printed it

@@ -1,9 +1,10 @@
 """Incidents from RCCL/NCCL and PyTorch logs: one verdict per incident, across the ranks that each printed a line.
 
 - A collective timeout (PyTorch's ``Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N, ...)`` on each
-  rank) is grouped by process group and time window and judged by SeqNum: the rank whose last completed SeqNum is
-  behind the others is the laggard; every rank stuck on SeqNum 1 means the path never worked; every rank at one SeqNum
-  means the collective itself hung, so what ran before it is the lead.
+  rank) is grouped by process group and time window and judged by the SeqNums the ranks printed, within that group
+  only: the rank whose printed last completed SeqNum is behind the others' is the laggard (or the one PyTorch's desync
+  report names); a rank that printed none is "not reported", never placed; ranks that reported the same SeqNum name
+  no laggard (the one that did not join is not in the log); one reporting rank is one rank.
 - NET/IB completion errors are judged by their status code (``ibv_wc_status``); ``[N]`` in the line head is the
   local device, the rank is named only where the process's communicator lines name it; the same error on several
   hosts at once is a configuration problem, not one cable.
@@ -147,10 +148,17 @@ def timeout_incidents(
     if not watchdogs:
         return []
     progress = [f for f in facts if f.kind == "torch_progress"]
+    desync = [f for f in facts if f.kind == "desync_laggards"]
     out = []
     for group, lines in _groups(watchdogs, progress):
-        out.append(((lines[0].file, lines[0].line), _timeout(group, lines, progress, errors, warnings, comms)))
+        near = [d for d in desync if d.file == lines[0].file]
+        out.append(((lines[0].file, lines[0].line), _timeout(group, lines, progress, errors, warnings, comms, near)))
     return out
+
+
+MAX_NAMED_SILENT = 64
+"""Ranks that printed nothing are listed by number only in a job this small; beyond it they are counted (a huge
+``nranks`` in one line must never make a list of that size)."""
 
 
 def _timeout(
@@ -160,7 +168,11 @@ def _timeout(
     errors: Sequence[Message],
     warnings: Sequence[Message],
     comms: Sequence[Comm],
+    desync: Sequence[Message] = (),
 ) -> Incident:
+    """The verdict over one process group's watchdog lines. It says only what the lines say: a rank that printed no
+    "last completed" line is "not reported" (never placed at a SeqNum), SeqNums are compared only within this group,
+    and the ranks that reported are named and counted (one reporting rank is one rank)."""
     seqs: dict[int, int] = {}  # rank -> the lowest SeqNum it timed out on
     line_of: dict[int, Message] = {}
     for w in lines:
@@ -169,20 +181,21 @@ def _timeout(
             continue
         if w.rank not in seqs or seq < seqs[w.rank]:
             seqs[w.rank], line_of[w.rank] = seq, w
-    done: dict[int, int] = {}  # rank -> last completed SeqNum (printed, else the one before its timeout)
+    done: dict[int, int] = {}  # rank -> last completed SeqNum, only where the rank printed it
     prog_of: dict[int, Message] = {}
     at_seqs = set(seqs.values())
     for f in progress:
         at, completed = _int(f, "at"), _int(f, "completed")
         if f.rank is None or at is None or completed is None:
             continue
-        if f.rank not in seqs and at in at_seqs and _get(f, "group") in (group, None):
+        own = _get(f, "group")
+        if group is not None and own is not None and own != group:
+            continue  # another process group's SeqNums are another count
+        if f.rank not in seqs and at in at_seqs:
             # the rank's own watchdog line is missing (cut from the log) but its progress line says where it stopped
             seqs[f.rank] = at
-        if _int(f, "at") == seqs.get(f.rank):
+        if at == seqs.get(f.rank):
             done[f.rank], prog_of[f.rank] = completed, f
-    for rank, seq in seqs.items():
-        done.setdefault(rank, seq - 1)
     first = lines[0]
     op = _get(first, "op")
     op_text = op if isinstance(op, str) else "collective"
@@ -190,47 +203,39 @@ def _timeout(
     ranks = tuple(sorted(seqs))
     top = max(seqs.values(), default=_int(first, "seq"))
     where = f" in {group}" if group else ""
-    head = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({_ranges(ranks)}) timed out{where}"
+    head = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({_ranges(ranks)}) timed out{where} on {op_text} SeqNum {top}"
     if tmo:
         head += f" after {tmo / 1000:g} s"
     evidence = [first.text]
     laggard: int | None = None
-    low = min(done.values(), default=0)
-    behind = sorted(r for r, d in done.items() if d == low)
+    unreported = tuple(r for r in ranks if r not in done)
     nranks = max((c.nranks for c in comms), default=0)
-    silent = tuple(r for r in range(nranks) if r not in seqs) if nranks and len(seqs) < nranks else ()
-    if ranks and low == max(done.values()) and low <= 0:
-        summary = f"{head}: every rank is stuck on SeqNum 1 ({op_text}): the first collective never completed"
-        cause = (
-            "the path between the ranks never worked (P2P/IPC, shared memory or the network between these GPUs): "
-            "not one slow rank"
-        )
+    silent_n = max(0, nranks - len(seqs)) if nranks else 0
+    silent: tuple[int, ...] = ()
+    if silent_n and nranks <= MAX_NAMED_SILENT:
+        silent = tuple(r for r in range(nranks) if r not in seqs)
+    lagging = sorted({r for d in desync if isinstance(got := _get(d, "ranks"), tuple) for r in got})
+    low = min(done.values(), default=None)
+    high = max(done.values(), default=None)
+    if lagging:
+        laggard = lagging[0] if len(lagging) == 1 else None
+        who = f"rank {laggard}" if laggard is not None else f"ranks {_ranges(lagging)}"
+        how = str(_get(desync[0], "how"))
+        summary = f"{head}: PyTorch's desync report names {who} as lagging ({how})"
+        cause = f"{who} fell behind (or died) and the others wait for it in the collective"
         fix = (
-            "run rccl-tests/nccl-tests on the same GPUs; retry with NCCL_P2P_DISABLE=1 (or NCCL_SHM_DISABLE=1) to "
-            "confirm the path; check iommu=pt, PCIe ACS and the topology (amdtop topo)"
+            f"look at {who}: its process (py-spy dump --pid), its GPU (kernel log, amdtop snapshot), its input; the "
+            "other ranks only wait for it"
         )
-    elif ranks and low == max(done.values()):
-        before = _before(first, errors, warnings)
-        summary = f"{head}: every rank is at SeqNum {top} ({op_text}): no rank is behind, the collective itself hung"
-        if silent:
-            summary += f"; rank{'s' if len(silent) > 1 else ''} {_ranges(silent)} printed no timeout (dead or stuck?)"
-        cause = "the collective hung on every rank alike: what ran before it (a failed or mismatched op) is the lead"
-        if before:
-            cause += f"; printed before: {before[0].text[:160]}"
-            evidence += [m.text for m in before]
-        fix = (
-            "look at what ran before this SeqNum (the errors above, a rank that skipped or reordered a collective, "
-            "a kernel fault at that time: amdtop snapshot); set TORCH_NCCL_TRACE_BUFFER_SIZE to dump the flight "
-            "recorder next time"
-        )
-    else:
+        evidence += [d.text for d in desync[:2]]
+    elif low is not None and high is not None and low < high and len(done) > 1:
+        behind = sorted(r for r, d in done.items() if d == low)
         if len(behind) == 1:
             laggard = behind[0]
         who = f"rank {laggard}" if laggard is not None else f"ranks {_ranges(behind)}"
-        ahead = max(done.values())
         summary = (
             f"{head}: {who} {'is' if laggard is not None else 'are'} the laggard (last completed SeqNum {low}, "
-            f"others reached {ahead}; {op_text})"
+            f"others that reported reached {high})"
         )
         cause = f"{who} fell behind the others and never joined the collective they wait in"
         fix = (
@@ -238,17 +243,89 @@ def _timeout(
             "the other ranks only wait for it"
         )
         for r in behind[:2]:
-            evidence.append(line_of[r].text)
+            evidence.append(line_of[r].text if r in line_of else prog_of[r].text)
             if r in prog_of:
                 evidence.append(prog_of[r].text)
+    elif len(set(seqs.values())) > 1:
+        # the oldest collective a rank timed out on is the first it never completed: a lower one is further behind
+        # (compared within this group only; no rank is placed at a SeqNum it did not print)
+        first_stuck = min(seqs.values())
+        behind = sorted(r for r, q in seqs.items() if q == first_stuck)
+        if len(behind) == 1:
+            laggard = behind[0]
+        who = f"rank {laggard}" if laggard is not None else f"ranks {_ranges(behind)}"
+        summary = (
+            f"{head}: {who} {'is' if laggard is not None else 'are'} the laggard (timed out on SeqNum {first_stuck}, "
+            f"others that reported on {max(seqs.values())})"
+        )
+        cause = f"{who} fell behind the others and never completed collective {first_stuck}"
+        fix = (
+            f"look at {who}: its process (py-spy dump --pid), its GPU (kernel log, amdtop snapshot), its input; "
+            "the other ranks only wait for it"
+        )
+        evidence += [line_of[r].text for r in behind[:2] if r in line_of]
+    elif high is not None and high <= 0:
+        who = "the rank that reported" if len(done) == 1 else f"the {len(done)} ranks that reported"
+        summary = (
+            f"{head}: {who} never completed a collective (last completed {high}): the first collective never completed"
+        )
+        cause = (
+            "the path between the ranks never worked (P2P/IPC, shared memory or the network between these GPUs), or a "
+            "rank never reached the first collective"
+        )
+        fix = (
+            "run rccl-tests/nccl-tests on the same GPUs; retry with NCCL_P2P_DISABLE=1 (or NCCL_SHM_DISABLE=1) to "
+            "confirm the path; check iommu=pt, PCIe ACS and the topology (amdtop topo)"
+        )
+    else:
+        before = _before(first, errors, warnings)
+        if done:
+            stood = (
+                f"rank {next(iter(done))} last completed SeqNum {high}"
+                if len(done) == 1
+                else f"ranks {_ranges(sorted(done))} all last completed SeqNum {high}"
+            )
+            summary = f"{head}: {stood}; no rank in this log is behind another, so no laggard can be named"
+        else:
+            summary = f"{head}: no rank printed its last completed SeqNum, so no laggard can be named"
+        cause = (
+            "the ranks that reported all entered this collective and waited: the rank that never joined it is not in "
+            "this log (or the collective itself hung): what ran before it is the lead"
+        )
+        if len(ranks) == 1:
+            cause = (
+                f"only rank {ranks[0]} reported: the rank it waited for is not in this log; what ran before it is the "
+                "lead"
+            )
+        if before:
+            cause += f"; printed before: {before[0].text[:160]}"
+            evidence += [m.text for m in before]
+        fix = (
+            "collect every rank's log (the one that did not join is the lead), look at what ran before this SeqNum "
+            "(errors above, a rank that skipped or reordered a collective, a kernel fault at that time: amdtop "
+            "snapshot); set TORCH_NCCL_TRACE_BUFFER_SIZE to dump the flight recorder next time"
+        )
+    if unreported:
+        summary += (
+            f"; rank{'s' if len(unreported) > 1 else ''} {_ranges(unreported)} printed no last completed SeqNum "
+            "(not reported)"
+        )
+    if silent_n:
+        named = f" ({_ranges(silent)})" if silent else ""
+        summary += (
+            f"; {silent_n} rank{'s' if silent_n > 1 else ''}{named} of {nranks} printed no timeout (not reported)"
+        )
     detail: tuple[tuple[str, object], ...] = (
         ("timeout_ms", tmo),
-        ("last_completed", tuple((r, done[r]) for r in ranks)),
+        ("last_completed", tuple((r, done[r]) for r in ranks if r in done)),
         ("timed_out_seq", tuple((r, seqs[r]) for r in ranks)),
+        ("not_reported", unreported),
         ("lines", len(lines)),
     )
-    if silent:
-        detail += (("silent_ranks", silent),)
+    if silent_n:
+        detail += (("silent_ranks", silent), ("silent_count", silent_n))
+    if lagging:
+        detail += (("desync_lagging", tuple(lagging)),)
     return Incident(
         kind="collective_timeout",
         summary=summary,

@@ -8,6 +8,7 @@ bus ids that agree (each process names its peers' bus ids in its channel lines).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 
 from amdtop.rccl.phases import phase_name
 from amdtop.rccl.report import Comm, Edge, RankInfo
@@ -222,8 +223,14 @@ def freeze(key: str, members: Sequence[ProcComm], by_id: bool) -> Comm:
         hosts=tuple(sorted({pc.host for pc in members if pc.host})),
         processes=len({pc.proc for pc in members}),
         joined_by="commId" if by_id else "structure",
-        missing=tuple(r for r in range(size) if r not in own),
+        # one line may print any nranks or rank (2000000000): the ranks that printed nothing are listed up to a
+        # bound, never built whole
+        missing=tuple(islice((r for r in range(size) if r not in own), MAX_MISSING)),
     )
+
+
+MAX_MISSING = 4096
+"""Ranks that printed nothing listed per communicator at most (more are a hostile or broken log, not a job)."""
 
 
 def _place_unranked(members: Iterable[ProcComm], infos: dict[int, RankInfo], bus: dict[int, str]) -> None:

@@ -17,6 +17,7 @@ from amdtop.logread import Reader, build, merge
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
 from amdtop.rccl import phases as ph
+from amdtop.rccl.capped import Capped
 from amdtop.rccl.comm_lines import CommLines, suffix_ptr
 from amdtop.rccl.env import FAKE_VARS, is_known
 from amdtop.rccl.incidents import build_incidents_at
@@ -35,26 +36,26 @@ class LogParser(CommLines):
         super().__init__()
         self.nic_lines = NicLines()
         self._frozen: FreezeCache = {}
-        self.fatal_warns: list[tuple[int, ThreadKey, Message]] = []
+        self.fatal_warns: list[tuple[int, ThreadKey, Message]] = Capped()
         """Fatal WARNs (IPC handle, reverse path, proxy call...): errors unless a failed trace of their thread
         already reports them (the trace then carries the WARN's text)."""
         self.version: str | None = None
         self.versions: dict[str, str] = {}
         self.files: set[str] = set()
         self.lines = 0
-        self.warnings: list[Message] = []
-        self.errors: list[tuple[int, Message]] = []
+        self.warnings: list[Message] = Capped()
+        self.errors: list[tuple[int, Message]] = Capped()
         """``(seq, message)``: traces are judged at report time and merged back in order."""
-        self.traces: list[Trace] = []
+        self.traces: list[Trace] = Capped()
         self.warn_seqs: dict[ThreadKey, list[int]] = {}
         self.env: dict[str, EnvSetting] = {}
         self._env_names: dict[str, str] = {}  # the echo line of a known variable -> its name
         self._env_msgs: dict[str, str] = {}  # a known variable -> the echo line that set its current value
         self.in_banner = False
-        self.facts: list[Message] = []
         self.kernel = KernelLineReader()
         """Kernel lines in the same files (a saved dmesg, a journal): amdgpu and NVIDIA faults, read as the kernel
         path reads them."""
+        self.facts: list[Message] = Capped()
         """Lines that build incidents (c10d progress, NET/IB completions, signals): :mod:`amdtop.rccl.incidents`."""
         self.recent: dict[str, deque[str]] = {}
         """The last few non-INFO lines per process prefix (``""``: lines without one): a crash's evidence."""
@@ -161,7 +162,7 @@ class LogParser(CommLines):
             nics=self.nic_lines.report(),
             incidents=(
                 *merge(
-                    build(self.catalog.sightings(), OWNED_BY_RCCL),
+                    build(self.catalog.sightings(), rank_of=self.named_rank),
                     build_incidents_at(self.facts, final, warnings, comms, self.crash_after, self.recent),
                 ),
                 *self.kernel.incidents(),
@@ -311,9 +312,6 @@ class LogParser(CommLines):
 
 
 _QUIET_APP = ("INFO ", "DEBUG ", "INFO:")
-OWNED_BY_RCCL = frozenset({"collective_timeout", "net_completion_error"})
-"""Kinds :mod:`amdtop.rccl.incidents` builds with its own analysis (SeqNums by process group, ibv_wc statuses): the
-catalog's lines of these kinds open nothing but join an incident a first cause opened."""
 
 
 def parse_lines(lines: Iterable[str], file: str = "<memory>") -> LogReport:

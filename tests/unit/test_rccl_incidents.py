@@ -39,7 +39,10 @@ def test_same_seqnum_behind_line_numbers_llamafactory_7396() -> None:
     assert i.ranks == (0, 3, 4)
     assert i.seq == 1580
     assert i.group == "PG 1"
-    assert "no rank is behind" in i.summary
+    assert "no rank in this log is behind" in i.summary
+    # rank 4 printed no "last completed" line: it is not reported, never placed at a SeqNum (issue 48)
+    assert "rank 4 printed no last completed SeqNum (not reported)" in i.summary
+    assert dict(i.detail)["not_reported"] == (4,)
     assert "what ran before" in i.cause
     assert not any(e.startswith("[80746]") for e in i.evidence)  # the viewer's line number is not the record
 
