@@ -79,6 +79,8 @@ _NV_GPU = re.compile(
 )
 _FALLEN = "fallen off the bus"
 
+_MAX_OPEN = 64
+"""Faults kept open at once (one per device): a log naming more devices than a node has finishes the oldest."""
 _MAX_LINE = 4096
 """Longer lines are cut: a kernel record is at most ~1 KB, anything longer is not a driver message."""
 
@@ -151,6 +153,8 @@ class KernelLogParser:
                 return done
             if held is not None:
                 done.append(self._open.pop(key))
+            elif len(self._open) >= _MAX_OPEN:
+                done.append(self._open.pop(next(iter(self._open))))  # the oldest open fault is finished
             self._open[key] = header
             return done
         current = self._open.get(key)

@@ -319,3 +319,14 @@ def test_one_processs_xid_on_three_gpus_is_one_incident_naming_them_openmm_4393(
     for bdf in ("0000:5e:00.0", "0000:86:00.0", "0000:af:00.0"):
         assert bdf in xid.summary
     assert "223309" in xid.summary
+
+
+def test_a_log_naming_more_devices_than_a_node_has_keeps_a_bounded_set_open() -> None:
+    # BUILT from amdgpu_job.c's format: 100k made-up addresses, one ring timeout each (issue 52: bounded readers)
+    reader = KernelLineReader()
+    for n in range(100_000):
+        bdf = f"{n >> 16:04x}:{(n >> 8) & 0xFF:02x}:{(n >> 3) & 0x1F:02x}.{n & 7}"
+        reader.feed(f"amdgpu {bdf}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=1, emitted seq=2")
+    assert len(reader._parser._open) <= 64
+    found = reader.incidents()
+    assert len(found) <= MAX_INCIDENTS + 64 and dict(found[-1].detail)["left_out"] > 0
