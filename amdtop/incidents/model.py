@@ -21,6 +21,18 @@ KINDS = (
     "nvswitch_error",
     "gsp_timeout",
     "xid",
+    # job-log kinds of the message catalog (amdtop/logread, issue 48)
+    "peer_lost",
+    "comm_init_failed",
+    "nic_flap",
+    "worker_died",
+    "gpu_memory_fault",
+    "gpu_oom",
+    "startup_failed",
+    "engine_dead",
+    "collective_mismatch",
+    "nccl_usage_error",
+    "device_assert",
 )
 """Every incident kind (the exporter publishes a count for each, zero included, as it does for flags)."""
 

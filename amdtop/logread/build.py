@@ -139,9 +139,15 @@ def _range_text(values: Sequence[int]) -> str:
 _QUOTED_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
 
 
+_QUOTING_FAMILIES = ("pytorch", "nccl")
+
+
 def _quoted_rank(s: Sighting) -> int | None:
     """The ProcessGroupNCCL prefix (``[PG ID 0 ... Rank 1]``) quoted before the match inside the message (a C++
-    ``what():`` line), the last one before it."""
+    ``what():`` line), the last one before it. Only PyTorch prints that prefix, in front of its own text and of the
+    NCCL errors it quotes: a ROCr or Ray line glued behind another program's ``[Rank 0]`` does not belong to rank 0."""
+    if s.entry.family not in _QUOTING_FAMILIES:
+        return None
     found = _QUOTED_RANK.findall(s.head.text, 0, s.match.start)
     return int(found[-1]) if found else None
 

@@ -92,10 +92,8 @@ def _in_use(lists: dict[str, list[str]], used: str | None) -> tuple[str, ...]:
     if used is not None:
         for source, names in lists.items():
             # ``Using network IB`` -> NET/IB; ``Libfabric`` / ``AWS Libfabric`` -> NET/OFI or NET/AWS Libfabric
-            if (
-                source == f"NET/{used}"
-                or (used.startswith("IB") and source == "NET/IB")
-                or ("Libfabric" in used and (source.startswith("NET/OFI") or "Libfabric" in source))
+            if source == f"NET/{used}" or (used.startswith("IB") and source == "NET/IB") or (
+                "Libfabric" in used and (source.startswith("NET/OFI") or "Libfabric" in source)
             ):
                 return tuple(names)
     merged: list[str] = []

@@ -36,17 +36,17 @@ class LogParser(CommLines):
         super().__init__()
         self.nic_lines = NicLines()
         self._frozen: FreezeCache = {}
-        self.fatal_warns: list[tuple[int, ThreadKey, Message]] = Capped()
+        self.fatal_warns: Capped[tuple[int, ThreadKey, Message]] = Capped()
         """Fatal WARNs (IPC handle, reverse path, proxy call...): errors unless a failed trace of their thread
         already reports them (the trace then carries the WARN's text)."""
         self.version: str | None = None
         self.versions: dict[str, str] = {}
         self.files: set[str] = set()
         self.lines = 0
-        self.warnings: list[Message] = Capped()
-        self.errors: list[tuple[int, Message]] = Capped()
+        self.warnings: Capped[Message] = Capped()
+        self.errors: Capped[tuple[int, Message]] = Capped()
         """``(seq, message)``: traces are judged at report time and merged back in order."""
-        self.traces: list[Trace] = Capped()
+        self.traces: Capped[Trace] = Capped()
         self.warn_seqs: dict[ThreadKey, list[int]] = {}
         self.env: dict[str, EnvSetting] = {}
         self._env_names: dict[str, str] = {}  # the echo line of a known variable -> its name
@@ -55,7 +55,7 @@ class LogParser(CommLines):
         self.kernel = KernelLineReader()
         """Kernel lines in the same files (a saved dmesg, a journal): amdgpu and NVIDIA faults, read as the kernel
         path reads them."""
-        self.facts: list[Message] = Capped()
+        self.facts: Capped[Message] = Capped()
         """Lines that build incidents (c10d progress, NET/IB completions, signals): :mod:`amdtop.rccl.incidents`."""
         self.recent: dict[str, deque[str]] = {}
         """The last few non-INFO lines per process prefix (``""``: lines without one): a crash's evidence."""
@@ -160,6 +160,12 @@ class LogParser(CommLines):
             notes=tuple(notes),
             warning_groups=group_warnings(warnings),
             nics=self.nic_lines.report(),
+            dropped=self.warnings.dropped
+            + self.errors.dropped
+            + self.facts.dropped
+            + self.traces.dropped
+            + self.fatal_warns.dropped
+            + self.catalog.dropped,
             incidents=(
                 *merge(
                     build(self.catalog.sightings(), rank_of=self.named_rank),

@@ -230,6 +230,9 @@ class LogReport:
     """NICs per host from the network lines (``NET/IB : Using ...``), sorted by host."""
     incidents: tuple[Incident, ...] = ()
     """One verdict per incident (a collective timeout across ranks, a fabric failure, a crashed worker)."""
+    dropped: int = 0
+    """Messages not kept because a list was full (:data:`amdtop.rccl.capped.MAX_KEPT`; a log repeating one line
+    without end), plus catalog lines of a new scope beyond the reader's bound: counted, so nothing is lost silently."""
 
 
 def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -254,6 +257,7 @@ def report_json(report: LogReport, flags: list[dict[str, Any]] | None = None) ->
         "files": report.files,
         "lines": report.lines,
         "unknown_lines": report.unknown_lines,
+        "dropped_messages": report.dropped,
         "comms": [comm_json(c) for c in report.comms],
         "transports": dict(report.transports),
         "warnings": [msg(m) for m in report.warnings],

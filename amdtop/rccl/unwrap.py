@@ -16,7 +16,9 @@ MIN_WIDTH = 80
 """Narrower widest lines are not a terminal's width: nothing is rejoined."""
 _RECORD_START = re.compile(
     r"(?:\s|$|[\[({<#*!|=+-]|[\w.-]+:\d+:\d+ |[\w.-]+ \[|[\w.-]+\s+\| |[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d|\d\d:\d\d"
-    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|NCCL|RCCL|Traceback|File|frame|Exception|terminate|Fatal|Stack)\b)"
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|NCCL|RCCL|Traceback|File|frame|Exception|terminate|Fatal|Stack)\b"
+    # ROCr/HIP write their fault reports straight to stderr, headless: a record of their own, never a continuation
+    r"|Memory access fault by GPU|HW Exception by GPU|Callback: Queue|hipErrorNoBinaryForGpu)"
 )
 
 

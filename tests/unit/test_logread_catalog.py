@@ -74,3 +74,17 @@ def test_alternations_get_one_anchor_per_alternative() -> None:
     assert derive_anchors(r"(?P<what>a|bcdef)") is None
     # every catalog entry but a handful is anchored: the pre-filter keeps unknown lines off the regexes
     assert sum(e.anchors is None for e in load_catalog().entries) <= 2
+
+
+def test_every_catalog_kind_is_an_incident_kind_the_exporter_counts() -> None:
+    from amdtop.incidents.model import KINDS
+
+    assert {e.kind for e in load_catalog().entries} <= set(KINDS)
+
+
+def test_the_catalog_ships_in_the_package() -> None:
+    # hatch includes every file under the package directory in the wheel: the catalog is package data
+    from importlib import resources
+
+    names = {p.name for p in (resources.files("amdtop.logread") / "catalog").iterdir()}
+    assert {"nccl.toml", "pytorch.toml", "runtime.toml", "serving.toml", "ray.toml"} <= names
