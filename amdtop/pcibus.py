@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from amdtop.errors import AmdtopError
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
@@ -39,9 +40,52 @@ class PciAccelerator:
 class GpusFailedInit(AmdtopError):
     """Accelerators are on the PCI bus but no backend shows one: the node's GPUs failed to come up."""
 
-    def __init__(self, incident: Incident) -> None:
+    def __init__(self, incident: Incident, missing: Sequence[MissingGpu] = ()) -> None:
         super().__init__(f"{incident.summary}; {incident.fix}")
         self.incident = incident
+        self.missing = tuple(missing)
+        """One entry per accelerator that did not come up (:func:`missing_gpus`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MissingGpu:
+    """One accelerator on the bus that no backend shows (``missing_gpus[]`` of cli-contract.md)."""
+
+    bdf: str
+    vendor: str
+    device_id: str | None
+    driver: str | None
+    reason: str
+    kernel: tuple[str, ...] = ()
+    """The kernel's own lines that name it (its failed init)."""
+
+    def json(self) -> dict[str, Any]:
+        """The contract's keys (``bdf``, ``vendor``, ``reason``, ``kernel``) and more."""
+        return {
+            "bdf": self.bdf,
+            "vendor": self.vendor,
+            "device_id": self.device_id,
+            "driver": self.driver,
+            "reason": self.reason,
+            "kernel": list(self.kernel),
+        }
+
+
+def missing_gpus(missing: Sequence[PciAccelerator], kernel: Mapping[str, Sequence[str]]) -> tuple[MissingGpu, ...]:
+    """Each accelerator that is on the bus and not shown, with why and the kernel's lines that name it."""
+    return tuple(
+        MissingGpu(
+            a.bdf,
+            a.vendor,
+            a.device_id,
+            a.driver,
+            "on the PCI bus with no driver bound (its driver init failed or no driver is loaded)"
+            if a.driver is None
+            else f"bound to {a.driver} but not shown by the backend",
+            tuple(dict.fromkeys(kernel.get(a.bdf, ())))[:MAX_EVIDENCE],
+        )
+        for a in missing
+    )
 
 
 def _read(path: Path) -> str | None:

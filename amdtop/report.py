@@ -178,6 +178,7 @@ def frame_json(frame: NodeFrame) -> dict[str, Any]:
         None if k is None else {"source": k.source, "available": k.available, "note": k.note, "lines": k.lines}
     )
     doc["incidents"] = [incident_json(i) for i in frame.incidents]
+    doc["missing_gpus"] = [] if k is None else [m.json() for m in k.missing_gpus]
     if frame.errors:
         doc["errors"] = list(frame.errors)
     add_processes(doc, frame.processes, frame.process_totals)

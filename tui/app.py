@@ -63,7 +63,12 @@ class AmdtopApp(ControlActions, App[int]):
         Binding("slash", "filter", "Filter", id="filter", tooltip="filter GPU and worker rows by GPU, worker or flag"),
         *(Binding(str(i), f"pane('{key}')", label, id=f"pane-{key}") for i, (key, label) in enumerate(PANES, start=1)),
         Binding(
-            "z", "sleep", "Sleep/Wake", show=False, id="sleep", tooltip="vLLM sleep mode: sleep or wake the selected worker"
+            "z",
+            "sleep",
+            "Sleep/Wake",
+            show=False,
+            id="sleep",
+            tooltip="vLLM sleep mode: sleep or wake the selected worker",
         ),
         Binding(
             "d",
@@ -226,9 +231,14 @@ class AmdtopApp(ControlActions, App[int]):
         live = [i for i in frame.incidents if not i.historic]
         if live:
             parts.append(f"[red]{len(live)} incident{'s' if len(live) != 1 else ''}[/red]")
-        for bus in (i for i in live if i.kind == "gpu_init_failed"):
-            # GPUs on the bus that never came up: the one fact the operator must see first
-            parts.append(f"[red]{escape(bus.summary.split(' (')[0])}[/red]")
+        missing = () if frame.kernel_log is None else frame.kernel_log.missing_gpus
+        if missing:
+            # GPUs on the bus that never came up: the one fact the operator must see first, by address
+            named = ", ".join(m.bdf for m in missing[:4]) + (" ..." if len(missing) > 4 else "")
+            parts.append(f"[red]{len(missing)} GPU{'s' if len(missing) != 1 else ''} missing: {escape(named)}[/red]")
+        else:
+            for bus in (i for i in live if i.kind == "gpu_init_failed"):
+                parts.append(f"[red]{escape(bus.summary.split(' (')[0])}[/red]")
         if frame.audit is not None:
             parts.append(audit_badge(frame.audit))
         if self.readonly:

@@ -161,7 +161,9 @@ def numa_flags(
             if rank is None or rank >= len(worker.gpus):
                 continue
             per_rank_checked = True
-            why = _check(topology, worker.name, (worker.gpus[rank],), cpus, mems, f"{_rank_name(worker, rank)} (pid {pid})")
+            why = _check(
+                topology, worker.name, (worker.gpus[rank],), cpus, mems, f"{_rank_name(worker, rank)} (pid {pid})"
+            )
             if why:
                 reasons.append((why, tuple(worker.gpus)))
         if not per_rank_checked:

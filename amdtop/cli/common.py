@@ -187,4 +187,3 @@ def stop_on_signals(*, ignore_hangup: bool = False) -> Callable[[], None]:
 
 FLAG_LOOK_S = 5.0
 """The wait's look at the stop flag without a wake-up (another part of the process took the wake-up fd)."""
-

@@ -69,26 +69,56 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--concurrency", type=_conc_list, default=None, help="steps, e.g. 1,2,4,8 (default 1,2,4,... to --max-num-seqs)"
     )
     hour, tokens = 3600.0, 1_000_000
-    p.add_argument("--max-num-seqs", type=_number(int, 1, 1 << 20, example="256"), default=256,
-                   help="top of the default concurrency list (default 256)")
-    p.add_argument("--step-seconds", type=_number(float, 0, hour, lo_open=True, example="10"), default=10.0,
-                   help="measurement window per step (default 10)")
-    p.add_argument("--warmup-seconds", type=_number(float, 0, hour, example="2"), default=None,
-                   help="warm-up per step (default step/4, at most 5)")
-    p.add_argument("--input-len", type=_number(int, 1, tokens, example="128"), default=128,
-                   help="prompt tokens (default 128)")
-    p.add_argument("--output-len", type=_number(int, 1, tokens, example="128"), default=128,
-                   help="output tokens, fixed with ignore_eos (default 128)")
+    p.add_argument(
+        "--max-num-seqs",
+        type=_number(int, 1, 1 << 20, example="256"),
+        default=256,
+        help="top of the default concurrency list (default 256)",
+    )
+    p.add_argument(
+        "--step-seconds",
+        type=_number(float, 0, hour, lo_open=True, example="10"),
+        default=10.0,
+        help="measurement window per step (default 10)",
+    )
+    p.add_argument(
+        "--warmup-seconds",
+        type=_number(float, 0, hour, example="2"),
+        default=None,
+        help="warm-up per step (default step/4, at most 5)",
+    )
+    p.add_argument(
+        "--input-len", type=_number(int, 1, tokens, example="128"), default=128, help="prompt tokens (default 128)"
+    )
+    p.add_argument(
+        "--output-len",
+        type=_number(int, 1, tokens, example="128"),
+        default=128,
+        help="output tokens, fixed with ignore_eos (default 128)",
+    )
     p.add_argument("--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions")
-    p.add_argument("--knee-fraction", type=_number(float, 0, 1, lo_open=True, example="0.9"), default=0.9,
-                   help="knee: smallest step within this fraction of the best")
-    p.add_argument("--slo-ttft-ms", type=_number(float, 0, 1e7, lo_open=True, example="500"), default=None,
-                   help="p99 TTFT SLO (ms)")
-    p.add_argument("--slo-tpot-ms", type=_number(float, 0, 1e7, lo_open=True, example="50"), default=None,
-                   help="p99 TPOT SLO (ms)")
+    p.add_argument(
+        "--knee-fraction",
+        type=_number(float, 0, 1, lo_open=True, example="0.9"),
+        default=0.9,
+        help="knee: smallest step within this fraction of the best",
+    )
+    p.add_argument(
+        "--slo-ttft-ms",
+        type=_number(float, 0, 1e7, lo_open=True, example="500"),
+        default=None,
+        help="p99 TTFT SLO (ms)",
+    )
+    p.add_argument(
+        "--slo-tpot-ms", type=_number(float, 0, 1e7, lo_open=True, example="50"), default=None, help="p99 TPOT SLO (ms)"
+    )
     p.add_argument("--no-refine", action="store_true", help="skip the refinement steps around the knee")
-    p.add_argument("--max-error-rate", type=_number(float, 0, 1, example="0.5"), default=0.5,
-                   help="abort above this failed fraction (default 0.5)")
+    p.add_argument(
+        "--max-error-rate",
+        type=_number(float, 0, 1, example="0.5"),
+        default=0.5,
+        help="abort above this failed fraction (default 0.5)",
+    )
     p.add_argument("--request-timeout", type=_number(float, 0, hour, lo_open=True, example="60"), default=60.0,
                    help="longest silence inside a response (s)")  # fmt: skip
     p.add_argument(

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import socket
+import time
 from typing import Any
 
 from amdtop.cli.common import node_spec, open_from_args, print_json
+from amdtop.incidents.model import incident_json
 from amdtop.model import NodeSnapshot
+from amdtop.pcibus import GpusFailedInit, MissingGpu
 from amdtop.pipeline import NodeFrame
 from amdtop.report import frame_json, snapshot_json
 from amdtop.runtime import open_node
@@ -68,9 +72,12 @@ def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
     return "N/A" if value is None else f"{value:.{digits}f}{unit}"
 
 
-def render_snapshot(snap: NodeSnapshot) -> str:
-    """A compact human table of one snapshot."""
-    lines = [f"{snap.hostname}  backend={snap.backend}  gpus={len(snap.gpus)}"]
+def render_snapshot(snap: NodeSnapshot, missing: tuple[MissingGpu, ...] = ()) -> str:
+    """A compact human table of one snapshot (the header names GPUs the bus holds and the backend does not show)."""
+    head = f"{snap.hostname}  backend={snap.backend}  gpus={len(snap.gpus)}"
+    if missing:
+        head += f"  missing={len(missing)}: {', '.join(m.bdf for m in missing)}"
+    lines = [head]
     lines.append(f"{'GPU':<4}{'NAME':<24}{'NUMA':<6}{'UTIL':>6}{'VRAM USED/TOTAL':>22}{'POWER':>8}{'TEMP':>7}")
     for info in snap.topology.gpus:
         s = snap.sample(info.index)
@@ -90,13 +97,46 @@ def render_snapshot(snap: NodeSnapshot) -> str:
     return "\n".join(lines) + "\n"
 
 
+def failed_node_json(exc: GpusFailedInit) -> dict[str, Any]:
+    """The ``snapshot --json`` document of a node whose GPUs are all on the bus and none came up: no GPU to sample,
+    every accelerator under ``missing_gpus`` (cli-contract.md) and the verdict under ``incidents``."""
+    return {
+        "backend": None,
+        "hostname": socket.gethostname(),
+        "timestamp": time.time(),
+        "gpus": [],
+        "links": [],
+        "numa_nodes": [],
+        "workers": [],
+        "flags": [],
+        "missing_gpus": [m.json() for m in exc.missing],
+        "incidents": [incident_json(exc.incident)],
+    }
+
+
+def render_failed_node(exc: GpusFailedInit) -> str:
+    """The human snapshot of such a node: the header names the missing GPUs, then the verdict."""
+    bdfs = ", ".join(m.bdf for m in exc.missing)
+    head = f"{socket.gethostname()}  backend=none  gpus=0  missing={len(exc.missing)}: {bdfs}"
+    i = exc.incident
+    return f"{head}\n!! {i.kind}: {i.summary}; fix: {i.fix}\n"
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     """Print one frame of the node (with every flag and the discovered vLLM servers)."""
-    frame = sample_frame(args)
+    try:
+        frame = sample_frame(args)
+    except GpusFailedInit as exc:
+        # the node's state, not a failure of the command: its GPUs are listed as missing, with the kernel's lines
+        if args.json:
+            print_json(failed_node_json(exc))
+        else:
+            print(render_failed_node(exc), end="")
+        return 0
     if args.json:
         print_json(frame_json(frame))
     else:
-        text = render_snapshot(frame.snapshot)
+        text = render_snapshot(frame.snapshot, () if frame.kernel_log is None else frame.kernel_log.missing_gpus)
         extra = [f for f in frame.flags if f not in frame.snapshot.flags]
         text += "".join(f"! {f.kind.value}: {f.message}\n" for f in extra)
         text += "".join(

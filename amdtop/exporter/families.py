@@ -85,7 +85,12 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("amdtop_numa_mismatch", WORKER_LABELS, "1", "1 while the worker runs off its GPUs' NUMA node"),
         _g("amdtop_transport_fallback", WORKER_LABELS, "1", "1 while RCCL/NCCL fell back to a slower transport"),
         _g("amdtop_flags", ("hostname", "kind"), "1", "Active flags by kind"),
-        _g("amdtop_flag_active", ("hostname", "kind", "worker", "gpus", "rank"), "1", "1 per active flag (see the TUI or snapshot --json for its message)"),
+        _g(
+            "amdtop_flag_active",
+            ("hostname", "kind", "worker", "gpus", "rank"),
+            "1",
+            "1 per active flag (see the TUI or snapshot --json for its message)",
+        ),
         _g("amdtop_rccl_errors", WORKER_LABELS, "1", "Error lines in the worker's RCCL/NCCL log"),
         _g(
             "amdtop_incidents",
@@ -122,7 +127,9 @@ FAMILIES: dict[str, FamilySpec] = {
         _g("gpu_ecc_uncorrect_total", GPU_LABELS, "1", "Uncorrectable ECC errors, all blocks"),
         _g("amdtop_gpu_ecc_errors", (*GPU_LABELS, "block", "type"), "1", "ECC/RAS errors per block and type"),
         _g("amdtop_snapshot_timestamp_seconds", ("hostname",), "s", "When the published snapshot was taken"),
-        FamilySpec("amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls (one per interval, whoever scrapes)"),
+        FamilySpec(
+            "amdtop_exporter_polls", "counter", ("hostname",), "1", "Node polls (one per interval, whoever scrapes)"
+        ),
         _g("amdtop_exporter_poll_duration_seconds", ("hostname",), "s", "Duration of the last poll"),
         _g("amdtop_frame_timestamp_seconds", ("hostname",), "s", "When the frame this scrape serves was made"),
         FamilySpec("amdtop_polls", "counter", ("hostname",), "1", "Backend polls (pipeline ticks) so far"),
@@ -132,7 +139,12 @@ FAMILIES: dict[str, FamilySpec] = {
             "bytes",
             "GPU memory a process holds (the 32 biggest holders; owner: worker, vllm-<pid> or foreign)",
         ),
-        _g("amdtop_audit_findings", ("hostname", "severity", "id", "worker"), "1", "Tuning audit findings (amdtop audit)"),
+        _g(
+            "amdtop_audit_findings",
+            ("hostname", "severity", "id", "worker"),
+            "1",
+            "Tuning audit findings (amdtop audit)",
+        ),
     )
 }
 
@@ -220,6 +232,8 @@ _RESIDENCY = {
     "vr_thermal": "gpu_violation_vr_thermal_residency_accumulated",
     "hbm_thermal": "gpu_violation_hbm_thermal_residency_accumulated",
 }
+
+
 def _partitions(b: _Builder, info: GpuInfo, base: tuple[str, ...]) -> None:
     def opt(v: int | None) -> str:
         return "" if v is None else str(v)

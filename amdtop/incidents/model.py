@@ -17,6 +17,10 @@ KINDS = (
     "ecc",
     "gpu_init_failed",
     "kernel_fault",
+    "gpu_lost",
+    "nvswitch_error",
+    "gsp_timeout",
+    "xid",
     # job-log kinds of the message catalog (amdtop/logread, issue 48)
     "peer_lost",
     "comm_init_failed",

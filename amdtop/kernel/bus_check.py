@@ -6,7 +6,7 @@ from pathlib import Path
 
 from amdtop.kernel.incidents import KernelVerdicts
 from amdtop.kernel.sources import SourceUnavailable, open_kernel_source
-from amdtop.pcibus import GpusFailedInit, failed, scan, verdict
+from amdtop.pcibus import GpusFailedInit, failed, missing_gpus, scan, verdict
 
 _MAX_READS = 64
 """Reads of the kernel source at most (each bounded by the source): the ring buffer, or a saved log's head."""
@@ -40,6 +40,8 @@ def raise_if_on_bus(sysfs_root: Path, kernel_log: Path | None) -> None:
     on_bus = scan(sysfs_root)
     if not on_bus:
         return
-    incident = verdict(failed(on_bus, ()) or on_bus, init_failure_lines(kernel_log))
+    missing = failed(on_bus, ()) or on_bus
+    kernel = init_failure_lines(kernel_log)
+    incident = verdict(missing, kernel)
     if incident is not None:
-        raise GpusFailedInit(incident)
+        raise GpusFailedInit(incident, missing_gpus(missing, kernel))

@@ -21,6 +21,9 @@ class FaultCause(str, Enum):
     """A ring/job timed out or the runtime saw a GPU hang (amdgpu ring timeout, ROCr ``GPU Hang``, Xid 8/109/119)."""
     FALLEN_OFF_BUS = "fallen_off_bus"
     """The GPU stopped answering on PCIe (Xid 79, ``fallen off the bus``)."""
+    RESET_FAILED = "reset_failed"
+    """The driver's reset of the GPU failed (amdgpu ``GPU reset(N) failed``, ``ASIC reset failed with error, -N``,
+    ``GPU mode1 reset failed``): the GPU is lost until the node is rebooted or power-cycled."""
     NVLINK = "nvlink"
     """An NVLink error (Xid 74, 144-150)."""
     APP_EXCEPTION = "app_exception"
@@ -46,11 +49,21 @@ SUSPECT: dict[FaultCause, Suspect] = {
     FaultCause.UNCORRECTABLE: Suspect.HARDWARE,
     FaultCause.POISON: Suspect.HARDWARE,
     FaultCause.FALLEN_OFF_BUS: Suspect.HARDWARE,
+    FaultCause.RESET_FAILED: Suspect.HARDWARE,
     FaultCause.NVLINK: Suspect.HARDWARE,
     FaultCause.RESET: Suspect.DRIVER,
     FaultCause.HANG: Suspect.DRIVER,
     FaultCause.DRIVER: Suspect.DRIVER,
 }
+
+LOST_ADVICE = (
+    "the GPU is lost: its work is gone and it takes no new work; drain it, then reboot the node (power-cycle it if "
+    "the GPU does not come back) and check its RAS/ECC counts before reuse"
+)
+"""What to do about a GPU the driver could not bring back (a failed reset, a GPU fallen off the bus)."""
+
+LOST = frozenset({FaultCause.RESET_FAILED, FaultCause.FALLEN_OFF_BUS})
+"""Causes after which the GPU is gone (``gpu_lost``), not merely faulted."""
 
 ADVICE: dict[Suspect, str] = {
     Suspect.APPLICATION: "usually the application's bug (a bad pointer, a freed buffer), not the GPU's",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from amdtop.incidents.model import Incident
-from amdtop.kernel.events import ADVICE, FaultCause, KernelEvent
+from amdtop.kernel.events import ADVICE, LOST, LOST_ADVICE, FaultCause, KernelEvent
 from amdtop.kernel.incidents import KernelVerdicts
 from amdtop.kernel.mapper import FaultMapper, Owner
 from amdtop.kernel.parser import KernelLogParser
@@ -18,7 +18,7 @@ from amdtop.kernel.sources import KernelSource, SourceUnavailable, open_kernel_s
 from amdtop.kernel.worker_logs import WorkerLogFaults
 from amdtop.kernel.xid import xid_advice
 from amdtop.model import Flag, FlagKind, Topology, WorkerStatus
-from amdtop.pcibus import PciAccelerator, failed, scan, verdict
+from amdtop.pcibus import MissingGpu, PciAccelerator, failed, missing_gpus, scan, verdict
 from amdtop.thresholds import GPU_FAULT_HOLD_S
 
 _TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
@@ -28,13 +28,14 @@ _MAX_HISTORY = 64
 _MAX_FAULTS = 256
 """Distinct faults kept (a storm of page faults from one process is one fault with a count)."""
 
-_WHAT = {
+WHAT: dict[FaultCause, str] = {
     FaultCause.PAGE_FAULT: "page fault",
     FaultCause.UNCORRECTABLE: "uncorrectable error",
     FaultCause.POISON: "RAS poison",
     FaultCause.RESET: "GPU reset",
     FaultCause.HANG: "GPU hang",
     FaultCause.FALLEN_OFF_BUS: "fallen off the bus",
+    FaultCause.RESET_FAILED: "reset failed: GPU lost",
     FaultCause.NVLINK: "NVLink error",
     FaultCause.APP_EXCEPTION: "GPU exception in the application's work",
     FaultCause.DRIVER: "driver/firmware error",
@@ -56,6 +57,8 @@ class KernelLogStatus:
     """Lines read so far."""
     incidents: tuple[Incident, ...] = ()
     """Kernel verdicts: faults read from before amdtop started (history, with their age), hive resets, error chains."""
+    missing_gpus: tuple[MissingGpu, ...] = ()
+    """Accelerators on the PCI bus that the backend does not show (``missing_gpus`` in ``snapshot --json``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +100,7 @@ def _message(f: _Fault) -> str:
         where += f" ({bdf})"
     elif e.kfd_node is not None:
         where += f" (KFD node {e.kfd_node})"
-    what = _WHAT[e.cause]
+    what = WHAT[e.cause]
     if e.xid is not None:
         what += f" (Xid {e.xid})"
     if e.address:
@@ -111,7 +114,14 @@ def _message(f: _Fault) -> str:
         who = f" by pasid {e.pasid} (no live process has it)"
     if o.worker is not None:
         who += f" ({o.worker}" + (f" rank {o.rank})" if o.rank is not None else ")")
-    return f"{where}: {what}{who}: {xid_advice(e.xid, e.detail) or ADVICE[e.suspect]}"
+    return f"{where}: {what}{who}: {advice(e)}"
+
+
+def advice(e: KernelEvent) -> str:
+    """What to do about ``e``: its Xid's own advice, a lost GPU's, else its suspect's."""
+    if e.cause in LOST:
+        return LOST_ADVICE
+    return xid_advice(e.xid, e.detail) or ADVICE[e.suspect]
 
 
 def _flag(f: _Fault) -> Flag:
@@ -150,8 +160,8 @@ def _historic(f: _Fault, age_s: float) -> Incident:
     return Incident(
         kind="kernel_fault",
         summary=f"{_age(age_s)} ago: {_message(f)}",
-        cause=_WHAT[e.cause],
-        fix=xid_advice(e.xid, e.detail) or ADVICE[e.suspect],
+        cause=WHAT[e.cause],
+        fix=advice(e),
         evidence=(e.line,) if f.last_line == e.line else (e.line, f.last_line),
         devices=() if o.gpu is None else (o.gpu,),
         worker=o.worker,
@@ -208,6 +218,7 @@ class KernelFaultMonitor:
         self._history: dict[tuple[object, ...], _Fault] = {}
         self._verdicts = KernelVerdicts()
         self._bus: tuple[PciAccelerator, ...] | None = None
+        self._missing: tuple[MissingGpu, ...] = ()
         self._boot_wall: float | None = None
         self._worker_logs = WorkerLogFaults() if worker_logs else None
 
@@ -308,7 +319,8 @@ class KernelFaultMonitor:
             if self.on_note is not None:
                 self.on_note(new_note)
         flags = tuple(_flag(f) for f in sorted(self._faults.values(), key=lambda f: (f.first, f.event.number)))
-        status = replace(self._status(), incidents=self._incidents(topology, workers))
+        incidents = self._incidents(topology, workers)
+        status = replace(self._status(), incidents=incidents, missing_gpus=self._missing)
         return KernelUpdate(flags, status, new_note)
 
     def _incidents(self, topology: Topology, workers: Sequence[WorkerStatus]) -> tuple[Incident, ...]:
@@ -323,10 +335,11 @@ class KernelFaultMonitor:
             names = tuple(w.name for w in workers if gpu is not None and gpu in w.gpus)
             return gpu, names
 
-        out += (self._aged(i, wall) for i in self._verdicts.incidents(place))
+        out += (self._aged(i, wall) for i in self._verdicts.incidents(place, init_failed=False))
         if self._bus is None:
             self._bus = scan(self.sysfs_root)  # once: GPUs do not join the bus while amdtop runs
         missing = failed(self._bus, [g.bdf for g in topology.gpus]) if topology.gpus else ()
+        self._missing = missing_gpus(missing, self._verdicts.init_failures)
         bus = verdict(missing, self._verdicts.init_failures)
         if bus is not None:
             out.append(bus)

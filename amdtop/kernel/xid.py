@@ -44,20 +44,38 @@ XID_CAUSES: dict[int, tuple[FaultCause, str]] = {
 }
 
 
+CHANNEL_XIDS = frozenset({13, 31, 32, 43, 45, 68, 69, 94, 95, 109})
+"""Xids reported for a channel in error, whose ``pid=``/``name=`` is the channel's owner (the process whose work
+faulted). For every other Xid the driver prints the process that happened to be calling into it when the error was
+logged (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c, krcReportXid: the channel's
+``ProcessID`` when there is a channel in error, else ``osGetCurrentProcess()``): an Xid 119 (GSP RPC timeout) logged
+under ``nvidia-smi`` or a monitoring agent's thread is not that program's fault."""
+
+
 def xid_cause(code: int) -> tuple[FaultCause, str]:
     """The cause and NVIDIA's name of Xid ``code`` (unknown codes are driver errors, named by number)."""
     return XID_CAUSES.get(code, (FaultCause.DRIVER, f"Xid {code}"))
 
 
 _CAUSED_BY = "caused by previous Xid "
+_AFTER_SXID = "after NVSwitch SXid "
 
 
 def xid_advice(xid: int | None, detail: str | None) -> str | None:
     """Advice that depends on the Xid itself rather than its cause (``None``: the cause's general advice holds)."""
     if xid == 45 and detail and _CAUSED_BY in detail:
         prev = detail[detail.find(_CAUSED_BY) + len(_CAUSED_BY) :].split()[0].rstrip(".,")
+        if prev == "45":
+            # a cleanup names an earlier cleanup: still a consequence; the first cause is further back, never itself
+            return "a consequence of an earlier cleanup (Xid 45): the first cause is an Xid before those; read back"
         name = xid_cause(int(prev))[1] if prev.isdigit() else "an earlier error"
         return f"a consequence: the earlier Xid {prev} ({name}) is the cause; follow its resolution"
+    if xid == 45 and detail and _AFTER_SXID in detail:
+        sxid = detail[detail.find(_AFTER_SXID) + len(_AFTER_SXID) :].split()[0].rstrip(".,)")
+        return (
+            f"a consequence: the NVSwitch error before it (SXid {sxid}) is the cause, not the application; check the "
+            "fabric (nvidia-smi nvlink -s, the fabric manager's log) and reset the GPUs and switches"
+        )
     if xid == 94:
         return "contained ECC error: only the application that used the memory was hit; restart the application"
     if xid == 95:

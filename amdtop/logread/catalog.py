@@ -310,6 +310,14 @@ class Catalog:
         """The entries of one family, in file order."""
         return tuple(e for e in self.entries if e.family == name)
 
+    def only(self, families: tuple[str, ...]) -> Catalog:
+        """The entries of ``families`` alone, in catalog order."""
+        return Catalog(tuple(e for e in self.entries if e.family in families))
+
+    def without(self, families: tuple[str, ...]) -> Catalog:
+        """Every entry but those of ``families``, in catalog order."""
+        return Catalog(tuple(e for e in self.entries if e.family not in families))
+
 
 @lru_cache(maxsize=1)
 def load_catalog() -> Catalog:

@@ -35,7 +35,9 @@ def parse_goodput(pairs: Sequence[str]) -> tuple[tuple[str, float], ...]:
             if name not in GOODPUT_NAMES:
                 raise InputError(f"--goodput: unknown SLO {name!r}; use ttft, tpot or e2el (milliseconds)")
             if not math.isfinite(ms):
-                raise InputError(f"--goodput: {name}:{value} is not a finite number; give milliseconds, e.g. {name}:500")
+                raise InputError(
+                    f"--goodput: {name}:{value} is not a finite number; give milliseconds, e.g. {name}:500"
+                )
             if ms < 0:
                 raise InputError(f"--goodput: {name}:{value} is negative; SLOs are non-negative milliseconds")
             out[name] = ms
@@ -51,7 +53,9 @@ def is_good(r: RequestResult, slos: Sequence[tuple[str, float]]) -> bool:
     return all(ms / 1000.0 >= values[name] for name, ms in slos)
 
 
-def goodput_keys(results: Sequence[RequestResult], duration_s: float, slos: Sequence[tuple[str, float]]) -> dict[str, Any]:
+def goodput_keys(
+    results: Sequence[RequestResult], duration_s: float, slos: Sequence[tuple[str, float]]
+) -> dict[str, Any]:
     """``request_goodput`` (req/s, vLLM's key) and ``good_completed`` for a step; empty without SLOs."""
     if not slos:
         return {}

@@ -19,6 +19,7 @@ from amdtop.pipeline.frame import NodeFrame
 THROTTLED_SHARE = 0.2
 """A GPU counts as throttled for an interval when a limit reason held it back this share of the time."""
 
+
 @dataclass(frozen=True, slots=True)
 class GpuObservation:
     """One GPU of the worker at one moment, as the node's telemetry reported it (``None`` = not given)."""

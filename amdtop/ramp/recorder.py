@@ -34,7 +34,6 @@ QUEUE_COUNT = histogram_names("queue_time", "_count")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-
 def first(samples: dict[str, float], names: Sequence[str]) -> float | None:
     """The first of ``names`` present in ``samples``."""
     for n in names:

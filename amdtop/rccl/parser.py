@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from amdtop.kernel.logfile import KernelLineReader, job_catalog
 from amdtop.logread import Reader, build, merge
 from amdtop.rccl import app_lines
 from amdtop.rccl import grammar as g
@@ -51,13 +52,16 @@ class LogParser(CommLines):
         self._env_names: dict[str, str] = {}  # the echo line of a known variable -> its name
         self._env_msgs: dict[str, str] = {}  # a known variable -> the echo line that set its current value
         self.in_banner = False
+        self.kernel = KernelLineReader()
+        """Kernel lines in the same files (a saved dmesg, a journal): amdgpu and NVIDIA faults, read as the kernel
+        path reads them."""
         self.facts: Capped[Message] = Capped()
         """Lines that build incidents (c10d progress, NET/IB completions, signals): :mod:`amdtop.rccl.incidents`."""
         self.recent: dict[str, deque[str]] = {}
         """The last few non-INFO lines per process prefix (``""``: lines without one): a crash's evidence."""
         self.crash_after: dict[str, list[str]] = {}
         """Lines a process printed after its signal line, by process prefix."""
-        self.catalog = Reader()
+        self.catalog = Reader(job_catalog())
         """Every family of the message catalog (amdtop/logread), run on the lines that can carry a failure."""
 
     # -- entry points --------------------------------------------------------------------------------------------
@@ -104,6 +108,7 @@ class LogParser(CommLines):
     def _not_info(self, line: str, file: str, lineno: int) -> None:
         self.trail_key = None
         self.catalog.feed(line, file, lineno)
+        self.kernel.feed(line)
         if line[:1] == "[":
             m = g.LINE_NUMBER.match(line)
             if m:  # a log viewer's ``[12345] `` line number: the record starts after it
@@ -161,9 +166,12 @@ class LogParser(CommLines):
             + self.traces.dropped
             + self.fatal_warns.dropped
             + self.catalog.dropped,
-            incidents=merge(
-                build(self.catalog.sightings(), rank_of=self.named_rank),
-                build_incidents_at(self.facts, final, warnings, comms, self.crash_after, self.recent),
+            incidents=(
+                *merge(
+                    build(self.catalog.sightings(), rank_of=self.named_rank),
+                    build_incidents_at(self.facts, final, warnings, comms, self.crash_after, self.recent),
+                ),
+                *self.kernel.incidents(),
             ),
         )
 

@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m amdtop.simserver", description="simulated vLLM OpenAI server")
     p.add_argument("model_tag", nargs="?", default=None, help="model (positional, as in vllm serve)")
     p.add_argument("--model", "--model-path", dest="model", default=None)
-    p.add_argument("--flavour", choices=("vllm", "sglang"), default="vllm", help="whose names, routes and titles to show")
+    p.add_argument(
+        "--flavour", choices=("vllm", "sglang"), default="vllm", help="whose names, routes and titles to show"
+    )
     p.add_argument("--metrics-page", default=None, help="serve this file verbatim as /metrics (a captured page)")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--host", default="127.0.0.1")

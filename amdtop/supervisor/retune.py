@@ -244,8 +244,7 @@ def _check_batched_tokens(name: str, tbl: Any) -> None:
     tokens, seqs = args.get("max-num-batched-tokens"), args.get("max-num-seqs")
     if isinstance(tokens, int) and isinstance(seqs, int) and tokens < seqs:
         raise InputError(
-            f"worker[{name}].args.max-num-batched-tokens: {tokens} is below max-num-seqs {seqs}; "
-            f"give at least {seqs}"
+            f"worker[{name}].args.max-num-batched-tokens: {tokens} is below max-num-seqs {seqs}; give at least {seqs}"
         )
 
 

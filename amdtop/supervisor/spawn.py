@@ -32,9 +32,7 @@ def spawn(
     ``--force`` overrode, recorded with the launch."""
     launch_id = uuid.uuid4().hex[:12]
     marker = f"{profile.name}:{launch_id}"
-    env = build_env(
-        profile, os.environ, vendor=vendor, marker=marker, state_dir=str(procs.state_dir_key(store.root))
-    )
+    env = build_env(profile, os.environ, vendor=vendor, marker=marker, state_dir=str(procs.state_dir_key(store.root)))
     preflight(profile, numa, env)
     unit = f"amdtop-{profile.name}-{launch_id}" if systemd_usable() else None
     argv = build_argv(profile, numa, scope_unit=unit)
@@ -65,9 +63,7 @@ def spawn(
                 close_fds=True,
             )
         except OSError as exc:
-            raise AmdtopError(
-                f"worker[{profile.name}].command: cannot start {argv[0]!r} ({exc.strerror})"
-            ) from None
+            raise AmdtopError(f"worker[{profile.name}].command: cannot start {argv[0]!r} ({exc.strerror})") from None
     st = procs.read_stat(child.pid)
     rec = WorkerRecord(
         name=profile.name,

@@ -62,3 +62,19 @@ def test_fault_state_snapshot(snap_compare: Any) -> None:
         await pilot.pause()
 
     assert snap_compare(make_app(kernel_faults=mon), terminal_size=(200, 50), run_before=run_before)
+
+
+async def test_the_header_names_a_gpu_the_bus_holds_and_the_backend_does_not_show(tmp_path: Path) -> None:
+    # cli-contract.md: missing_gpus, the header naming them. The simulated node shows its 8 MI300X; the bus holds a
+    # ninth, bound to amdgpu (a built sysfs tree; the kernel log is the real capture of ROCm/legacy-rocm-build#4021).
+    from amdtop.telemetry.sim import MI300X_BDFS
+    from tests.fixtures.sysfs_tree import build_pci_bus, mi300x_on_bus
+
+    root = build_pci_bus(tmp_path, mi300x_on_bus("amdgpu", bdfs=(*MI300X_BDFS, "0000:f5:00.0")))
+    mon = KernelFaultMonitor(FIXTURES / "amdgpu_psp_init_failed_mi300x_rocm_4021.log", sysfs_root=root)
+    app = make_app(kernel_faults=mon)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        frame = app.step(1)
+        await settle(pilot)
+        assert "1 GPU missing: 0000:f5:00.0" in app.status_line(frame)

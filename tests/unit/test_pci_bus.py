@@ -65,18 +65,26 @@ def test_a_bus_of_failed_gpus_never_opens_the_demo(tmp_path: Path) -> None:
     assert info.value.incident.evidence
 
 
-def test_snapshot_on_a_bus_of_failed_gpus_says_so(tmp_path: Path) -> None:
-    root = build_pci_bus(tmp_path, mi300x_on_bus())
-    out = subprocess.run(
-        [sys.executable, "-m", "amdtop", "--sysfs-root", str(root), "--kernel-log", str(KERNEL), "snapshot", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode != 0 and out.stdout == ""
-    (line,) = out.stderr.strip().splitlines()
-    assert line.startswith("amdtop: error: 8 AMD GPUs on the PCI bus failed driver init (kernel: ")
-    assert "full power cycle" in line
+def test_snapshot_on_a_bus_of_failed_gpus_lists_them_and_exits_0(tmp_path: Path) -> None:
+    # cli-contract.md: snapshot lists accelerators the bus holds and no backend shows under missing_gpus, with the
+    # kernel's lines about them; a node whose GPUs all failed init is a state to report, not a failed command.
+    import json
+
+    root = build_pci_bus(tmp_path, mi300x_on_bus(bdfs=("0000:1b:00.0", *MI300X_BDFS[1:])))
+    argv = [sys.executable, "-m", "amdtop", "--sysfs-root", str(root), "--kernel-log", str(KERNEL), "snapshot"]
+    out = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["gpus"] == [] and len(doc["missing_gpus"]) == 8
+    first = doc["missing_gpus"][0]
+    assert first["bdf"] == "0000:1b:00.0" and first["vendor"] == "AMD" and "no driver bound" in first["reason"]
+    assert any("Fatal error during GPU init" in ln for ln in first["kernel"])  # its own lines (the psp one names none)
+    (inc,) = doc["incidents"]
+    assert inc["kind"] == "gpu_init_failed" and "full power cycle" in inc["fix"]
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0
+    head = text.stdout.splitlines()[0]
+    assert "gpus=0  missing=8: 0000:1b:00.0, " in head  # the header names them
 
 
 def test_audit_on_a_bus_of_failed_gpus_is_a_finding_with_the_kernel_lines(tmp_path: Path) -> None:
@@ -120,3 +128,10 @@ def test_a_gpu_the_backend_does_not_show_is_an_incident_in_the_frame(tmp_path: P
         mon.close()
     assert inc.summary.startswith("1 AMD GPU on the PCI bus is not shown by the backend")
     assert dict(inc.detail)["bdfs"] == (MI300X_BDFS[7],)
+    # and the frame lists it under missing_gpus (snapshot --json), the reason saying it is bound but not shown
+    mon = KernelFaultMonitor(KERNEL, sysfs_root=root, worker_logs=False)
+    try:
+        (missing,) = mon.poll(seven).status.missing_gpus
+    finally:
+        mon.close()
+    assert missing.bdf == MI300X_BDFS[7] and "bound to amdgpu but not shown" in missing.json()["reason"]
