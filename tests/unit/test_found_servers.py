@@ -1,0 +1,203 @@
+"""Servers amdtop did not start, read like its own: engine numbers, ranks, health and log, through the pipeline.
+
+The servers are real processes started here by hand (``subprocess.Popen``, no supervisor, no amdtop marker): the SGLang
+stand-in (tests/fakes/sglang: SGLang's own argv, schedulers titled as SGLang titles them, ``/metrics`` the captured page
+of tests/fixtures/sglang_metrics/sglang-docs-overloaded.txt, source in its first line), its stdout a file, a pipe or a
+terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from amdtop.analysis.found_log import container_id, find_log, systemd_unit
+from amdtop.model import WorkerState, WorkerStatus
+from amdtop.pipeline import NodePipeline
+from amdtop.report import frame_json
+from amdtop.telemetry.sim import SimBackend
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+PAGE = Path(__file__).resolve().parents[1] / "fixtures" / "sglang_metrics" / "sglang-docs-overloaded.txt"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_sglang(port: int, stdout: int | IO[bytes]) -> subprocess.Popen[bytes]:
+    """SGLang's command line as a user types it, with the stand-in package first on the path (NCCL_DEBUG=INFO: the
+    stand-in then prints its ranks' RCCL init lines)."""
+    env = {**os.environ, "PYTHONPATH": f"{FAKES}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "NCCL_DEBUG": "INFO"}
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
+            "--port", str(port), "--tp-size", "2", "--enable-metrics", "--metrics-page", str(PAGE)]  # fmt: skip
+    return subprocess.Popen(argv, env=env, stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def found_until(
+    pipeline: NodePipeline, clock: Clock, pid: int, ok: Callable[[WorkerStatus], object], timeout: float = 30.0
+) -> WorkerStatus:
+    """Tick (each tick 31 s later on the pipeline's clock: a look and a full walk each time) until ``ok(worker)``."""
+    deadline = time.monotonic() + timeout
+    last: WorkerStatus | None = None
+    while time.monotonic() < deadline:
+        clock.now += 31.0
+        frame = pipeline.tick()
+        last = next((w for w in frame.workers if w.pid == pid), None)
+        if last is not None and ok(last):
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"not seen in time: {last}")
+
+
+@pytest.fixture
+def stop_after() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(10)
+
+
+def test_hand_started_sglang_reads_like_an_own_worker(tmp_path: Path, stop_after: list) -> None:  # type: ignore[type-arg]
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        server = start_sglang(port, out)
+    stop_after.append(server)
+    clock = Clock()
+    pipeline = NodePipeline(SimBackend(), clock=clock, follow_logs=True)
+    try:
+        w = found_until(pipeline, clock, server.pid, lambda w: w.engine is not None and len(w.rank_pids) == 2)
+        assert w.name == f"sglang-{server.pid}" and w.source == "discovered" and w.state is WorkerState.READY
+        e = w.engine
+        assert e is not None and e.kind == "sglang"
+        # the captured page: 162 running, 2826 queued at token usage 0.28
+        assert (e.running, e.waiting, e.kv_cache_usage) == (162, 2826, 0.28)
+        assert e.cache_hit_rate == pytest.approx(0.0075, abs=1e-4)
+        assert w.log == str(log) and w.log_note is None
+        assert [r.rank for r in w.ranks] == [0, 1] and w.health is not None and w.health.verdict == "ok"
+        doc = frame_json(pipeline.tick())
+        [j] = [x for x in doc["workers"] if x["name"] == w.name]
+        assert j["source"] == "discovered" and j["engine"]["running"] == 162 and j["log"] == str(log)
+        assert j["log_note"] is None and [r["rank"] for r in j["rank_pids"]] == [0, 1]
+        json.dumps(doc)
+        # Its stdout file is followed as an own worker's log is: the RCCL init lines become its communicator.
+        deadline = time.monotonic() + 20
+        logs = None
+        while time.monotonic() < deadline:
+            frame = pipeline.tick()
+            logs = frame.logs.worker(w.name) if frame.logs is not None else None
+            if logs is not None and logs.comms:
+                break
+            time.sleep(0.2)
+        assert logs is not None and logs.comms and logs.comms[0].nranks == 2
+        # A rank stopped by hand is named within one look (the same stat read as an own worker's ranks).
+        rank1 = dict(w.rank_pids)[1]
+        os.kill(rank1, signal.SIGSTOP)
+        try:
+            w = found_until(pipeline, clock, server.pid, lambda w: w.health and w.health.verdict == "rank_stopped")
+            assert w.health is not None and (w.health.rank, w.health.pid) == (1, rank1)
+        finally:
+            os.kill(rank1, signal.SIGCONT)
+    finally:
+        pipeline.close()
+
+
+def test_one_look_per_cadence(tmp_path: Path, stop_after: list) -> None:  # type: ignore[type-arg]
+    port = free_port()
+    server = start_sglang(port, subprocess.DEVNULL)
+    stop_after.append(server)
+    clock = Clock()
+    pipeline = NodePipeline(SimBackend(), clock=clock)
+    try:
+        found_until(pipeline, clock, server.pid, lambda w: w.engine is not None and len(w.rank_pids) == 2)
+        assert pipeline.found is not None
+        looks = pipeline.found.looks
+        for _ in range(5):  # five ticks within the workers' cadence: the last look is handed again
+            clock.now += 0.3
+            pipeline.tick()
+        assert pipeline.found.looks == looks
+        clock.now += 2.0
+        pipeline.tick()
+        assert pipeline.found.looks == looks + 1
+    finally:
+        pipeline.close()
+
+
+def test_a_pipe_says_why_no_log(stop_after: list) -> None:  # type: ignore[type-arg]
+    server = start_sglang(free_port(), subprocess.PIPE)
+    stop_after.append(server)
+    found = find_log(server.pid)
+    assert found.path is None and found.note is not None
+    assert found.note.startswith("log not readable: stdout is a pipe (pipe:[") and "> serve.log 2>&1" in found.note
+
+
+def test_a_terminal_says_why_no_log(stop_after: list) -> None:  # type: ignore[type-arg]
+    leader, follower = pty.openpty()
+    try:
+        server = start_sglang(free_port(), follower)
+        stop_after.append(server)
+        note = find_log(server.pid).note
+        assert note is not None and note.startswith("log not readable: stdout is a terminal (/dev/pts/")
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+def test_stdout_and_stderr_files_apart_are_both_followed(tmp_path: Path) -> None:
+    out, err = tmp_path / "out.log", tmp_path / "err.log"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdout=o, stderr=e)
+    try:
+        found = find_log(proc.pid)
+        assert found.paths == (str(out), str(err)) and found.path == str(out)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# /proc/PID/cgroup lines built from the formats the runtimes document (cgroup v2 "0::PATH"; docker's systemd cgroup
+# driver "docker-<id>.scope", its cgroupfs driver "/docker/<id>"; podman "libpod-<id>.scope"; a systemd service).
+CID = "4f1c9a7d2b3e" + "0" * 52
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"0::/system.slice/docker-{CID}.scope\n",
+        f"12:memory:/docker/{CID}\n1:name=systemd:/docker/{CID}\n",
+        f"0::/machine.slice/libpod-{CID}.scope/container\n",
+        f"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-{CID}.scope\n",
+    ],
+)
+def test_container_id_from_cgroup(text: str) -> None:
+    assert container_id(text) == CID
+
+
+def test_systemd_unit_from_cgroup() -> None:
+    assert systemd_unit("0::/system.slice/vllm-llama.service\n") == "vllm-llama.service"
+    assert systemd_unit("0::/user.slice/user-1000.slice/session-3.scope\n") is None
+    assert container_id("0::/system.slice/vllm-llama.service\n") is None
