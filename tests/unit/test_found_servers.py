@@ -201,3 +201,71 @@ def test_systemd_unit_from_cgroup() -> None:
     assert systemd_unit("0::/system.slice/vllm-llama.service\n") == "vllm-llama.service"
     assert systemd_unit("0::/user.slice/user-1000.slice/session-3.scope\n") is None
     assert container_id("0::/system.slice/vllm-llama.service\n") is None
+
+
+def _flags(argv: list[str] | tuple[str, ...], after: str) -> dict[str, object]:
+    from amdtop.supervisor.adopt import parse_flags
+
+    words = list(argv)
+    rest = words[words.index(after) + 1 :]
+    if rest and not rest[0].startswith("-"):
+        rest = rest[1:]  # vllm serve's positional model
+    return dict(parse_flags(rest, "test"))
+
+
+def test_adopt_writes_a_profile_that_relaunches_the_same_argv_without_secrets(
+    tmp_path: Path,
+    stop_after: list,  # type: ignore[type-arg]
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from amdtop.cli.main import main
+    from amdtop.procinfo import read_cmdline
+    from amdtop.supervisor import Supervisor
+    from amdtop.supervisor.launchspec import serve_args
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": f"{FAKES}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HF_TOKEN": "hf_abcdefsecret", "NCCL_DEBUG": "INFO", "SSH_CONNECTION": "10.0.0.1 22 10.0.0.2 22"}  # fmt: skip
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
+            "--port", str(port), "--tp-size", "2", "--enable-metrics", "--metrics-page", str(PAGE),
+            "--mem-fraction-static", "0.85", "--api-key", "sk-verysecret"]  # fmt: skip
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    stop_after.append(server)
+    name = f"sglang-{server.pid}"
+    deadline = time.monotonic() + 20
+    from amdtop.analysis import discover_vllm
+
+    while time.monotonic() < deadline and not any(w.name == name for w in discover_vllm()):
+        time.sleep(0.1)
+    cfg, state = tmp_path / "workers.toml", tmp_path / "state"
+    common = ["--backend", "sim", "--config", str(cfg), "--state-dir", str(state)]
+    # Without --yes and without a terminal nothing is written, and it says how to write it.
+    assert main(["workers", "adopt", name, *common]) == 1
+    assert not cfg.exists() and "add --yes" in capsys.readouterr().err
+    assert main(["workers", "adopt", name, "--as", "sg", "--yes", *common]) == 0
+    out = capsys.readouterr()
+    text = cfg.read_text()
+    for secret in ("sk-verysecret", "hf_abcdefsecret"):
+        assert secret not in text and secret not in out.out and secret not in out.err
+    assert "args.api-key: a secret, kept out of the file" in text and "env.HF_TOKEN: a secret" in text
+    assert "SSH_CONNECTION" not in text and 'NCCL_DEBUG = "INFO"' in text
+    sup = Supervisor(cfg, state, topology=SimBackend().topology())
+    try:
+        profile = sup.profile("sg")
+        relaunch = serve_args(profile)
+        assert relaunch[: relaunch.index("sglang.launch_server") + 1] == argv[:3]
+        want = _flags(argv, "sglang.launch_server")
+        del want["api-key"]  # the secret stays out of the file
+        got = _flags(relaunch, "sglang.launch_server")
+        assert got.pop("host") == "127.0.0.1"  # SGLang's own default, now spelled out
+        assert got == want
+        # Its next start is amdtop's: stop the hand-started one, launch the profile, the same command line runs.
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(10)
+        sup.launch("sg")
+        st = sup.wait_ready("sg", timeout=30, poll=0.1)
+        running = read_cmdline(st.pid or 0)
+        assert _flags(running, "sglang.launch_server") == {**want, "host": "127.0.0.1"}
+    finally:
+        sup.stop("sg", grace=2.0)
+        sup.close()
