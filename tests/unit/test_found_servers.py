@@ -269,3 +269,45 @@ def test_adopt_writes_a_profile_that_relaunches_the_same_argv_without_secrets(
     finally:
         sup.stop("sg", grace=2.0)
         sup.close()
+
+
+def test_knee_recommendation_for_a_found_server_is_its_command_line(tmp_path: Path, stop_after: list) -> None:  # type: ignore[type-arg]
+    import asyncio
+
+    from amdtop.ramp import Ramp, RampConfig
+
+    port = free_port()
+    server = start_sglang(port, subprocess.DEVNULL)
+    stop_after.append(server)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.1)
+    cfg = RampConfig(url=url, model="meta-llama/Llama-3.1-8B-Instruct", concurrencies=(1, 2, 4), step_seconds=0.6,
+                     warmup_seconds=0.1, input_len=8, output_len=8, refine_points=0, record=False)  # fmt: skip
+    doc = asyncio.run(Ramp(cfg, tmp_path).run()).to_json()
+    assert doc["knee"] is not None
+    cmd = doc["recommendation"]["command_line"]
+    changes = doc["recommendation"]["changes"]
+    assert changes and cmd["before"].endswith("--metrics-page " + str(PAGE))
+    for key, value in changes.items():
+        assert f"--{key} {value}" in cmd["after"] and f"--{key}" not in cmd["before"]
+    assert "does not restart what it did not start" in cmd["note"]
+
+
+def test_apply_changes_replaces_in_place_and_appends() -> None:
+    from amdtop.ramp.cmdline import apply_changes, command_line_change
+
+    argv = ["vllm", "serve", "m", "--max-num-seqs=64", "--served-model-name", "a", "b", "--api-key", "k1"]
+    assert apply_changes(argv, {"max-num-seqs": "8", "gpu-memory-utilization": "0.92"}) == [
+        "vllm", "serve", "m", "--max-num-seqs", "8", "--served-model-name", "a", "b", "--api-key", "k1",
+        "--gpu-memory-utilization", "0.92",
+    ]  # fmt: skip
+    change = command_line_change(argv, {"served-model-name": "c"})
+    assert change is not None and "k1" not in change["before"] and "k1" not in change["after"]
+    assert "--served-model-name c --api-key ***" in change["after"]
+    assert command_line_change(argv, {}) is None
