@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.cli.common import default_config
-from amdtop.errors import AmdtopError, InputError
+from amdtop.errors import AmdtopError, InputError, NoGpuFound
 from amdtop.model import WorkerStatus
 from amdtop.secrets import mask_command_line
 
@@ -38,6 +38,22 @@ def found_server(name: str) -> WorkerStatus:
     return hit
 
 
+def node_gpus(args: argparse.Namespace) -> tuple[int, ...]:
+    """The node's GPU indices (none on a host without GPUs: its servers run on the CPU)."""
+    from amdtop.cli.common import node_spec
+    from amdtop.telemetry.sim import SimBackend
+
+    try:
+        backend = node_spec(args).open_backend()
+    except NoGpuFound:
+        return ()
+    try:
+        return tuple(g.index for g in backend.topology().gpus)
+    finally:
+        if not isinstance(backend, SimBackend):
+            backend.close()
+
+
 def confirm(question: str) -> bool:
     """``question [y/N]`` on a terminal; False without one (``--yes`` is then the way to say yes)."""
     if not sys.stdin.isatty():
@@ -57,7 +73,7 @@ def run_adopt(args: argparse.Namespace) -> int:
     worker = found_server(args.name)
     argv = read_cmdline(worker.pid or 0)
     env = read_environ(worker.pid or 0)
-    adopted = adopt_profile(worker, argv, env, profile_name=args.as_name)
+    adopted = adopt_profile(worker, argv, env, profile_name=args.as_name, node_gpus=node_gpus(args))
     config = Path(args.config) if args.config else default_config()
     sys.stdout.write(f"# running: {mask_command_line(argv)}\n{adopted.toml}")
     if not env:

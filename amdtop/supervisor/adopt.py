@@ -140,8 +140,11 @@ def adopt_profile(
     profile_name: str | None = None,
     own_env: Mapping[str, str] | None = None,
     cpus: int | None = None,
+    node_gpus: Sequence[int] | None = None,
 ) -> Adopted:
-    """The profile of found server ``worker`` from its API server's ``argv`` and ``env``."""
+    """The profile of found server ``worker`` from its API server's ``argv`` and ``env``. ``node_gpus``: the node's
+    GPU indices, where known: a server on a node without GPUs (vLLM on the CPU) gets ``gpus = []``, not the devices
+    discovery assumed for its ranks."""
     name = profile_name or worker.name
     if not argv:
         raise InputError(f"{worker.name}: its command line cannot be read (it ended, or is another user's)")
@@ -172,7 +175,7 @@ def adopt_profile(
     table["name"] = name
     table["engine"] = worker.engine_kind
     table["model"] = model
-    table["gpus"] = list(worker.gpus)
+    table["gpus"] = [g for g in worker.gpus if node_gpus is None or g in node_gpus]
     table["numa_node"] = _numa(worker, cpus)
     table["port"] = port
     if worker.engine_kind == "vllm" and "host" not in args:
