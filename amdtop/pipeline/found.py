@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amdtop.analysis.found_log import FoundLog, find_log
+from amdtop.analysis.found_port import reachable_url
 from amdtop.health.rankproc import read_rank
 from amdtop.health.stall import DEAD_STATES, instant_health
 from amdtop.model import EngineStats, RankSample, WorkerHealth, WorkerState, WorkerStatus
@@ -25,7 +26,7 @@ from amdtop.supervisor.crashlog import crash_summary, rank_death
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.observe import sglang_ready
 from amdtop.supervisor.state import tail_lines
-from amdtop.thresholds import WORKERS_EVERY_S
+from amdtop.thresholds import REDISCOVER_EVERY_S, WORKERS_EVERY_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,7 @@ class FoundReader:
         self._looks: dict[str, _Look] = {}
         self._seen: dict[str, dict[int, int]] = {}
         """Per server: rank -> pid of every rank seen, so a rank whose process vanished is still named (``gone``)."""
+        self._urls: dict[int, tuple[float, str | None, str | None]] = {}
         self.looks = 0
         """Looks taken so far (the benchmark and the tests count them)."""
 
@@ -91,6 +93,7 @@ class FoundReader:
             out.append(look.result)
         names = {w.name for w in found}
         for name in set(self._looks) - names:
+            self._urls.pop(self._looks[name].base.pid or 0, None)
             del self._looks[name]
             self._seen.pop(name, None)
             self.prober.forget(name)
@@ -99,12 +102,13 @@ class FoundReader:
     def _look(self, w: WorkerStatus) -> WorkerStatus:
         self.looks += 1
         log = find_log(w.pid, self.proc_root) if w.pid else FoundLog(note="no API server process found")
+        url, where = self._url(w)
         state, engine = w.state, None
-        if self.http and w.url is not None:
-            code = sglang_ready(self.prober, w.url) if w.engine_kind == "sglang" else self.prober.health(w.url)
-            state = _http_state(code, w.url)
+        if self.http and url is not None:
+            code = sglang_ready(self.prober, url) if w.engine_kind == "sglang" else self.prober.health(url)
+            state = _http_state(code, url)
             if state is WorkerState.READY:
-                engine = self._engine(w, w.url)
+                engine = self._engine(w, url)
                 if engine is not None and engine.sleep_level is not None and engine.sleep_level > 0:
                     state = WorkerState.ASLEEP
         ranks = self._ranks(w)
@@ -129,8 +133,19 @@ class FoundReader:
             health = instant_health(ranks, w.name)
         return replace(
             w, state=state, engine=engine, ranks=ranks, health=health, log=log.path, other_logs=log.paths[1:],
-            log_note=log.note, error_line=error, last_log_lines=lines,
+            log_note=log.note, error_line=error, last_log_lines=lines, url=url, note=where or w.note,
         )  # fmt: skip
+
+    def _url(self, w: WorkerStatus) -> tuple[str | None, str | None]:
+        """The URL the server answers at from here (a container's published port), looked up again every
+        :data:`REDISCOVER_EVERY_S` (a proxy lookup walks the host's processes, and only for a container's server)."""
+        if not w.pid:
+            return w.url, None
+        now = self.clock()
+        held = self._urls.get(w.pid)
+        if held is None or now - held[0] >= REDISCOVER_EVERY_S:
+            held = self._urls[w.pid] = (now, *reachable_url(w.pid, w.port, w.url, self.proc_root))
+        return held[1], held[2]
 
     def _engine(self, w: WorkerStatus, url: str) -> EngineStats | None:
         engine = self.prober.scrape(w.name, url)
@@ -155,5 +170,5 @@ def _laid(w: WorkerStatus, look: WorkerStatus) -> WorkerStatus:
     return replace(
         w, state=look.state, engine=look.engine, ranks=look.ranks, health=look.health, log=look.log,
         other_logs=look.other_logs, log_note=look.log_note, error_line=look.error_line,
-        last_log_lines=look.last_log_lines,
+        last_log_lines=look.last_log_lines, url=look.url, note=look.note,
     )  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import signal
 import socket
 import subprocess
@@ -311,3 +312,75 @@ def test_apply_changes_replaces_in_place_and_appends() -> None:
     assert change is not None and "k1" not in change["before"] and "k1" not in change["after"]
     assert "--served-model-name c --api-key ***" in change["after"]
     assert command_line_change(argv, {}) is None
+
+
+def test_launch_gate_counts_a_found_server_on_the_target_gpus(stop_after: list) -> None:  # type: ignore[type-arg]
+    from amdtop.audit.gate import LaunchGate
+    from amdtop.supervisor.profiles import Profile
+
+    env = {**os.environ, "PYTHONPATH": f"{FAKES}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HIP_VISIBLE_DEVICES": "4,5"}  # fmt: skip
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(free_port()),
+            "--tp-size", "2", "--metrics-page", str(PAGE)]  # fmt: skip
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    stop_after.append(server)
+    from amdtop.analysis import discover_vllm
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if any(w.pid == server.pid and len(w.rank_pids) == 2 for w in discover_vllm()):
+            break
+        time.sleep(0.1)
+    sim = SimBackend()
+    gate = LaunchGate(sim.topology(), sim.sample)
+    on = Profile(name="new", model="m", gpus=(5, 6), numa_node="none", port=free_port())
+    [finding] = [f for f in gate.check(on) if f.id == "leftover_vllm"]
+    [line] = [e for e in finding.evidence if f"sglang-{server.pid}" in e]
+    assert line.startswith("GPU 5: pid ") and "rank 1 of" in line and finding.gpus == (5,)
+    off = Profile(name="other", model="m", gpus=(6, 7), numa_node="none", port=free_port())
+    assert not [f for f in gate.check(off) if f.id == "leftover_vllm"]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_a_server_in_another_network_namespace_gets_its_published_url_or_says_give_its_url(
+    stop_after: list,  # type: ignore[type-arg]
+) -> None:
+    from amdtop.analysis.found_port import local_addresses, reachable_url
+
+    # A process in a network namespace of its own, as a container's (unshare -n needs CAP_SYS_ADMIN: root here).
+    inside = subprocess.Popen(["unshare", "-n", "sleep", "60"], start_new_session=True)
+    stop_after.append(inside)
+    deadline = time.monotonic() + 10
+    pid = None
+    while pid is None and time.monotonic() < deadline:
+        kids = Path(f"/proc/{inside.pid}/task/{inside.pid}/children").read_text().split()
+        pid = (
+            int(kids[0])
+            if kids
+            else (inside.pid if Path(f"/proc/{inside.pid}/exe").resolve().name == "sleep" else None)
+        )
+        time.sleep(0.05)
+    assert pid is not None
+    if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+        pytest.skip("unshare -n did not give a namespace of its own (no CAP_SYS_ADMIN)")
+    url, note = reachable_url(pid, 8000, "http://127.0.0.1:8000")
+    assert url is None and note == (
+        "in a container, port 8000 not published: give its URL (e.g. amdtop ramp --url http://HOST:PORT)"
+    )
+    assert local_addresses(pid) == set()  # only loopback in it
+    # docker's userland proxy as moby's portmapper starts it (libnetwork/portmapper/proxy_linux.go): the argv is
+    # the real one after a stand-in's own words (a Python that sleeps, titled docker-proxy)
+    proxy = subprocess.Popen(
+        ["docker-proxy", "-c", "import time; time.sleep(60)", "-proto", "tcp", "-host-ip", "0.0.0.0",
+         "-host-port", "18999", "-container-ip", "172.17.0.2", "-container-port", "8000"],
+        executable=sys.executable, start_new_session=True,
+    )  # fmt: skip
+    stop_after.append(proxy)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        url, note = reachable_url(pid, 8000, "http://127.0.0.1:8000")
+        if url is not None:
+            break
+        time.sleep(0.05)
+    assert url == "http://127.0.0.1:18999" and note == "in a container: its port 8000 is published at " + url
+    assert reachable_url(os.getpid(), 8000, "http://127.0.0.1:8000") == ("http://127.0.0.1:8000", None)
