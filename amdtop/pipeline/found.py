@@ -28,6 +28,10 @@ from amdtop.supervisor.observe import sglang_ready
 from amdtop.supervisor.state import tail_lines
 from amdtop.thresholds import REDISCOVER_EVERY_S, WORKERS_EVERY_S
 
+GONE_KEEP_S = 60.0
+"""How long a found server whose processes ended stays in the frame (crashed or stopped, its log followed): it has
+no launch record to be shown from afterwards, unlike an own worker."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Look:
@@ -92,12 +96,30 @@ class FoundReader:
             self._looks[w.name] = look
             out.append(look.result)
         names = {w.name for w in found}
-        for name in set(self._looks) - names:
-            self._urls.pop(self._looks[name].base.pid or 0, None)
+        for name in sorted(set(self._looks) - names):
+            look = self._looks[name]
+            if look.result.pids:  # it just ended: one look at what its log says, kept for GONE_KEEP_S
+                look = self._looks[name] = _Look(now, look.base, self._ended(look.result))
+            if now - look.at < GONE_KEEP_S:
+                out.append(look.result)
+                continue
+            self._urls.pop(look.base.pid or 0, None)
             del self._looks[name]
             self._seen.pop(name, None)
             self.prober.forget(name)
         return out
+
+    def _ended(self, last: WorkerStatus) -> WorkerStatus:
+        """A found server whose processes are gone: crashed where its log says why (an error line, a rank that
+        died), else stopped. Its log stays followed meanwhile, so the lines it wrote as it went (vLLM's "Worker proc
+        VllmWorker-1 died unexpectedly") are read, as an own crashed worker's are."""
+        seen = tuple(self._seen.get(last.name, {}).items())
+        lines, error, health = crash_from_log(last.log, seen) if last.log else ((), None, None)
+        crashed = error is not None or health is not None
+        return replace(
+            last, state=WorkerState.CRASHED if crashed else WorkerState.STOPPED, pids=(), pid=None, pgid=None,
+            engine=None, ranks=(), health=health, error_line=error, last_log_lines=lines if crashed else (),
+        )  # fmt: skip
 
     def _look(self, w: WorkerStatus) -> WorkerStatus:
         self.looks += 1
@@ -117,18 +139,7 @@ class FoundReader:
         lines: tuple[str, ...] = ()
         died = any(r.state in DEAD_STATES for r in ranks)
         if (state is WorkerState.CRASHED or died) and log.path is not None:
-            tail = tail_lines(Path(log.path), 400, max_bytes=256 * 1024)
-            lines = tuple(mask_log_line(line) for line in tail[-20:])
-            summary = crash_summary(tail)
-            error = None if summary is None else mask_log_line(summary)
-            death = rank_death(tail)
-            if death is not None:
-                pid = next((r.pid for r in ranks if r.rank == death.rank), None)
-                health = WorkerHealth(
-                    "rank_dead", death.rank, pid, f"{death.describe()}; the server crashed: {death.line.strip()}",
-                    (death.line.strip(),),
-                )  # fmt: skip
-                error = health.message
+            lines, error, health = crash_from_log(log.path, tuple(self._seen.get(w.name, {}).items()))
         if health is None and ranks and state is not WorkerState.ASLEEP:
             health = instant_health(ranks, w.name)
         return replace(
@@ -164,6 +175,23 @@ class FoundReader:
     def close(self) -> None:
         """Nothing is held between looks (the prober opens a connection per call)."""
         self.prober.close()
+
+
+def crash_from_log(
+    log: str, rank_pids: Sequence[tuple[int, int]]
+) -> tuple[tuple[str, ...], str | None, WorkerHealth | None]:
+    """``(last lines, error line, health)`` a crashed server's log gives, as an own worker's crash is read
+    (:mod:`amdtop.supervisor.crashlog`: the error line, the rank vLLM says died), secrets masked."""
+    tail = tail_lines(Path(log), 400, max_bytes=256 * 1024)
+    lines = tuple(mask_log_line(line) for line in tail[-20:])
+    summary = crash_summary(tail)
+    error = None if summary is None else mask_log_line(summary)
+    death = rank_death(tail)
+    if death is None:
+        return lines, error, None
+    message = mask_log_line(f"{death.describe()}; the server crashed: {death.line.strip()}")
+    health = WorkerHealth("rank_dead", death.rank, dict(rank_pids).get(death.rank), message, (death.line.strip(),))
+    return lines, message, health
 
 
 def _laid(w: WorkerStatus, look: WorkerStatus) -> WorkerStatus:

@@ -343,3 +343,29 @@ def test_adopt_writes_a_profile_that_launches_the_same_command_line(found: Found
     got = dict(parse_flags(relaunch[relaunch.index("serve") + 2 :], "got"))
     assert got.pop("host") == "0.0.0.0"
     assert got == want
+
+
+def test_zz_a_crashed_rank_is_named_from_its_log(found: Found) -> None:
+    # Last in the module: it ends the server. Rank 1 dies of SIGSEGV; vLLM logs "Worker proc VllmWorker-1 died
+    # unexpectedly" into the same stdout file and shuts down. The server stays in the frame, crashed, its log followed
+    # (it has no launch record to be shown from afterwards): the look names the rank, and the log gives one
+    # worker_crashed incident with it, as an own worker's crash is named.
+    took, frame = found.until(lambda f: (w := found.worker(f)) is not None and len(w.rank_pids) == 2, 30.0)
+    w = found.worker(frame)
+    assert w is not None
+    rank1 = dict(w.rank_pids)[1]
+    os.kill(rank1, signal.SIGSEGV)
+
+    def named(f: NodeFrame) -> bool:
+        now = found.worker(f)
+        dead = now is not None and now.health is not None and (now.health.verdict, now.health.rank) == ("rank_dead", 1)
+        told = any(i.kind == "worker_crashed" and i.worker == found.name and i.ranks == (1,) for i in f.incidents)
+        return dead and told
+
+    took, frame = found.until(named, 90.0)
+    now = found.worker(frame)
+    assert took is not None, f"crash not named: {now}; incidents {frame.incidents}"
+    (crash,) = [i for i in frame.incidents if i.kind == "worker_crashed" and i.worker == found.name]
+    print(f"\nE2E found: {now.state.value if now else None}: {now.error_line if now else None}; {crash.summary}")
+    assert now is not None and now.health is not None and now.health.pid == rank1
+    assert now.error_line is not None and "rank 1 died" in now.error_line

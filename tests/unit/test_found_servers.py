@@ -384,3 +384,29 @@ def test_a_server_in_another_network_namespace_gets_its_published_url_or_says_gi
         time.sleep(0.05)
     assert url == "http://127.0.0.1:18999" and note == "in a container: its port 8000 is published at " + url
     assert reachable_url(os.getpid(), 8000, "http://127.0.0.1:8000") == ("http://127.0.0.1:8000", None)
+
+
+def test_a_found_server_that_ends_stays_shown_stopped_then_leaves(tmp_path: Path, stop_after: list) -> None:  # type: ignore[type-arg]
+    from amdtop.pipeline.found import GONE_KEEP_S
+
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        server = start_sglang(free_port(), out)
+    stop_after.append(server)
+    clock = Clock()
+    pipeline = NodePipeline(SimBackend(), clock=clock, follow_logs=True)
+    try:
+        found_until(pipeline, clock, server.pid, lambda w: w.engine is not None and len(w.rank_pids) == 2)
+        name = f"sglang-{server.pid}"
+        os.killpg(server.pid, signal.SIGTERM)  # its user stops it: no error in its log
+        server.wait(10)
+        time.sleep(0.5)
+        clock.now += 2.0
+        frame = pipeline.tick()
+        w = frame.worker(name)
+        assert w is not None and w.state is WorkerState.STOPPED and w.pids == () and w.log == str(log)
+        assert w.error_line is None and w.engine is None
+        clock.now += GONE_KEEP_S + 1
+        assert pipeline.tick().worker(name) is None
+    finally:
+        pipeline.close()
