@@ -21,7 +21,7 @@ def register(wsub: Any, parent: argparse.ArgumentParser) -> None:
         help="write a profile from a running server amdtop did not start (vllm-PID, sglang-PID): its argv and env",
     )  # fmt: skip
     p.add_argument("name", metavar="NAME", help="the found server's name (vllm-PID or sglang-PID, as snapshot lists)")
-    p.add_argument("--as", dest="as_name", default=None, metavar="PROFILE", help="the profile's name (default NAME)")
+    p.add_argument("--as", dest="as_name", default=None, metavar="PROFILE", help="the profile's name (default ENGINE-PORT, e.g. vllm-8000)")
     p.add_argument("--yes", action="store_true", help="write without asking")
     p.set_defaults(func=run_adopt)
 

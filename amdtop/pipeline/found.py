@@ -10,6 +10,8 @@ monitor then follows like an own worker's. Between two looks a server's last loo
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -17,10 +19,11 @@ from pathlib import Path
 
 from amdtop.analysis.found_log import FoundLog, find_log
 from amdtop.analysis.found_port import reachable_url
+from amdtop.errors import AmdtopError
 from amdtop.health.rankproc import read_rank
 from amdtop.health.stall import DEAD_STATES, instant_health
 from amdtop.model import EngineStats, RankSample, WorkerHealth, WorkerState, WorkerStatus
-from amdtop.procinfo import PROC, read_cmdline
+from amdtop.procinfo import PROC, read_cmdline, start_time
 from amdtop.secrets import mask_log_line
 from amdtop.supervisor.crashlog import crash_summary, rank_death
 from amdtop.supervisor.metrics import Prober
@@ -200,3 +203,22 @@ def _laid(w: WorkerStatus, look: WorkerStatus) -> WorkerStatus:
         other_logs=look.other_logs, log_note=look.log_note, error_line=look.error_line,
         last_log_lines=look.last_log_lines, url=look.url, note=look.note,
     )  # fmt: skip
+
+
+def stop_found_server(worker: WorkerStatus) -> str:
+    """SIGTERM a found server's API server (vLLM and SGLang shut their engines down on it), after checking the pid
+    still names the process found (its start time); the outcome as one line. amdtop sweeps nothing it did not start:
+    a server that ignores TERM is left to its owner (``k`` in the Processes pane sends KILL after a second TERM)."""
+    pid = worker.pid
+    if not pid or worker.source != "discovered":
+        raise AmdtopError(f"{worker.name}: not a running server amdtop found")
+    started = start_time(pid)
+    if started is None or (worker.started_at is not None and abs(started - worker.started_at) > 1.0):
+        raise AmdtopError(f"{worker.name}: pid {pid} has exited or now names another process; nothing sent")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        raise AmdtopError(f"{worker.name}: pid {pid} has exited") from None
+    except PermissionError:
+        raise AmdtopError(f"{worker.name}: pid {pid} is another user's; run amdtop as that user or as root") from None
+    return f"{worker.name}: TERM sent to its API server (pid {pid}); it shuts its engine down"

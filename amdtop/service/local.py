@@ -85,6 +85,15 @@ class LocalService:
         return self._changed(self._control("restart").restart(name, grace=grace, force=force))
 
     def stop(self, name: str, grace: float | None = None) -> Any:
+        frame = self.node.runtime.frame
+        found = frame.worker(name) if frame is not None else None
+        if found is not None and found.source == "discovered":
+            # A server amdtop did not start: TERM to its API server (after the same confirmation), nothing swept.
+            if self.readonly:
+                raise AmdtopError(f"stop: {READ_ONLY}")
+            from amdtop.pipeline.found import stop_found_server
+
+            return self._changed(stop_found_server(found))
         return self._changed(self._control("stop").stop(name, grace=grace))
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:

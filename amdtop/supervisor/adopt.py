@@ -145,7 +145,6 @@ def adopt_profile(
     """The profile of found server ``worker`` from its API server's ``argv`` and ``env``. ``node_gpus``: the node's
     GPU indices, where known: a server on a node without GPUs (vLLM on the CPU) gets ``gpus = []``, not the devices
     discovery assumed for its ranks."""
-    name = profile_name or worker.name
     if not argv:
         raise InputError(f"{worker.name}: its command line cannot be read (it ended, or is another user's)")
     command, model, flags = split_argv(argv, worker.engine_kind, worker.name)
@@ -165,6 +164,9 @@ def adopt_profile(
         args[key] = value
     if worker.engine_kind == "vllm" and LOAD_TRACKING not in args:
         args[LOAD_TRACKING] = False  # amdtop turns it on by default: off keeps the server's own argv
+    # Not the found name (vllm-<pid>): the profile and the running server would share it until the server is
+    # stopped, and a pid names one run only. The engine and port name the server as its clients know it.
+    name = profile_name or f"{worker.engine_kind}-{port}"
     kept = _env(env, os.environ if own_env is None else own_env)
     for key in [k for k, v in kept.items() if is_secret_name(k) or _holds_url_secret(v)]:
         del kept[key]

@@ -8,6 +8,7 @@ the captured page of tests/fixtures/sglang_metrics/sglang-docs-overloaded.txt), 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,12 +29,14 @@ from tests.unit.test_found_servers import FAKES, PAGE, free_port
 from tui.attached import attached_app
 from tui.screens.confirm import ConfirmScreen
 
+PORT = free_port()
+
 
 @pytest.fixture
 def found(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "PYTHONPATH": f"{FAKES}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
-            "--port", str(free_port()), "--tp-size", "2", "--enable-metrics", "--metrics-page", str(PAGE)]  # fmt: skip
+            "--port", str(PORT), "--tp-size", "2", "--enable-metrics", "--metrics-page", str(PAGE)]  # fmt: skip
     with open(tmp_path / "serve.log", "wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -44,7 +47,8 @@ def found(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
             time.sleep(0.1)
         yield proc
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # its schedulers, whatever the test left
         proc.wait(10)
 
 
@@ -100,8 +104,20 @@ async def test_found_server_row_and_adopt_key_through_the_serve(
         assert isinstance(app.screen, ConfirmScreen) and name in app.screen.text
         await pilot.press("y")
         config = tmp_path / "workers.toml"
-        await _until(lambda: f'name = "{name}"' in config.read_text(), 15.0)
+        await _until(lambda: f'name = "sglang-{PORT}"' in config.read_text(), 15.0)
         text = config.read_text()
         assert 'engine = "sglang"' in text and 'model = "meta-llama/Llama-3.1-8B-Instruct"' in text
         assert "gpus = []" in text and f'metrics-page = "{PAGE}"' in text  # no GPU on this node: none claimed
+        # Stop keeps its confirmation: "n" sends nothing, "y" sends TERM to its API server, which shuts down.
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await asyncio.sleep(0.5)
+        assert found.poll() is None
+        await pilot.press("s")
+        await pilot.pause()
+        await pilot.press("y")
+        await _until(lambda: found.poll() is not None, 15.0)
+        assert found.returncode is not None
     client.close()
