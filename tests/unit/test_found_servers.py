@@ -100,7 +100,11 @@ def test_hand_started_sglang_reads_like_an_own_worker(tmp_path: Path, stop_after
         assert e.cache_hit_rate == pytest.approx(0.0075, abs=1e-4)
         assert w.log == str(log) and w.log_note is None
         assert [r.rank for r in w.ranks] == [0, 1] and w.health is not None and w.health.verdict == "ok"
-        doc = frame_json(pipeline.tick())
+        frame = pipeline.tick()
+        # its TP group is judged with the others (the imbalance flag's window), on the GPUs discovery gave it
+        [group] = [g for g in frame.groups if g.worker == w.name]
+        assert group.gpus == w.gpus and group.samples > 0 and group.vram_spread_pct is not None
+        doc = frame_json(frame)
         [j] = [x for x in doc["workers"] if x["name"] == w.name]
         assert j["source"] == "discovered" and j["engine"]["running"] == 162 and j["log"] == str(log)
         assert j["log_note"] is None and [r["rank"] for r in j["rank_pids"]] == [0, 1]
