@@ -414,3 +414,45 @@ def test_a_found_server_that_ends_stays_shown_stopped_then_leaves(tmp_path: Path
         assert pipeline.tick().worker(name) is None
     finally:
         pipeline.close()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_a_server_in_its_own_pid_and_network_namespace_is_found_with_its_log_and_says_give_its_url(
+    tmp_path: Path,
+    stop_after: list,  # type: ignore[type-arg]
+) -> None:
+    # As a container runs it: its own PID namespace (pid 1 inside) and network namespace; the host sees its processes
+    # under host pids, its stdout file through /proc/PID/fd/1, and nothing listening on the host for its port.
+    env = {**os.environ, "PYTHONPATH": f"{FAKES}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    port = free_port()
+    argv = ["unshare", "-p", "-f", "-n", "--mount-proc", sys.executable, "-m", "sglang.launch_server",
+            "--model-path", "m", "--port", str(port), "--tp-size", "2", "--metrics-page", str(PAGE)]  # fmt: skip
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        outer = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    stop_after.append(outer)
+    clock = Clock()
+    pipeline = NodePipeline(SimBackend(), clock=clock, follow_logs=True)
+    try:
+
+        def inside(w: WorkerStatus) -> bool:
+            return w.engine_kind == "sglang" and len(w.rank_pids) == 2 and w.log == str(log)
+
+        deadline = time.monotonic() + 30
+        w = None
+        while time.monotonic() < deadline and w is None:
+            clock.now += 31.0
+            w = next((x for x in pipeline.tick().workers if inside(x)), None)
+            time.sleep(0.2)
+        if w is None and os.readlink(f"/proc/{outer.pid}/ns/pid") == os.readlink("/proc/self/ns/pid"):
+            pytest.skip("unshare could not make namespaces here (no CAP_SYS_ADMIN)")
+        assert w is not None and w.pid is not None and w.pid != outer.pid
+        assert os.readlink(f"/proc/{w.pid}/ns/pid") != os.readlink("/proc/self/ns/pid")  # found from the host
+        assert w.url is None and w.engine is None
+        assert (
+            w.note
+            == f"in a container, port {port} not published: give its URL (e.g. amdtop ramp --url http://HOST:PORT)"
+        )
+        assert w.health is not None and w.health.verdict == "ok"
+    finally:
+        pipeline.close()
