@@ -29,14 +29,13 @@ from tests.unit.test_found_servers import FAKES, PAGE, free_port
 from tui.attached import attached_app
 from tui.screens.confirm import ConfirmScreen
 
-PORT = free_port()
-
 
 @pytest.fixture
 def found(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": f"{FAKES}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
-            "--port", str(PORT), "--tp-size", "2", "--enable-metrics", "--metrics-page", str(PAGE)]  # fmt: skip
+            "--port", str(port), "--tp-size", "2", "--enable-metrics", "--metrics-page", str(PAGE)]  # fmt: skip
     with open(tmp_path / "serve.log", "wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -96,15 +95,19 @@ async def test_found_server_row_and_adopt_key_through_the_serve(
         w = app.dashboard.last_frame.worker(name)  # type: ignore[union-attr]
         assert w is not None and w.source == "discovered" and w.log == str(tmp_path / "serve.log")
         assert w.engine is not None and w.engine.running == 162  # the captured page's, over the wire
-        await pilot.press("5", "end")
-        await pilot.pause()
+        await pilot.press("5", "home")
+        for _ in range(20):  # down to its row (other servers found on a shared host may sort around it)
+            await pilot.pause()
+            if app.dashboard.selected_worker() == name:
+                break
+            await pilot.press("down")
         assert app.dashboard.selected_worker() == name
         await pilot.press("A")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen) and name in app.screen.text
         await pilot.press("y")
         config = tmp_path / "workers.toml"
-        await _until(lambda: f'name = "sglang-{PORT}"' in config.read_text(), 15.0)
+        await _until(lambda: f'name = "sglang-{w.port}"' in config.read_text(), 15.0)
         text = config.read_text()
         assert 'engine = "sglang"' in text and 'model = "meta-llama/Llama-3.1-8B-Instruct"' in text
         assert "gpus = []" in text and f'metrics-page = "{PAGE}"' in text  # no GPU on this node: none claimed
