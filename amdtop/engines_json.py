@@ -38,9 +38,28 @@ def engines_json(w: WorkerStatus) -> list[dict[str, Any]]:
     ]
 
 
-def worker_extra_json(w: WorkerStatus) -> dict[str, Any]:
-    """The keys this round adds to a worker's JSON: ``layout``, ``engines``, ``sleep_level``, ``engine_kind``."""
+def engine_json(w: WorkerStatus) -> dict[str, Any] | None:
+    """The worker's engine numbers (``workers[].engine``), ``None`` where its ``/metrics`` was not read."""
+    e = w.engine
+    if e is None:
+        return None
     return {
+        "running": e.running,
+        "waiting": e.waiting,
+        "kv_cache_usage": e.kv_cache_usage,
+        "gen_tokens_per_s": e.gen_tokens_per_s,
+        "cache_hit_rate": e.cache_hit_rate,
+        "ttft_mean_s": e.ttft_mean_s,
+        "itl_mean_s": e.itl_mean_s,
+    }
+
+
+def worker_extra_json(w: WorkerStatus) -> dict[str, Any]:
+    """The keys this round adds to a worker's JSON: ``layout``, ``engines``, ``sleep_level``, ``engine_kind``;
+    ``engine`` and ``log_note`` (a found server's, the same keys as an own worker's)."""
+    return {
+        "engine": engine_json(w),
+        "log_note": w.log_note,
         "engine_kind": w.engine_kind,
         "layout": layout_json(w),
         "engines": engines_json(w),

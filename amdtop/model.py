@@ -444,6 +444,12 @@ class WorkerStatus:
     """DP/TP/PP sizes and expert parallel (from the profile or the discovered command line); ``None``: plain TP."""
     engine_kind: str = "vllm"
     """The serving engine: ``vllm`` or ``sglang`` (from the profile, the discovered command line or the page)."""
+    log_note: str | None = None
+    """A server amdtop did not start: why :attr:`log` is ``None`` (its stdout is a pipe or a terminal...), or where
+    its output goes instead (a journal, a container runtime's log); ``None`` for amdtop's own workers."""
+    other_logs: tuple[str, ...] = ()
+    """Further files the worker writes its output to (a found server's stderr, when it is a file apart from its
+    stdout's): followed by the log monitor beside :attr:`log`."""
 
     def tp_groups(self) -> tuple[TpGroupLayout, ...]:
         """The worker's TP groups (one per DP replica and pipeline stage); one group of every GPU without a layout."""

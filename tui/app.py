@@ -79,6 +79,14 @@ class AmdtopApp(ControlActions, App[int]):
             tooltip="dump the Python stacks of the selected worker's ranks",
         ),
         Binding("u", "audit", "Audit", id="audit", tooltip="tuning audit: findings with evidence and fixes"),
+        Binding(
+            "A",
+            "adopt",
+            "Adopt",
+            id="adopt",
+            show=False,
+            tooltip="write a profile from the selected found server's argv and env (confirm)",
+        ),
     ]
 
     def __init__(

@@ -28,7 +28,7 @@ from tui.screens.retune import RetuneScreen
 if TYPE_CHECKING:
     from tui.app import AmdtopApp
 
-CONTROL_ACTIONS = {"launch", "restart", "stop", "retune", "ramp", "sleep"}
+CONTROL_ACTIONS = {"launch", "restart", "stop", "retune", "ramp", "sleep", "adopt"}
 PROBE_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
 """All-reduce sizes of the TUI's probe, as ``amdtop probe``'s default."""
 
@@ -194,6 +194,13 @@ class ControlActions:
     def action_stop(self: AmdtopApp, name: str | None = None) -> None:
         question = "Stop worker {name}? Every process of its group is terminated."
         self._confirmed("stop", question, self.service.stop, name)
+
+    def action_adopt(self: AmdtopApp, name: str | None = None) -> None:
+        question = (
+            "Adopt {name}? A profile from its command line and environment (secrets left out) is added to the "
+            "profile file; the server keeps running until you stop it."
+        )
+        self._confirmed("adopt", question, self.service.adopt, name)
 
     def action_retune(self: AmdtopApp, name: str | None = None, changes: Mapping[str, str] | None = None) -> None:
         name = name or self.dashboard.selected_worker()

@@ -314,7 +314,11 @@ def worker_rows(
             _kv(e.kv_cache_usage if e else None),
             _num(e.gen_tokens_per_s if e else None),
             w.source,
-            Text(f"✗ {w.error_line}", style="red") if w.state is WorkerState.CRASHED and w.error_line else "",
+            Text(f"✗ {w.error_line}", style="red")
+            if w.state is WorkerState.CRASHED and w.error_line
+            else Text(w.log_note, style="dim")  # a found server: where its log is, or why it cannot be read
+            if w.log is None and w.log_note
+            else "",
         )
         if w.name in expanded:
             rows.update(_engine_rows(w))

@@ -56,7 +56,12 @@ def verdict_text(doc: dict[str, Any], *, apply_key: str | None = None) -> Text:
     if rec.get("pane"):
         out.append(f"See pane {PANE_KEYS.get(rec['pane'], rec['pane'])}")
         out.append(f", flag {rec['flag']}\n" if rec.get("flag") else "\n")
-    if changes and apply_key:
+    cmd = rec.get("command_line")
+    if cmd:
+        # A server amdtop did not start: the change is its own command line, which amdtop does not restart.
+        out.append(f"\n{cmd.get('note', '')}:\n", style="bold")
+        out.append(f"{cmd.get('after', '')}\n", style="green")
+    elif changes and apply_key:
         out.append(f"\n[{apply_key}] apply (confirm first)", style="bold")
     return out
 

@@ -130,6 +130,11 @@ def leftover_vllm(ctx: AuditContext) -> Iterator[Outcome]:
                 if what:
                     found.append(f"GPU {index}: pid {p.pid} {what} holds {(p.vram_bytes or 0) / GIB:.1f} GiB")
                     gpus.append(index)
+        if ctx.launching:
+            listed = {int(x.split("pid ")[1].split()[0]) for x in found}
+            for line, index in _found_servers_on(ctx, target, own, listed):
+                found.append(line)
+                gpus.append(index)
         if ctx.launching and target.port:
             for pid, argv in _port_holders(ctx, target.port):
                 if pid not in own:
@@ -150,6 +155,40 @@ def leftover_vllm(ctx: AuditContext) -> Iterator[Outcome]:
             gpus=tuple(sorted(set(gpus))),
             set_by="node",
         )
+
+
+def _found_servers_on(
+    ctx: AuditContext, target: AuditTarget, own: set[int], listed: set[int]
+) -> Iterator[tuple[str, int]]:
+    """``(line, GPU)`` for each rank of a running server amdtop did not start (vLLM or SGLang, found as the pipeline
+    finds them) that sits on one of ``target``'s GPUs, where its GPUs are known (a visibility variable in its
+    environment, or the rank in the GPU's process list), and the process lists did not already name it: a backend
+    that cannot list processes (another user's, a driver without fdinfo) still sees what runs there."""
+    from amdtop.analysis.discover import discover_vllm
+    from amdtop.procinfo import read_environ
+
+    wanted = set(ctx.physical(target))
+    snap = ctx.snapshot
+    on_gpu = {p.pid for s in (snap.gpus if snap else ()) for p in s.processes}
+    gpu_pids: dict[int, tuple[int, ...]] = {}
+    for s in snap.gpus if snap else ():
+        for p in s.processes:
+            gpu_pids[p.pid] = (*gpu_pids.get(p.pid, ()), s.index)
+    for server in discover_vllm(ctx.proc_root, gpu_pids):
+        if own.intersection(server.pids) or listed.intersection(server.pids):
+            continue
+        known = on_gpu.intersection(server.pids) or any(
+            _VISIBLE.intersection(read_environ(pid, ctx.proc_root)) for pid in server.pids
+        )
+        if not known:
+            continue  # its devices are discovery's guess (vLLM on the CPU has none): never a refusal on a guess
+        for rank, gpu in enumerate(server.gpus):
+            if gpu in wanted:
+                pid = dict(server.rank_pids).get(rank, server.pid or 0)
+                yield f"GPU {gpu}: pid {pid} rank {rank} of {server.name}, a server started outside amdtop", gpu
+
+
+_VISIBLE = {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
 
 
 @rule("free_vram_spread", "worker", gate=True)

@@ -88,7 +88,8 @@ def _view(ctx: AuditContext, target: AuditTarget) -> VllmView | str:
                 except OSError as exc:
                     problem = f"start-up log {target.log} unreadable ({os_reason(exc)})"
             else:
-                problem = "no log file known for this worker (a discovered server)"
+                note = target.status.log_note if target.status is not None else None
+                problem = f"no log file known for this worker ({note or 'a discovered server'})"
             argv = ctx.cmdline(target.pid) if target.pid else ()
             view = VllmView(target, arch, argv, envs[0][1], envs[0][0], facts, problem)
     ctx.memo[key] = view

@@ -107,6 +107,9 @@ def render_verdict(doc: dict[str, Any]) -> str:
     if changes:
         lines.append("recommend: " + " ".join(f"{k}={v}" for k, v in changes.items()))
     lines += [f"  {a}" for a in rec.get("advice") or []]
+    cmd = rec.get("command_line")
+    if cmd:
+        lines += [f"  {cmd['note']}:", f"    now:   {cmd['before']}", f"    after: {cmd['after']}"]
     if rec.get("pane"):
         lines.append(f"  pane: {rec['pane']}" + (f", flag: {rec['flag']}" if rec.get("flag") else ""))
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdtop.audit.context import AuditContext, target_of
 from amdtop.audit.rules_numa import localities
+from amdtop.cli import adopt as adopt_cli
 from amdtop.cli.common import default_config, node_spec, print_json
 from amdtop.engines_json import worker_extra_json
 from amdtop.errors import AmdtopError, InputError, NoGpuFound
@@ -89,6 +90,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
                 "--level", type=int, choices=(1, 2), default=1, help="1: offload weights to CPU (default), 2: discard"
             )
         p.set_defaults(func=run_sleep)
+    adopt_cli.register(wsub, parent)
     sk = wsub.add_parser("stacks", parents=[parent], help="Python stacks of each rank of a worker (py-spy)")
     sk.add_argument("name", metavar="NAME", help="worker name from the profile file")
     sk.add_argument("--json", action="store_true", help="one JSON document on stdout")

@@ -34,6 +34,7 @@ from amdtop.hip_devices import physical_worker
 from amdtop.kernel.monitor import KernelFaultMonitor, KernelUpdate
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.partition_groups import partition_split_flags
+from amdtop.pipeline.found import FoundReader
 from amdtop.pipeline.frame import GpuHistory, LinkBandwidth, LogCounts, NodeFrame, RampKnee, TpGroup
 from amdtop.pipeline.owners import device_owners
 from amdtop.pipeline.series import Series
@@ -104,9 +105,11 @@ class NodePipeline:
         host_procs: ProcessHost | None = None,
         auditor: Auditor | None = None,
         processes_every_s: float = 0.0,
+        found: FoundReader | None = None,
     ) -> None:
         """``follow_logs`` tails the workers' log files with a :class:`LogMonitor` (unless ``monitor`` is given);
-        ``kernel`` reads the kernel log for GPU faults."""
+        ``kernel`` reads the kernel log for GPU faults; ``found`` reads the discovered servers (by default a
+        :class:`FoundReader` at the workers' cadence)."""
         self.backend = backend
         self.workers = workers
         self.proc_root = proc_root
@@ -115,6 +118,9 @@ class NodePipeline:
             VllmDiscovery(proc_root, full_every_s=rediscover_every_s, clock=clock, trees_every_s=processes_every_s)
             if discover
             else None
+        )
+        self.found = (
+            found or FoundReader(every_s=workers_every_s, clock=clock, proc_root=proc_root) if discover else None
         )
         self.state_dir = state_dir
         self.demo_load = demo_load
@@ -178,7 +184,8 @@ class NodePipeline:
     # -- parts --------------------------------------------------------------------------------------------------
     def _log_sources(self) -> list[tuple[str, Path]]:
         # From the last worker list, so ranks that start later are picked up without another status call.
-        return [(w.name, Path(w.log)) for w in self._last_workers if w.log]
+        # A found server's stderr, where it is a file apart from its stdout's, is followed as well.
+        return [(w.name, Path(path)) for w in self._last_workers for path in (w.log, *w.other_logs) if path]
 
     def _own_workers(self, now: float) -> list[WorkerStatus]:
         if self.workers is None:
@@ -198,8 +205,8 @@ class NodePipeline:
         if self.discovery is None:
             return own
         known = {pid for w in own for pid in (*w.pids, w.pid) if pid}
-        found = self.discovery.find(_gpu_pids(snap))
-        return own + [w for w in found if not known.intersection(w.pids)]
+        found = [w for w in self.discovery.find(_gpu_pids(snap)) if not known.intersection(w.pids)]
+        return own + (self.found.read(found) if self.found is not None else found)
 
     def _record_history(self, snap: NodeSnapshot) -> tuple[GpuHistory, ...]:
         n = self._history_points
@@ -380,3 +387,5 @@ class NodePipeline:
         if self.kernel is not None:
             self.kernel.close()
         self.processes.close()
+        if self.found is not None:
+            self.found.close()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdtop.errors import InputError, os_reason
 from amdtop.ramp.cause import explain
+from amdtop.ramp.cmdline import command_line_change, found_server_argv
 from amdtop.ramp.goodput import goodput_keys
 from amdtop.ramp.knee import default_concurrencies, find_knee, refinement_points
 from amdtop.ramp.limits import check_concurrency, fallback_dir
@@ -110,6 +111,7 @@ class Ramp:
         self.save_error: str | None = None
         """Why the results could not be saved in the state dir (they went to :func:`fallback_dir` instead)."""
         self.status = "starting"
+        self._argv: tuple[str, ...] | None = None
 
     def abort(self) -> None:
         """Stop at the next check (within ~50 ms); partial results are kept and saved."""
@@ -231,7 +233,21 @@ class Ramp:
             verdict = explain(self.result.steps, self.result.knee.concurrency, input_len=cfg.input_len,
                               output_len=cfg.output_len)  # fmt: skip
             self.result.knee = replace(self.result.knee, cause=verdict.cause, evidence=verdict.evidence)
-            self.result.recommendation = verdict.recommendation()
+            recommendation = verdict.recommendation()
+            argv = self._found_argv()
+            if argv:
+                # A server amdtop did not start is not restarted by it: the change is shown as its command line.
+                recommendation["command_line"] = command_line_change(argv, verdict.changes)
+            self.result.recommendation = recommendation
+
+    def _found_argv(self) -> tuple[str, ...] | None:
+        """The command line of the server under load when amdtop did not start it (looked up once)."""
+        if self._argv is None:
+            try:
+                self._argv = found_server_argv(self.worker_pids()) or ()
+            except OSError:
+                self._argv = ()
+        return self._argv or None
 
 
 def run_blocking(ramp: Ramp) -> RampResult:

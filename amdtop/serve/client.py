@@ -348,6 +348,9 @@ class RemoteService:
     def retune(self, name: str, changes: Mapping[str, str]) -> WorkerStatus:
         return cast(WorkerStatus, self._call("retune", name, dict(changes)))
 
+    def adopt(self, name: str) -> str:
+        return str(self._call("adopt", name))
+
     def sleep(self, name: str, wake: bool = False, level: int = 1) -> str:
         return str(self._call("sleep", name, wake=wake, level=level))
 

@@ -96,6 +96,7 @@ _SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "retune_diff": (("name", "changes"), ()),
     "profile": (("name",), ()),
     "ramp_abort": (("name",), ()),
+    "adopt": (("name",), ()),
 }
 """The worker calls' parameters: required, then optional; the other ops take none (``ramp_start`` its own four)."""
 

@@ -104,6 +104,12 @@ class NodeService(Protocol):
         """vLLM sleep mode: put ``name`` to sleep, or wake it."""
         ...
 
+    @op(control=True)
+    def adopt(self, name: str) -> str:
+        """Write a profile from found server ``name``'s argv and env (secrets left out) into the profile file, so that
+        its next start is amdtop's; returns the one-line result."""
+        ...
+
     @op()
     def stacks(self, name: str) -> str:
         """The Python stacks of ``name``'s ranks (py-spy), as text."""

@@ -85,6 +85,15 @@ class LocalService:
         return self._changed(self._control("restart").restart(name, grace=grace, force=force))
 
     def stop(self, name: str, grace: float | None = None) -> Any:
+        frame = self.node.runtime.frame
+        found = frame.worker(name) if frame is not None else None
+        if found is not None and found.source == "discovered":
+            # A server amdtop did not start: TERM to its API server (after the same confirmation), nothing swept.
+            if self.readonly:
+                raise AmdtopError(f"stop: {READ_ONLY}")
+            from amdtop.pipeline.found import stop_found_server
+
+            return self._changed(stop_found_server(found))
         return self._changed(self._control("stop").stop(name, grace=grace))
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
@@ -95,6 +104,24 @@ class LocalService:
 
     def sleep(self, name: str, wake: bool = False, level: int = 1) -> str:
         return str(self._changed(self._control("sleep").sleep(name, wake=wake, level=level)))
+
+    def adopt(self, name: str) -> str:
+        from amdtop.procinfo import read_cmdline, read_environ
+        from amdtop.supervisor.adopt import adopt_profile
+
+        control = self._control("adopt")
+        frame = self.node.runtime.frame
+        worker = frame.worker(name) if frame is not None else None
+        if worker is None or worker.source != "discovered" or not worker.pid:
+            raise InputError(f"adopt: {name} is no running server amdtop did not start (vllm-PID, sglang-PID)")
+        gpus = tuple(g.index for g in frame.snapshot.topology.gpus) if frame is not None else None
+        adopted = adopt_profile(worker, read_cmdline(worker.pid), read_environ(worker.pid), node_gpus=gpus)
+        control.adopt(adopted)
+        left = f"; left out: {', '.join(line.split(':')[0] for line in adopted.left_out)}" if adopted.left_out else ""
+        return str(self._changed(
+            f"adopted {name}: profile {adopted.name} written; stop it (kill -TERM {worker.pid}) and launch "
+            f"{adopted.name} for amdtop to run it{left}"
+        ))  # fmt: skip
 
     def stacks(self, name: str) -> str:
         from amdtop.supervisor.stacks import dump_stacks, render_stacks, worker_targets

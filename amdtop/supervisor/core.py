@@ -16,12 +16,14 @@ from amdtop.control import DemoLoad
 from amdtop.errors import AmdtopError, InputError
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.supervisor import procs
+from amdtop.supervisor.adopt import Adopted
 from amdtop.supervisor.launchspec import build_env, preflight
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.observe import observe
 from amdtop.supervisor.profiles import (
     Profile,
     load_profiles_lenient,
+    parse_document,
     profiles_from_document,
     resolve_numa,
     validate_profiles,
@@ -392,6 +394,30 @@ class Supervisor:
         env = build_env(profile, os.environ, vendor=self.vendor, marker="-")
         if self.status_one(name).state is not WorkerState.STOPPED:
             preflight(profile, self._numa_for(profile), env, check_port=False)
+
+    # -- adopt ------------------------------------------------------------------------------------------------------
+    def adopt(self, adopted: Adopted) -> None:
+        """Add the profile :func:`amdtop.supervisor.adopt.adopt_profile` wrote for a found server to the profile file
+        (created where missing; comments, mode and owner of an existing one kept). InputError, nothing written, when
+        the name is taken or the profile would not validate."""
+        self._check_writable("adopt")
+        if self._find(adopted.name) is not None:
+            raise InputError(
+                f"worker[{adopted.name}]: already in {self.config}; adopt it under another name (--as NAME)"
+            )
+        try:
+            old = self.config.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            old = ""
+        except OSError as exc:
+            raise InputError(f"{self.config}: cannot read it ({exc.strerror}); fix its permissions") from None
+        text = (old.rstrip() + "\n\n" if old.strip() else "") + adopted.toml
+        doc = parse_document(text, str(self.config))
+        profiles = profiles_from_document(doc, str(self.config))
+        validate_profiles([p for p in profiles if p.name == adopted.name], self.topology)
+        write_profile_file(self.config, text)
+        self._doc, self._profiles = doc, profiles
+        self._share_keys()
 
     # -- status -----------------------------------------------------------------------------------------------------
     def status(self) -> list[WorkerStatus]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from amdtop.control import DemoLoad
 from amdtop.model import WorkerState, WorkerStatus
+from amdtop.supervisor.adopt import Adopted
 from amdtop.supervisor.core import Supervisor
 from amdtop.supervisor.profiles import Profile
 from amdtop.supervisor.stopper import StopReport
@@ -188,6 +189,10 @@ class SupervisorOwner:
         """vLLM sleep mode for ``name`` (or wake it), queued like every other command."""
         return self.submit(lambda s: s.sleep(name, wake=wake, level=level), verb="wake" if wake else "sleep",
                            worker=name).result()  # fmt: skip
+
+    def adopt(self, adopted: Adopted) -> None:
+        """Add the profile written for a found server to the profile file, queued like every other command."""
+        self.submit(lambda s: s.adopt(adopted), verb="adopt", worker=adopted.name).result()
 
     def api_key(self, name: str) -> str | None:
         """The API key ``name``'s clients must send (read as :meth:`profile`: the profiles are swapped whole)."""

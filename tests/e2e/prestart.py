@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from amdtop.model import WorkerState
+from amdtop.procinfo import descendants
 from amdtop.supervisor import Supervisor
-from tests.e2e import test_dp_vllm, test_ramp_cause_vllm  # noqa: F401  (they fill EARLY with their servers)
+from tests.e2e import test_dp_vllm, test_found_vllm, test_ramp_cause_vllm  # noqa: F401  (EARLY's servers)
 from tests.e2e.conftest import EARLY, READY_TIMEOUT_S, TP1_PORT, VLLM_CACHE_ROOT, e2e_supervisor, renice, tp1_profile
 
 
@@ -48,6 +49,9 @@ def launch(top: Path) -> None:
         finally:
             sup.close()
         print(f"prestart: {name} launched ({root})")
+    # The server amdtop did not start (tests/e2e/test_found_vllm.py), started by hand as a user would.
+    pid = test_found_vllm.start_by_hand(top / "found")
+    print(f"prestart: found started by hand (pid {pid})")
 
 
 def launched(top: Path) -> Iterator[tuple[str, Supervisor]]:
@@ -64,6 +68,14 @@ def launched(top: Path) -> Iterator[tuple[str, Supervisor]]:
 
 
 def wait(top: Path) -> int:
+    _root, pid = test_found_vllm.prestarted_in(top)
+    if pid is not None:
+        try:
+            test_found_vllm.wait_ready(pid, top / "found" / "serve.log", timeout=2 * READY_TIMEOUT_S)
+        except AssertionError as exc:  # the module then starts its own and reports the failure itself
+            print(f"prestart: found not ready: {exc}", file=sys.stderr)
+            return 1
+        renice(descendants({pid}), 0)
     for name, sup in launched(top):
         try:
             st = sup.wait_ready(name, timeout=2 * READY_TIMEOUT_S)
@@ -75,6 +87,10 @@ def wait(top: Path) -> int:
 
 
 def stop(top: Path) -> None:
+    _root, pid = test_found_vllm.prestarted_in(top)
+    if pid is not None:
+        test_found_vllm.stop_by_hand(pid)
+        print("prestart: found stopped")
     for name, sup in launched(top):
         if sup.status_one(name).state is not WorkerState.STOPPED:
             print(f"prestart: {sup.stop(name).message}")

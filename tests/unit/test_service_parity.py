@@ -55,6 +55,7 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "ramp_abort": (W,),
     "ramps": (),
     "profile_words": (W,),
+    "adopt": (W,),
 }
 """One call of every wire op (a new op without one fails the first test)."""
 

@@ -202,6 +202,8 @@ class RampScreen(Screen[None]):
     def _fix_changes(self) -> dict[str, str]:
         """The recommendation's changes this screen can apply (all with ``apply_changes``, else max-num-seqs only)."""
         changes = recommended_changes(self.doc)
+        if ((self.doc or {}).get("recommendation") or {}).get("command_line"):
+            return {}  # a server amdtop did not start: the change is shown as its command line, never applied
         if self.apply_changes is not None:
             return changes
         if self.apply is not None and set(changes) == {"max-num-seqs"}:
