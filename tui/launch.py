@@ -14,7 +14,7 @@ from amdtop.errors import AmdtopError
 from amdtop.pcibus import GpusFailedInit
 from amdtop.runtime.autostart import DemoAutostart
 from amdtop.runtime.node import NO_GPU_BANNER
-from amdtop.serve.client import attach
+from amdtop.serve.client import ServeNotAnswering, attach
 from amdtop.service.local import LocalService
 
 __all__ = ["NO_GPU_BANNER", "DemoAutostart", "TerminalLoss", "run"]
@@ -45,6 +45,17 @@ class TerminalLoss:
         threading.Thread(target=self.lost, name="terminal-lost", daemon=True).start()
 
 
+def _no_serve(message: str, attach_only: bool) -> int:
+    """Say why no dashboard opens: on the screen in a browser tab (textual-serve's web driver) or a terminal a tab
+    runs in, where it is read; otherwise as the one error line."""
+    if attach_only and (os.environ.get("TEXTUAL_DRIVER") or os.isatty(1)):
+        from tui.no_serve import NoServeApp
+
+        NoServeApp(message).run()
+        return 1
+    raise AmdtopError(message)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the dashboard; returns the exit status."""
     from tui.app import AmdtopApp
@@ -52,20 +63,16 @@ def run(args: argparse.Namespace) -> int:
     spec = node_spec(args)
     if not args.no_attach:
         # A serve for this state dir already polls the node: attach to it instead of opening a second poller.
-        client = attach(spec.state_dir, readonly=spec.readonly, reader=False)  # the dashboard's loop reads it
+        try:
+            client = attach(spec.state_dir, readonly=spec.readonly, reader=False)  # the dashboard's loop reads it
+        except ServeNotAnswering as exc:  # a serve lives (stopped, busy): never a second poller beside it
+            return _no_serve(str(exc), args.attach_only)
         if client is not None:
             from tui.attached import run_attached
 
             return run_attached(args, client)
     if args.attach_only:
-        message = f"no amdtop serve runs for {spec.state_dir}: start `amdtop serve` first"
-        if os.environ.get("TEXTUAL_DRIVER") or os.isatty(1):
-            # A browser tab (textual-serve's web driver) or a terminal: say it on the screen, where it is read.
-            from tui.no_serve import NoServeApp
-
-            NoServeApp(message).run()
-            return 1
-        raise AmdtopError(message)
+        return _no_serve(f"no amdtop serve runs for {spec.state_dir}: start `amdtop serve` first", True)
     try:
         node = runtime.open(spec, ui=True)
     except GpusFailedInit as exc:
