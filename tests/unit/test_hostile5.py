@@ -9,6 +9,7 @@ large as the test asks) launched by the real supervisor from a profile; the CLI 
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -196,3 +197,54 @@ def test_item4_the_ramps_scrape_is_bounded_too() -> None:
         finally:
             proc.kill()
             proc.wait()
+
+
+# -- item 5: amdtop ramp under SIGINT and SIGTERM ----------------------------------------------------------------------
+@pytest.fixture
+def sim_vllm() -> Iterator[str]:
+    """A simulated vLLM server (the real simserver process) on loopback: its URL."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "amdtop.simserver", "--port", str(port), "m"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _wait_listening(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_item5_a_signal_stops_the_ramp_and_writes_its_partial_json(
+    sim_vllm: str, tmp_path: Path, sig: signal.Signals
+) -> None:
+    out = tmp_path / "ramp.json"
+    proc = subprocess.Popen(
+        [str(AMDTOP), "--backend", "sim", "--state-dir", str(tmp_path / "state"), "ramp", "--url", sim_vllm,
+         "--concurrency", "1,2,4,8", "--step-seconds", "2", "--output-len", "16", "--no-refine", "--json", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    said: list[str] = []
+    deadline = time.monotonic() + 90
+    while not (line := proc.stderr.readline()).startswith("concurrency    1:"):  # the first step is measured
+        said.append(line)
+        assert line and time.monotonic() < deadline, "".join(said)
+    time.sleep(0.5)  # into the second step
+    proc.send_signal(sig)
+    started = time.monotonic()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"the ramp went on after {sig.name}") from None
+    took = time.monotonic() - started
+    rest = proc.stderr.read()
+    assert proc.returncode == 1, rest
+    assert "Traceback" not in rest, rest
+    errors = [x for x in rest.splitlines() if x.startswith("amdtop: error:")]
+    assert errors == [f"amdtop: error: ramp: stopped early: stopped by {sig.name}; partial results saved"], rest
+    doc = json.loads(out.read_text())
+    assert doc["aborted"] == f"stopped by {sig.name}"
+    assert 1 <= len(doc["steps"]) < 4 and doc["steps"][0]["concurrency"] == 1
+    assert took < 5, f"the ramp took {took:.1f} s to stop"
