@@ -248,3 +248,56 @@ def test_item5_a_signal_stops_the_ramp_and_writes_its_partial_json(
     assert doc["aborted"] == f"stopped by {sig.name}"
     assert 1 <= len(doc["steps"]) < 4 and doc["steps"][0]["concurrency"] == 1
     assert took < 5, f"the ramp took {took:.1f} s to stop"
+
+
+# -- item 16: the other engine's flags in a profile --------------------------------------------------------------------
+PROFILE = (
+    '[[worker]]\nname = "w"\nengine = "{engine}"\nmodel = "m"\ngpus = [0]\nport = {port}\nnuma_node = "none"\n'
+    'command = {command}\n[worker.args]\n{flag} = {value}\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag", "value", "fix"),
+    [
+        ("sglang", "max-num-seqs", "64", "use max-running-requests"),
+        ("sglang", "gpu-memory-utilization", "0.9", "use mem-fraction-static"),
+        ("sglang", "api-server-count", "2", "remove it"),
+        ("vllm", "mem-fraction-static", "0.85", "use gpu-memory-utilization"),
+        ("vllm", "max-running-requests", "64", "use max-num-seqs"),
+    ],
+)
+def test_item16_the_other_engines_flag_is_refused_when_the_profile_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str, flag: str, value: str, fix: str
+) -> None:
+    marker = tmp_path / "started"
+    command = json.dumps([sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+    cfg = tmp_path / "w.toml"
+    cfg.write_text(PROFILE.format(engine=engine, port=_free_port(), command=command, flag=flag, value=value))
+    state = tmp_path / "state"
+    rc = main(["--backend", "sim", "--config", str(cfg), "--state-dir", str(state), "workers", "launch", "w"])
+    err = capsys.readouterr().err
+    line = hostile.one_error_line(err)
+    assert rc == 2, err
+    assert line.startswith(f"amdtop: error: worker[w].args.{flag}: ") and f'engine = "{engine}"' in line, line
+    assert line.endswith(fix), line
+    time.sleep(0.3)
+    assert not marker.exists(), "the worker was started"
+
+
+def test_item16_retune_lists_the_keys_of_the_workers_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "w.toml"
+    cfg.write_text(PROFILE.format(engine="sglang", port=_free_port(), command='["true"]', flag="max-running-requests",
+                                  value="64"))  # fmt: skip
+    state = ["--backend", "sim", "--config", str(cfg), "--state-dir", str(tmp_path / "state"), "workers", "retune"]
+    for change, said in (
+        ("foo=1", "worker[w].foo: cannot be retuned; use one of "),
+        ("max-num-seqs=32", "worker[w].max-num-seqs: not a flag of sglang, which this worker runs (its nearest: "
+                            "max-running-requests); use one of "),
+    ):  # fmt: skip
+        assert main([*state, "w", change]) == 2
+        line = hostile.one_error_line(capsys.readouterr().err)
+        assert said in line, line
+        listed = line.split("use one of ", 1)[1].split(", ")
+        assert listed == ["mem-fraction-static", "max-running-requests", "chunked-prefill-size", "cuda-graph-max-bs",
+                          "numa_node", "env.NAME"], line  # fmt: skip
