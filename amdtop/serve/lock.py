@@ -63,25 +63,34 @@ def take(state_dir: Path) -> ServeLock:
         fh = open(path, "a+", encoding="ascii", opener=own_file_opener)  # noqa: SIM115 - held for the serve's life
     except OSError as exc:
         raise AmdtopError(f"--state-dir {state_dir}: cannot open {path} ({exc.strerror}); fix its permissions") from None
-    deadline = time.monotonic() + TAKE_WAIT_S
-    while True:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    for _ in range(3):  # a holder that ends while we look is looked at again, a few times
+        if _lock_within(fh, TAKE_WAIT_S):
             break
-        except BlockingIOError:
-            if time.monotonic() < deadline:
-                time.sleep(0.01)
-                continue
+        pid = holder(state_dir)
+        if pid is not None:
             fh.close()
-            pid = holder(state_dir)
-            if pid is None:  # it went away just now: try once more
-                return take(state_dir)
-            raise AmdtopError(f"amdtop serve already runs for {state_dir} ({describe(pid)}); stop it first") from None
+            raise AmdtopError(f"amdtop serve already runs for {state_dir} ({describe(pid)}); stop it first")
+    else:
+        fh.close()
+        raise AmdtopError(f"--state-dir {state_dir}: {path} stays locked by a process that comes and goes; try again")
     fh.seek(0)
     fh.truncate()
     fh.write(f"{os.getpid()}\n")
     fh.flush()
     return ServeLock(fh)
+
+
+def _lock_within(fh: IO[str], wait: float) -> bool:
+    """Take ``fh``'s exclusive lock, retrying for ``wait`` seconds (a reader's probe holds it for microseconds)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
 
 
 def holder(state_dir: Path) -> int | None:
