@@ -62,7 +62,9 @@ def take(state_dir: Path) -> ServeLock:
     try:
         fh = open(path, "a+", encoding="ascii", opener=own_file_opener)  # noqa: SIM115 - held for the serve's life
     except OSError as exc:
-        raise AmdtopError(f"--state-dir {state_dir}: cannot open {path} ({exc.strerror}); fix its permissions") from None
+        raise AmdtopError(
+            f"--state-dir {state_dir}: cannot open {path} ({exc.strerror}); fix its permissions"
+        ) from None
     for _ in range(3):  # a holder that ends while we look is looked at again, a few times
         if _lock_within(fh, TAKE_WAIT_S):
             break

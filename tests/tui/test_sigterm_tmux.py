@@ -20,7 +20,9 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 
 AMDTOP = Path(sys.executable).with_name("amdtop")
-MODES = "alt=#{alternate_on} any=#{mouse_any_flag} std=#{mouse_standard_flag} sgr=#{mouse_sgr_flag} cursor=#{cursor_flag}"
+MODES = (
+    "alt=#{alternate_on} any=#{mouse_any_flag} std=#{mouse_standard_flag} sgr=#{mouse_sgr_flag} cursor=#{cursor_flag}"
+)
 
 
 class Pane:

@@ -77,7 +77,13 @@ def test_item3_blank_and_garbage_lines_in_metrics_are_skipped(
     page = tmp_path / "page.txt"
     lines = PAGE.read_text().splitlines()
     # A whitespace-only line (the reported one), a lone brace, a label value no int() takes, a 5000-digit engine.
-    garbage = ["   ", "\t", "{", 'vllm:num_requests_running{engine="²"} 1', f'vllm:num_requests_waiting{{engine="{"9" * 5000}"}} 2']
+    garbage = [
+        "   ",
+        "\t",
+        "{",
+        'vllm:num_requests_running{engine="²"} 1',
+        f'vllm:num_requests_waiting{{engine="{"9" * 5000}"}} 2',
+    ]
     page.write_text("\n".join(lines[:20] + garbage + lines[20:]) + "\n")
     cfg = _profile(tmp_path, port, "page", str(page))
     _launch(cfg, state, capsys)
@@ -253,7 +259,7 @@ def test_item5_a_signal_stops_the_ramp_and_writes_its_partial_json(
 # -- item 16: the other engine's flags in a profile --------------------------------------------------------------------
 PROFILE = (
     '[[worker]]\nname = "w"\nengine = "{engine}"\nmodel = "m"\ngpus = [0]\nport = {port}\nnuma_node = "none"\n'
-    'command = {command}\n[worker.args]\n{flag} = {value}\n'
+    "command = {command}\n[worker.args]\n{flag} = {value}\n"
 )
 
 

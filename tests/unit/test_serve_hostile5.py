@@ -119,7 +119,9 @@ def test_item1_a_killed_serve_leaves_no_lock_behind(tmp_path: Path) -> None:
 
 
 # -- item 11: a viewer meeting a stopped serve -----------------------------------------------------------------------
-def test_item11_the_dashboard_names_a_stopped_serve_in_one_line(stopped_serve: tuple[subprocess.Popen[str], Path]) -> None:
+def test_item11_the_dashboard_names_a_stopped_serve_in_one_line(
+    stopped_serve: tuple[subprocess.Popen[str], Path],
+) -> None:
     first, state = stopped_serve
     r = subprocess.run(
         [str(AMDTOP), "--state-dir", str(state), "--config", str(state.parent / "none.toml")],
@@ -261,3 +263,42 @@ def test_item15_a_viewer_waking_in_a_loop_does_not_make_the_serve_poll_in_a_loop
     # One wake a second for this viewer, and the interval's own ticks (one in 5 s): 3 s of wakes is 4 polls at most.
     assert polls <= took + 2, f"{answered} wakes in {took:.1f} s made {polls} polls"
     assert "Traceback" not in rest, rest
+
+
+BUSY = """
+import socket, sys, time
+from pathlib import Path
+from amdtop.serve import lock
+state = Path(sys.argv[1])
+held = lock.take(state)  # a serve's lock and socket, and no hello: a serve too busy to answer
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(str(state / "serve.sock"))
+s.listen(16)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_item11_a_busy_serve_is_named_and_not_replaced(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    busy = subprocess.Popen([sys.executable, "-c", BUSY, str(state)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert busy.stdout is not None and busy.stdout.readline() == "ready\n"
+        started = time.monotonic()
+        with pytest.raises(ServeNotAnswering) as exc:
+            attach(state, readonly=True)
+        assert time.monotonic() - started < 10
+        assert str(exc.value) == (
+            f"amdtop serve (pid {busy.pid}, socket {socket_path(state)}) did not answer in time: it is busy; try again, "
+            f"or end it (kill {busy.pid}) and start it again"
+        )
+        r = subprocess.run(
+            [str(AMDTOP), "--backend", "sim", "--state-dir", str(state), "--config", str(tmp_path / "none.toml"),
+             "serve", "--listen", "127.0.0.1:0"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert r.returncode == 1 and f"already runs for {state} (pid {busy.pid})" in r.stderr, r.stderr
+    finally:
+        busy.kill()
+        busy.wait()
