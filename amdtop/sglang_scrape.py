@@ -36,7 +36,8 @@ def is_sglang_page(text: str) -> bool:
 
 def _rank(labels: dict[str, str], key: str) -> int:
     value = labels.get(key, "0")
-    return int(value) if value.isdigit() else 0
+    # isdecimal, not isdigit ("²" is a digit int() refuses); a label of 5000 digits is past int()'s limit: rank 0.
+    return int(value) if value.isdecimal() and len(value) <= 9 else 0
 
 
 def _chosen(series: Series) -> list[tuple[str, str, str]]:

@@ -66,6 +66,8 @@ def parse_series(text: str, wanted: Iterable[str] | None = None) -> dict[str, li
             rest = line[close + 1 :].split()
         else:
             parts = line.split()
+            if not parts:
+                continue  # blank but for whitespace: not a sample (one such line broke every worker's status)
             name = parts[0]
             if not every and name not in names:
                 continue
@@ -80,6 +82,13 @@ def parse_series(text: str, wanted: Iterable[str] | None = None) -> dict[str, li
             continue
         out.setdefault(name, []).append((labels, value))
     return out
+
+
+def _engine_order(engine: str) -> tuple[bool, int, str]:
+    """Numbered engines first, by number; a label that is not a plain number of a few digits ("²", 5000 digits: both
+    pass ``isdigit`` and fail ``int``) sorts after them by its text."""
+    number = engine.isdecimal() and len(engine) <= 9
+    return (not number, int(engine) if number else 0, engine)
 
 
 def _engine(labels: Labels) -> str:
@@ -111,7 +120,7 @@ class Scrape:
     def engines(self) -> tuple[str, ...]:
         """Engine labels on the page, in numeric order (``("0",)`` for one engine or a pre-V1 page)."""
         seen = {_engine(labels) for samples in self.series.values() for labels, _ in samples}
-        return tuple(sorted(seen, key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0, e))) or ("0",)
+        return tuple(sorted(seen, key=_engine_order)) or ("0",)
 
     def by_engine(self, key: str, suffix: str = "") -> dict[str, float]:
         """``key``'s value per engine (label sets other than ``engine``/``model_name`` added up within an engine)."""

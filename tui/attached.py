@@ -62,9 +62,13 @@ def run_attached(args: argparse.Namespace, client: ServeClient) -> int:
         client.close()
         sys.stderr.write(f"amdtop: {client.gone}; the viewer exits\n")
         return 1
+    from tui.launch import exit_on_sigterm
+
+    restore_term = exit_on_sigterm(app)  # SIGTERM: the viewer leaves as on `q`, the terminal restored
     try:
         result = app.run()
     finally:
+        restore_term()
         client.close()  # the viewer's end of the node: the serve's node goes on
     if app.serve_gone:
         sys.stderr.write(f"amdtop: {app.serve_gone[0]}; the viewer exits (run amdtop again: it polls in-process when no serve runs)\n")

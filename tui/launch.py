@@ -6,7 +6,9 @@ import argparse
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from amdtop import runtime
 from amdtop.cli.common import node_spec
@@ -14,8 +16,11 @@ from amdtop.errors import AmdtopError
 from amdtop.pcibus import GpusFailedInit
 from amdtop.runtime.autostart import DemoAutostart
 from amdtop.runtime.node import NO_GPU_BANNER
-from amdtop.serve.client import attach
+from amdtop.serve.client import ServeNotAnswering, attach
 from amdtop.service.local import LocalService
+
+if TYPE_CHECKING:
+    from tui.app import AmdtopApp
 
 __all__ = ["NO_GPU_BANNER", "DemoAutostart", "TerminalLoss", "run"]
 
@@ -45,6 +50,69 @@ class TerminalLoss:
         threading.Thread(target=self.lost, name="terminal-lost", daemon=True).start()
 
 
+TERM_GRACE_S = 5.0
+"""How long a SIGTERM waits for the dashboard's own shutdown before it leaves the hard way."""
+RESTORE_TERMINAL = b"\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[?1049l\x1b[?25h"
+"""Mouse reporting off (every mode Textual turns on), bracketed paste off, the main screen back, the cursor shown."""
+
+
+def exit_on_sigterm(app: AmdtopApp, hard_exit: Callable[[], None] | None = None) -> Callable[[], None]:
+    """SIGTERM ends the dashboard as ``q`` does, so Textual's shutdown gives the terminal back as it found it
+    (alternate screen off, mouse reporting off, cursor shown): the default action killed the process and left all
+    three on. Should the shutdown not end within :data:`TERM_GRACE_S` (a terminal that takes no more output), the
+    restoring bytes are written without blocking and ``hard_exit`` runs (the demo's cleanup, then ``os._exit``).
+    Returns the function that puts the previous handler back."""
+
+    def leave() -> None:
+        deadline = time.monotonic() + TERM_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                app.call_from_thread(app.exit)
+                break
+            except RuntimeError:  # not running yet (a signal during start-up), or already gone
+                if app.return_code is not None:
+                    return
+                time.sleep(0.05)
+        while app.is_running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if app.is_running:
+            _restore_terminal_now()
+            if hard_exit is not None:
+                hard_exit()
+            os._exit(1)
+
+    def on_term(_sig: int, _frame: object) -> None:
+        # A handler must return at once: the exit is asked for from a thread (call_from_thread waits for the loop).
+        threading.Thread(target=leave, name="sigterm", daemon=True).start()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _restore_terminal_now() -> None:
+    try:
+        fd = os.open("/dev/tty", os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return
+    try:
+        os.write(fd, RESTORE_TERMINAL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _no_serve(message: str, attach_only: bool) -> int:
+    """Say why no dashboard opens: on the screen in a browser tab (textual-serve's web driver) or a terminal a tab
+    runs in, where it is read; otherwise as the one error line."""
+    if attach_only and (os.environ.get("TEXTUAL_DRIVER") or os.isatty(1)):
+        from tui.no_serve import NoServeApp
+
+        NoServeApp(message).run()
+        return 1
+    raise AmdtopError(message)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the dashboard; returns the exit status."""
     from tui.app import AmdtopApp
@@ -52,20 +120,16 @@ def run(args: argparse.Namespace) -> int:
     spec = node_spec(args)
     if not args.no_attach:
         # A serve for this state dir already polls the node: attach to it instead of opening a second poller.
-        client = attach(spec.state_dir, readonly=spec.readonly, reader=False)  # the dashboard's loop reads it
+        try:
+            client = attach(spec.state_dir, readonly=spec.readonly, reader=False)  # the dashboard's loop reads it
+        except ServeNotAnswering as exc:  # a serve lives (stopped, busy): never a second poller beside it
+            return _no_serve(str(exc), args.attach_only)
         if client is not None:
             from tui.attached import run_attached
 
             return run_attached(args, client)
     if args.attach_only:
-        message = f"no amdtop serve runs for {spec.state_dir}: start `amdtop serve` first"
-        if os.environ.get("TEXTUAL_DRIVER") or os.isatty(1):
-            # A browser tab (textual-serve's web driver) or a terminal: say it on the screen, where it is read.
-            from tui.no_serve import NoServeApp
-
-            NoServeApp(message).run()
-            return 1
-        raise AmdtopError(message)
+        return _no_serve(f"no amdtop serve runs for {spec.state_dir}: start `amdtop serve` first", True)
     try:
         node = runtime.open(spec, ui=True)
     except GpusFailedInit as exc:
@@ -89,17 +153,17 @@ def run(args: argparse.Namespace) -> int:
     # workers are never stopped on exit). An inherited blocked mask would hide it: unblock it.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     previous = signal.signal(signal.SIGHUP, loss.on_sighup)
-    # SIGTERM (kill, a job runner, a benchmark) likewise: the demo's workers held their ports after it, and the next
-    # `amdtop --demo` found every launch refused.
-    previous_term = signal.signal(signal.SIGTERM, loss.on_sighup) if autostart is not None else None
+    # SIGTERM (kill, a job runner, a benchmark): the app ends as on `q`, the terminal restored, and the finally below
+    # stops the demo's workers (they held their ports after a kill, and the next `amdtop --demo` found every launch
+    # refused); the hard way, should the shutdown hang, stops them too.
+    restore_term = exit_on_sigterm(app, loss.lost if autostart is not None else None)
     # Polling starts now: the dashboard draws the newest frame when it mounts and every one after.
     node.runtime.start()
     try:
         result = app.run()
     finally:
         signal.signal(signal.SIGHUP, previous)
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        restore_term()
         service.close()  # its ramps are aborted
         node.close()  # the tick loop, the demo's workers, the monitors and the backend; real workers keep running
     return int(result or 0)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -181,6 +182,24 @@ def _write_json(path: Path, text: str) -> str | None:
         return f"--json: cannot write {path} ({os_reason(exc)}); the result was {kept}"
 
 
+async def _run_until_signalled(ramp: Ramp) -> RampResult:
+    """Run ``ramp``; SIGINT or SIGTERM aborts it as the TUI's abort does: the step in flight ends within ~50 ms, the
+    steps measured are kept, and the caller writes them (``aborted`` names the signal) and exits 1.
+
+    asyncio's own SIGINT handler cancels the main task, and the step's gather swallowed that cancel: every step ran
+    and the run exited 0; SIGTERM killed it before the --json file was written. The loop's handlers run as callbacks
+    on the loop, not inside the signal, so they may take the abort's lock."""
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, ramp.abort, f"stopped by {sig.name}")
+    try:
+        return await ramp.run()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
 def run_ramp(args: argparse.Namespace) -> int:
     """Run the ramp and print or write the result."""
     # Every place a result goes is checked first: a run must never end in losing what it measured.
@@ -203,7 +222,7 @@ def run_ramp(args: argparse.Namespace) -> int:
     ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed), observer=observer)
     ramp.result.settings["node_data"] = node
     try:
-        result = asyncio.run(ramp.run())
+        result = asyncio.run(_run_until_signalled(ramp))
     finally:
         if close is not None:
             close()

@@ -279,7 +279,11 @@ async def run_step(
         drain = drain_timeout_s if drain_timeout_s is not None else spec.request_timeout_s
         if state["abort"] is not None:
             drain = 0.0
-        _, pending = await asyncio.wait(tasks, timeout=drain) if drain > 0 else (set(), set(tasks))
+        pending = set(tasks)
+        drain_end = time.perf_counter() + drain
+        # The drain looks at stop() too: a signal while requests finish ends the step now, not after the drain.
+        while pending and not stop() and (left := drain_end - time.perf_counter()) > 0:
+            _, pending = await asyncio.wait(pending, timeout=min(0.05, left))
         for t in pending:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

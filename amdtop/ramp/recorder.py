@@ -20,6 +20,7 @@ import psutil
 
 from amdtop.cpulist import format_cpulist
 from amdtop.ramp.observe import GpuObservation, NodeObserver, WorkerPids
+from amdtop.supervisor.bounded_get import DEADLINE_S, MAX_BODY, TooLarge
 from amdtop.supervisor.metrics import bearer
 from amdtop.vllm_metric_names import histogram_names, names
 from amdtop.vllm_scrape import Scrape
@@ -32,6 +33,23 @@ GEN_TOKENS = names("generation_tokens")
 QUEUE_SUM = histogram_names("queue_time", "_sum")
 QUEUE_COUNT = histogram_names("queue_time", "_count")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+async def _bounded_get(http: httpx.AsyncClient, path: str) -> bytes | None:
+    """The body of ``GET path`` when it answers 200 within :data:`~amdtop.supervisor.bounded_get.MAX_BODY` bytes
+    (TooLarge past it: a worker's page is untrusted input), ``None`` for another status. The caller bounds the time."""
+    async with http.stream("GET", path) as resp:
+        if resp.status_code != 200:
+            return None
+        length = resp.headers.get("content-length", "").strip()
+        if length.isdecimal() and int(length[:12]) > MAX_BODY:
+            raise TooLarge(f"{path}: {length[:12]} bytes")
+        body = bytearray()
+        async for chunk in resp.aiter_bytes():  # decoded (the server may gzip): the cap is on what is parsed
+            body += chunk
+            if len(body) > MAX_BODY:
+                raise TooLarge(f"{path}: over {MAX_BODY} bytes")
+        return bytes(body)
 
 
 def first(samples: dict[str, float], names: Sequence[str]) -> float | None:
@@ -52,9 +70,10 @@ def cache_config(text: str) -> dict[str, str]:
 
 def kv_capacity_tokens(cfg: dict[str, str]) -> int | None:
     """KV cache size in tokens from the cache config labels (``kv_cache_size_tokens`` or blocks x block size)."""
-    with contextlib.suppress(ValueError, KeyError):
+    # A label is the server's text: "inf" (OverflowError) or "nan" (ValueError) is no size.
+    with contextlib.suppress(ValueError, KeyError, OverflowError):
         return int(float(cfg["kv_cache_size_tokens"]))
-    with contextlib.suppress(ValueError, KeyError):
+    with contextlib.suppress(ValueError, KeyError, OverflowError):
         return int(float(cfg["num_gpu_blocks"])) * int(float(cfg["block_size"]))
     return None
 
@@ -116,15 +135,16 @@ class StepRecorder:
 
     async def _scrape(self) -> Scrape | None:
         try:
-            resp = await self._http.get("/metrics")
-        except httpx.HTTPError:
+            got = await asyncio.wait_for(_bounded_get(self._http, "/metrics"), DEADLINE_S)
+        except (httpx.HTTPError, asyncio.TimeoutError, TooLarge):  # asyncio's own class before 3.11
             return None
-        if resp.status_code != 200:
+        if got is None:
             return None
+        text = got.decode("utf-8", "replace")
         if not self._cache:
-            self._cache = cache_config(resp.text)
+            self._cache = cache_config(text)
         self.metrics_ok = True
-        return Scrape.parse(resp.text)
+        return Scrape.parse(text)
 
     def _proc_cpu(self) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -241,7 +261,8 @@ class StepRecorder:
         out["kv_cache_tokens"] = kv_capacity_tokens(self._cache)
         if out["kv_cache_tokens"] is None and b is not None and (pool := b.by_name("sglang:max_total_num_tokens")):
             out["kv_cache_tokens"] = int(min(pool.values()))  # SGLang's token pool per DP rank (page size 1)
-        out["block_size"] = int(self._cache["block_size"]) if self._cache.get("block_size", "").isdigit() else None
+        block = self._cache.get("block_size", "")
+        out["block_size"] = int(block) if block.isdecimal() and len(block) <= 9 else None  # "²" is a digit
         out["gpu_memory_utilization"] = _float(self._cache.get("gpu_memory_utilization"))
         means = {i: sum(v) / len(v) for i, v in sorted(lv.util.items()) if v}
         out["gpu_util_pct"] = {str(i): round(m, 1) for i, m in means.items()} or None

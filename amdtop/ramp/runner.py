@@ -99,6 +99,8 @@ class Ramp:
         self.alive = alive
         """Optional worker liveness check (the supervisor's view); False stops the ramp."""
         self._stop = threading.Event()
+        self._reason: str | None = None
+        """Why :meth:`abort` was called, when its caller said (a signal's name)."""
         self.observer = observer
         """The worker's GPUs per step (the TUI's frame or a telemetry backend); ``None`` = no node data."""
         self.worker_pids = worker_pids or default_worker_pids(cfg.url.rstrip("/"))
@@ -113,8 +115,11 @@ class Ramp:
         self.status = "starting"
         self._argv: tuple[str, ...] | None = None
 
-    def abort(self) -> None:
-        """Stop at the next check (within ~50 ms); partial results are kept and saved."""
+    def abort(self, reason: str | None = None) -> None:
+        """Stop at the next check (within ~50 ms); partial results are kept and saved, ``aborted`` says ``reason``
+        (default "stopped by user")."""
+        if reason is not None and self._reason is None:
+            self._reason = reason  # set before the flag: whoever sees the flag sees the reason
         self._stop.set()
 
     def _stopped(self) -> bool:
@@ -185,7 +190,7 @@ class Ramp:
 
         cfg = self.cfg
         if self._stopped():
-            self.result.aborted = "stopped by user" if self._stop.is_set() else "worker died"
+            self.result.aborted = (self._reason or "stopped by user") if self._stop.is_set() else "worker died"
             return False
         self.status = f"step concurrency {conc}"
 
@@ -216,6 +221,8 @@ class Ramp:
             reason = f"error rate {100 * step.error_rate:.0f}% over {100 * cfg.max_error_rate:.0f}%"
         if reason is not None and reason == "stopped by user" and self.alive is not None and not self.alive():
             reason = "worker died"
+        elif reason == "stopped by user" and self._reason is not None:
+            reason = self._reason
         self._update_knee()
         self._publish()
         if reason is not None:

@@ -24,6 +24,7 @@ from amdtop.errors import AmdtopError, InputError
 from amdtop.hub import Hub
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.serve import lock as serve_lock
 from amdtop.serve import peer
 from amdtop.serve.wire import (
     WIRE_VERSION,
@@ -46,6 +47,20 @@ class ServeGone(AmdtopError):
     """The serve closed the connection (stopped, killed)."""
 
 
+def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
+    """Connect within ``timeout``: a Unix socket whose backlog is full answers EAGAIN at once rather than waiting
+    (a busy serve, or one out of descriptors, takes its pending viewers a little later); TimeoutError after it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(str(path))
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{path}: the serve's backlog stayed full") from None
+            time.sleep(0.02)
+
+
 class ServeClient:
     """One connection to a serve: its messages (frames, replies, ramp updates) are read and dispatched by a reader
     thread, or, with ``reader=False``, by whoever waits on them (:meth:`wait_first_frame`, :meth:`call`) and then
@@ -63,7 +78,7 @@ class ServeClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
-            sock.connect(str(self.path))
+            _connect(sock, self.path, timeout)
             peer.check_serve(sock, self.path)
             hello = read_message(sock)
             if hello.get("type") == "error":
@@ -388,12 +403,31 @@ class RemoteService:
         """The serve's node stays open (the connection closes with the viewer's runtime)."""
 
 
+class ServeNotAnswering(AmdtopError):
+    """A serve holds the state dir (its lock says so) but did not let this viewer in: stopped, busy, starting."""
+
+
 def attach(state_dir: Path, *, readonly: bool, reader: bool = True) -> ServeClient | None:
-    """A client of the serve for ``state_dir``, or ``None`` when none runs (no socket, nobody listening);
-    ``reader=False``: no reader thread (the caller's loop reads, :meth:`ServeClient.read_in`)."""
-    if not socket_path(state_dir).exists() and not socket_path(state_dir).is_symlink():
+    """A client of the serve for ``state_dir``, or ``None`` when none runs (no process holds the serve lock: no
+    socket, or a stale one of a killed serve); ``reader=False``: no reader thread (the caller's loop reads,
+    :meth:`ServeClient.read_in`). :class:`ServeNotAnswering` (one line: the serve's pid and socket, what to do) when
+    the serve lives but does not answer."""
+    path = socket_path(state_dir)
+    peer.check_path(Path(state_dir), path)  # UntrustedPeer: nothing of another user's is read
+    pid = serve_lock.holder(state_dir)
+    if pid is None:
         return None
     try:
         return ServeClient(state_dir, readonly=readonly, reader=reader)
-    except (ConnectionRefusedError, FileNotFoundError):
-        return None  # a stale socket of a killed serve
+    except (TimeoutError, ConnectionRefusedError, FileNotFoundError, BlockingIOError, EOFError) as exc:
+        raise ServeNotAnswering(not_answering(pid, path, exc)) from None
+
+
+def not_answering(pid: int, path: Path, exc: BaseException) -> str:
+    """The line a viewer shows for a live serve that did not let it in."""
+    who = f"amdtop serve (pid {pid or 'unknown'}, socket {path})"
+    if isinstance(exc, TimeoutError | EOFError):
+        if pid and serve_lock.process_state(pid) == "stopped":
+            return f"{who} did not answer: it is stopped; `kill -CONT {pid}` resumes it, `kill {pid}` ends it"
+        return f"{who} did not answer in time: it is busy; try again, or end it (kill {pid}) and start it again"
+    return f"{who} does not accept viewers yet (starting or stopping); try again in a moment"

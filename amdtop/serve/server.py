@@ -13,17 +13,20 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from amdtop.audit.gate import GateRefused
-from amdtop.errors import AmdtopError, InputError
+from amdtop.errors import InputError
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.node import Node
 from amdtop.serve import limits, peer
+from amdtop.serve import lock as serve_lock
 from amdtop.serve.history import HourHistory
 from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import (
@@ -36,6 +39,20 @@ from amdtop.serve.wire import (
 )
 from amdtop.service.api import CONTROL_OPS, WIRE_OPS
 from amdtop.service.local import LocalService
+
+ACCEPT_PAUSE_S = (0.05, 1.0)
+"""The accept loop's pause after a failed ``accept()`` (out of descriptors, say), doubled per failure up to the second
+number: it neither spins on a backlog it cannot take nor sleeps long once descriptors are free again."""
+WAKE_OPS = frozenset({"wake", "request_state_files"})
+"""Requests that make the node tick now (and re-read every worker): rate-limited per viewer."""
+WAKE_GAP_S = 1.0
+"""One viewer's wakes closer together than this are answered without waking the node (a viewer sending ``wake`` in
+a loop made the serve poll 79 times a second)."""
+CLOSE_FLUSH_S = 1.0
+"""How long a stopping serve gives its viewers, all together, to take their goodbye and what was queued before it."""
+HELLO_TIMEOUT_S = 10.0
+"""How long a connected peer may take to send its hello: one that never does holds no thread and descriptor for
+ever."""
 
 SERVE_OPS = frozenset({"history", "stats"})
 """The serve's own reads (its hour of history, its counters), beside the node service's requests: those are the
@@ -65,6 +82,8 @@ class Serve:
         self._unsubscribe: Callable[[], None] | None = None
         self.refused = 0
         """Connections refused (another uid, a version mismatch)."""
+        self._lock_file: serve_lock.ServeLock | None = None
+        """The state dir's serve lock, held from :meth:`bind` to :meth:`close` (:mod:`amdtop.serve.lock`)."""
         self._bound: tuple[int, int] | None = None
         """(device, inode) of the socket this serve created: the only file :meth:`close` removes."""
 
@@ -75,11 +94,10 @@ class Serve:
         peer.check_path(self.state_dir, self.path)
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         peer.check_state_dir(self.state_dir)  # made just now, or there before: either way ours alone
+        # The lock, not a reply, says whether a serve lives here: one that is stopped or busy keeps it.
+        self._lock_file = serve_lock.take(self.state_dir)
         if self.path.exists() or self.path.is_symlink():
-            other = running_serve_pid(self.state_dir)
-            if other is not None:
-                raise AmdtopError(f"amdtop serve already runs for {self.state_dir} (pid {other}); stop it first")
-            self.path.unlink()  # a stale socket from a serve that was killed
+            self.path.unlink()  # nobody holds the lock: a stale socket from a serve that was killed
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # the socket is born 0600: no window in which another user could connect
         try:
@@ -102,12 +120,27 @@ class Serve:
 
     def _accept_loop(self) -> None:
         listener = self._listener
+        pause = ACCEPT_PAUSE_S[0]
         while listener is not None:
             try:
                 conn, _ = listener.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve_viewer, args=(conn,), name="serve-viewer-read", daemon=True).start()
+            except OSError as exc:
+                if self._listener is not listener:
+                    return  # closed by close()
+                # Out of descriptors (EMFILE, ENFILE), memory or buffers, or a peer gone before we took it: the
+                # listener still stands. Pause (the connections wait in the backlog) and accept again, once viewers
+                # let descriptors go; the loop never ends while the serve runs.
+                if pause == ACCEPT_PAUSE_S[0]:
+                    sys.stderr.write(f"amdtop: warning: accepting a viewer failed ({exc.strerror or exc}); retrying\n")
+                    sys.stderr.flush()
+                time.sleep(pause)
+                pause = min(pause * 2, ACCEPT_PAUSE_S[1])
+                continue
+            pause = ACCEPT_PAUSE_S[0]
+            try:
+                threading.Thread(target=self._serve_viewer, args=(conn,), name="serve-viewer-read", daemon=True).start()
+            except RuntimeError:  # no thread to be had: this viewer is turned away, the next one tried
+                conn.close()
 
     def _serve_viewer(self, conn: socket.socket) -> None:
         if not peer.viewer_allowed(conn):
@@ -117,8 +150,10 @@ class Serve:
         link: ViewerLink | None = None
         budget = limits.CallBudget()
         try:
+            conn.settimeout(HELLO_TIMEOUT_S)
             send_message(conn, self._hello())
             hello = read_message(conn)
+            conn.settimeout(None)
             try:
                 check_version(hello.get("version"), serve_side=True)
                 pid, readonly = limits.parse_hello(hello)
@@ -182,6 +217,11 @@ class Serve:
             args, kwargs = limits.check_args(op, args, kwargs)
         except InputError as exc:
             link.send(_error(call_id, str(exc), input_error=True))
+            return
+        if op in WAKE_OPS and not link.may_wake(time.monotonic(), WAKE_GAP_S):
+            # A wake costs a tick and a pass over every worker: one per viewer per gap, the rest answered at once
+            # (the next frame comes anyway within the interval).
+            link.send({"type": "reply", "id": call_id, "ok": True, "value": None})
             return
         if budget is not None and not budget.take(link.queued):
             link.drop(f"over {budget.limit} calls unanswered or replies unread")
@@ -270,27 +310,22 @@ class Serve:
         with self._lock:
             viewers, self._viewers = self._viewers, []
         for v in viewers:
-            v.flush_and_close({"type": "bye", "reason": reason})
+            v.begin_close({"type": "bye", "reason": reason})
+        deadline = time.monotonic() + CLOSE_FLUSH_S  # one bound for all: a viewer that stopped reading waits in it
+        for v in viewers:
+            v.finish_close(deadline)
         self.service.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._lock_file is not None:
+            self._lock_file.release()  # last: until here this process still supervises the state dir
 
 
 def _error(call_id: object, text: str, *, input_error: bool = False) -> dict[str, Any]:
     return {"type": "reply", "id": call_id, "ok": False, "error": text, "input": input_error}
 
 
-def running_serve_pid(state_dir: Path, timeout: float = 2.0) -> int | None:
-    """The pid of the serve answering on ``state_dir``'s socket, or ``None`` (no socket, nobody listening)."""
-    path = socket_path(state_dir)
-    peer.check_path(state_dir, path)  # a listener another user planted is never read (UntrustedPeer)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(str(path))
-        peer.check_serve(sock, path)
-        hello = read_message(sock)
-        return int(hello.get("pid") or 0) or None
-    except (OSError, WireError, EOFError, ValueError, TypeError):
-        return None
-    finally:
-        sock.close()
+def running_serve_pid(state_dir: Path) -> int | None:
+    """The pid of the serve of ``state_dir`` (0 when its pid cannot be read), or ``None`` when none runs: whoever holds
+    the serve lock (:mod:`amdtop.serve.lock`), whether it answers or not (stopped, busy)."""
+    peer.check_path(state_dir, socket_path(state_dir))  # a state dir another user can write is never trusted
+    return serve_lock.holder(state_dir)

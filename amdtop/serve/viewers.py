@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 from collections import deque
 
 from amdtop.pipeline.frame import NodeFrame
@@ -68,6 +69,8 @@ class ViewerLink:
         self.dropped = 0
         """Frames dropped because the viewer read too slowly."""
         self.sent = 0
+        self._woke_at: float | None = None
+        """When this viewer last woke the node (the reading thread's own: :meth:`may_wake`)."""
         self._frames: deque[FramePacket] = deque(maxlen=QUEUE_FRAMES)
         self._last: NodeFrame | None = None
         """The frame this viewer got last (the writer thread's own)."""
@@ -135,6 +138,13 @@ class ViewerLink:
         if over:
             self.drop(f"{QUEUE_MESSAGES} replies or updates left unread")
 
+    def may_wake(self, now: float, gap: float) -> bool:
+        """Whether this viewer may wake the node at ``now`` (its last wake at least ``gap`` ago); counts it if so."""
+        if self._woke_at is not None and now - self._woke_at < gap:
+            return False
+        self._woke_at = now
+        return True
+
     @property
     def queued(self) -> int:
         """Replies and updates waiting to be written."""
@@ -193,9 +203,22 @@ class ViewerLink:
 
     def flush_and_close(self, message: dict[str, object], timeout: float = 1.0) -> None:
         """Queue a last message (serve stopping), give the writer ``timeout`` to send what is queued, close."""
+        self.begin_close(message)
+        self.finish_close(time.monotonic() + timeout)
+
+    def begin_close(self, message: dict[str, object]) -> None:
+        """Queue a last message and drop the queued frames: the writer sends what is left from now on. The serve
+        begins every viewer's close before it waits for any (:meth:`finish_close`), so viewers that stopped reading
+        cost one bound together, not one each."""
         self.send(message)
         with self._cond:
             self._flushing = True
             self._frames.clear()
-            self._cond.wait_for(lambda: self._closed or not (self._other or self._rest or self._busy), timeout)
+
+    def finish_close(self, deadline: float) -> None:
+        """Wait until what is queued is sent or the monotonic ``deadline`` passes, then close."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._closed or not (self._other or self._rest or self._busy), max(deadline - time.monotonic(), 0)
+            )
         self.close()

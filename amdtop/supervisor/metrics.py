@@ -9,9 +9,9 @@ import http.client
 import json
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from amdtop.model import EngineSample, EngineStats
+from amdtop.supervisor.bounded_get import bounded_request
 from amdtop.vllm_scrape import Scrape
 
 
@@ -157,7 +157,8 @@ class Prober:
     """Short HTTP calls to workers: ``/health`` and ``/metrics`` (with one :class:`EngineMeter` per worker).
 
     Plain ``http.client``, one connection per call: the dashboard makes these calls every two seconds per worker, and
-    an httpx request cost 3.2x the CPU of this one (476 against 149 us, ``bench/probe_http.py``).
+    an httpx request cost 3.2x the CPU of this one (476 against 149 us, ``bench/probe_http.py``). Each call is bounded
+    in time and bytes (:mod:`amdtop.supervisor.bounded_get`).
     """
 
     def __init__(self, timeout_s: float = 0.5) -> None:
@@ -169,22 +170,12 @@ class Prober:
         /metrics are open on vLLM, but a proxy in front may guard them too)."""
 
     def _get(self, url: str, path: str, method: str = "GET") -> tuple[int, bytes] | None:
-        # No keep-alive: a pooled connection to a worker outlives its server and leaves the port in FIN_WAIT2.
-        parts = urlsplit(url)
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        # Bounded in time and bytes (bounded_get): a worker's server is untrusted input.
+        headers = bearer(self.keys.get(url.rstrip("/")))
         try:
-            conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=self._timeout)
-        except ValueError:  # a port that is not a number
-            return None
-        try:
-            headers = {"Connection": "close", **bearer(self.keys.get(url.rstrip("/")))}
-            conn.request(method, parts.path.rstrip("/") + path, headers=headers)
-            resp = conn.getresponse()
-            return resp.status, resp.read()
+            return bounded_request(url, path, method=method, headers=headers, timeout=self._timeout)
         except (OSError, http.client.HTTPException, ValueError):
             return None
-        finally:
-            conn.close()
 
     def health(self, url: str) -> int | None:
         """HTTP status of ``/health``; ``None`` when refused or timed out (normal while vLLM loads)."""

@@ -27,7 +27,7 @@ from amdtop.supervisor.engines import (
     uses_own_numa_binding,
 )
 from amdtop.supervisor.parallel_args import check_parallel_args
-from amdtop.supervisor.retune import check_arg_value
+from amdtop.supervisor.retune import check_arg_value, check_foreign_flag
 
 if TYPE_CHECKING:
     import tomlkit
@@ -178,6 +178,8 @@ def _parse_one(raw: Mapping[str, Any], index: int) -> Profile:
             )
     if any(k in ("port", "model") for k, _ in args):
         raise InputError(f"{_field(name, 'args')}: port and model are worker keys, not args; move them up")
+    for key, _ in args:
+        check_foreign_flag(name, engine, key)  # loads, launches, and then the server refuses it: refuse it here
     env_raw = raw.get("env", {})
     if not isinstance(env_raw, Mapping):
         raise InputError(f"{_field(name, 'env')}: must be a table; use [worker.env]")

@@ -45,6 +45,53 @@ ENGINE_ARG_KEYS: dict[str, frozenset[str]] = {"vllm": frozenset(ARG_KEYS), "sgla
 """Which flags each engine takes: a retune of the other engine's flag would start a server that refuses it."""
 ARG_KEYS = {**ARG_KEYS, **SGLANG_ARG_KEYS}
 RETUNE_KEYS = (*ARG_KEYS, "numa_node", "env.NAME")
+FOREIGN_FLAGS: dict[str, dict[str, str]] = {
+    "sglang": {
+        "max-num-seqs": "max-running-requests",
+        "gpu-memory-utilization": "mem-fraction-static",
+        "max-model-len": "context-length",
+        "block-size": "page-size",
+        "max-num-batched-tokens": "chunked-prefill-size",
+        "enforce-eager": "disable-cuda-graph",
+        "api-server-count": "",
+        "enable-expert-parallel": "expert-parallel-size",
+    },
+    "vllm": {
+        "mem-fraction-static": "gpu-memory-utilization",
+        "max-running-requests": "max-num-seqs",
+        "chunked-prefill-size": "max-num-batched-tokens",
+        "cuda-graph-max-bs": "",
+    },
+}
+"""Per engine, the other engine's flags its own server refuses, each with this engine's nearest flag ("" where it has
+none): SGLang's parser (sglang ``docs/advanced_features/server_arguments.md``: ``--mem-fraction-static``,
+``--max-running-requests``, ``--context-length``, ``--page-size``, ``--chunked-prefill-size``, ``--disable-cuda-graph``,
+``--expert-parallel-size``) has none of vLLM's names here, and ``vllm serve`` none of SGLang's. Flags both take
+(``data-parallel-size``, ``disable-custom-all-reduce``) are not listed."""
+
+
+def retune_keys(engine: str | None = None) -> tuple[str, ...]:
+    """The retune keys of a worker running ``engine`` (every engine's when ``None``)."""
+    if engine is None:
+        return RETUNE_KEYS
+    own = ENGINE_ARG_KEYS.get(engine, ENGINE_ARG_KEYS["vllm"])
+    return (*(k for k in ARG_KEYS if k in own), "numa_node", "env.NAME")
+
+
+def check_foreign_flag(name: str, engine: str, key: str) -> None:
+    """InputError when ``[worker.args]`` flag ``key`` belongs to the other engine only (``max-num-seqs`` on an SGLang
+    worker): its server would refuse it at start, after amdtop had launched it."""
+    canon = key.replace("_", "-")
+    foreign = FOREIGN_FLAGS.get(engine, {})
+    if canon not in foreign:
+        return
+    other = "an SGLang" if engine == "vllm" else "a vLLM"
+    nearest = foreign[canon]
+    fix = f"use {nearest}" if nearest else "remove it"
+    raise InputError(
+        f'worker[{name}].args.{key}: {other} flag, but this worker runs engine = "{engine}", whose server refuses '
+        f"it; {fix}"
+    )
 INT_LIMITS: dict[str, tuple[int, int]] = {
     "max-running-requests": (1, 65536),
     "chunked-prefill-size": (-1, 2**31 - 1),
@@ -126,8 +173,10 @@ def check_arg_value(name: str, key: str, value: object, text: str | None = None)
 def check_engine_key(name: str, engine: str, key: str) -> None:
     """InputError when flag ``key`` is the other engine's (``mem-fraction-static`` on a vLLM worker...)."""
     if key in ARG_KEYS and key not in ENGINE_ARG_KEYS.get(engine, ENGINE_ARG_KEYS["vllm"]):
-        own = ", ".join(k for k in ARG_KEYS if k in ENGINE_ARG_KEYS.get(engine, frozenset()))
-        raise InputError(f"worker[{name}].{key}: not a flag of {engine}, which this worker runs; use one of {own}")
+        nearest = FOREIGN_FLAGS.get(engine, {}).get(key)
+        hint = f" (its nearest: {nearest})" if nearest and nearest in ARG_KEYS else ""
+        own = ", ".join(retune_keys(engine))
+        raise InputError(f"worker[{name}].{key}: not a flag of {engine}, which this worker runs{hint}; use one of {own}")
 
 
 def _worker_table(doc: tomlkit.TOMLDocument, name: str) -> Any:
@@ -172,15 +221,16 @@ def _parse_value(name: str, key: str, text: str) -> int | float | str:
     return text
 
 
-def normalise_key(name: str, key: str) -> str:
-    """Canonical spelling of a retune key (``max_num_seqs`` -> ``max-num-seqs``); InputError for unknown keys."""
+def normalise_key(name: str, key: str, engine: str | None = None) -> str:
+    """Canonical spelling of a retune key (``max_num_seqs`` -> ``max-num-seqs``); InputError for unknown keys, listing
+    the keys of ``engine`` (the worker's) where given."""
     if key.startswith("env."):
         if len(key) <= 4:
             raise InputError(f"worker[{name}].env: empty variable name; write env.NAME=VALUE")
         return key
     canon = key.replace("_", "-") if key.replace("_", "-") in ARG_KEYS else key.replace("-", "_")
     if canon not in ARG_KEYS and canon != "numa_node":
-        raise InputError(f"worker[{name}].{key}: cannot be retuned; use one of {', '.join(RETUNE_KEYS)}")
+        raise InputError(f"worker[{name}].{key}: cannot be retuned; use one of {', '.join(retune_keys(engine))}")
     return canon
 
 
@@ -205,8 +255,9 @@ def apply_changes(doc: tomlkit.TOMLDocument, name: str, changes: Mapping[str, st
     tbl = _worker_table(doc, name)
     out: list[tuple[str, Any, Any]] = []
     for raw_key, text in changes.items():
-        key = normalise_key(name, raw_key)
-        check_engine_key(name, str(tbl.get("engine", "vllm")), key)
+        engine = str(tbl.get("engine", "vllm"))
+        key = normalise_key(name, raw_key, engine)
+        check_engine_key(name, engine, key)
         old = _current(tbl, key)
         old = old.unwrap() if isinstance(old, Item) else old
         if key.startswith("env."):

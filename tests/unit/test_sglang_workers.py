@@ -207,8 +207,9 @@ def test_retune_takes_sglang_keys_for_sglang_workers_only() -> None:
     with pytest.raises(InputError) as exc:
         apply_changes(doc, "sg", {"max-num-seqs": "64"})
     assert str(exc.value) == (
-        "worker[sg].max-num-seqs: not a flag of sglang, which this worker runs; use one of mem-fraction-static, "
-        "max-running-requests, chunked-prefill-size, cuda-graph-max-bs"
+        "worker[sg].max-num-seqs: not a flag of sglang, which this worker runs (its nearest: max-running-requests); "
+        "use one of mem-fraction-static, max-running-requests, chunked-prefill-size, cuda-graph-max-bs, numa_node, "
+        "env.NAME"
     )
     with pytest.raises(InputError, match=r"worker\[v\]\.mem-fraction-static: not a flag of vllm"):
         apply_changes(doc, "v", {"mem-fraction-static": "0.8"})

@@ -153,7 +153,7 @@ def test_retune_diff_writeback_keeps_comments(tmp_path: Path) -> None:
         ),
         (
             {"dtype": "half"},
-            "worker[a].dtype: cannot be retuned; use one of max-num-seqs, gpu-memory-utilization, block-size, max-model-len, max-num-batched-tokens, data-parallel-size, api-server-count, enable-expert-parallel, enforce-eager, disable-custom-all-reduce, mem-fraction-static, max-running-requests, chunked-prefill-size, cuda-graph-max-bs, numa_node, env.NAME",
+            "worker[a].dtype: cannot be retuned; use one of max-num-seqs, gpu-memory-utilization, block-size, max-model-len, max-num-batched-tokens, data-parallel-size, api-server-count, enable-expert-parallel, enforce-eager, disable-custom-all-reduce, numa_node, env.NAME",
         ),
         (
             {"numa_node": "7"},
