@@ -161,3 +161,31 @@ def test_the_view_model_loads_no_textual() -> None:
     code = "import sys, tui.viewmodel.dashboard; print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'widgets')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+async def test_a_redraw_of_the_drawn_frame_feeds_the_sweep_and_the_tail_nothing_twice() -> None:
+    # `m` (and a failed poll) draws the frame on screen again: the history sweep took its point and the tail its new
+    # lines when it was first drawn (before the view model, each redraw pushed the point and wrote the lines again).
+    from textual.widgets import Log
+
+    from amdtop.rccl.lines import LogLine
+    from amdtop.rccl.monitor import LogUpdate
+    from tests.tui.conftest import settle
+    from widgets.gpu_history import GpuHistory
+
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        app.step(3)
+        await settle(pilot)
+        line = LogLine("llama-70b", "/x.log", "=== amdtop launch llama-70b")
+        app._show(replace(app.step(), logs=LogUpdate((line,), 0, (), (), ())))
+        await settle(pilot)
+        history = app.dashboard.query_one("#pane-history", GpuHistory)
+        log = app.dashboard.query_one("#pane-logs Log", Log)
+        pushes, lines = history._pushes, list(log.lines)
+        assert lines.count("=== amdtop launch llama-70b") == 1
+        await pilot.press("m")
+        await settle(pilot)
+        assert app.dashboard.show_traffic  # the redraw happened (no probe results: straight to traffic)
+        assert history._pushes == pushes and list(log.lines) == lines
