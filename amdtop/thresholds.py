@@ -55,3 +55,6 @@ GATE_FREE_VRAM_SPREAD_PCT = 10.0
 KV cache of every rank by the smallest."""
 GATE_IDLE_HOT_C = 70.0
 """An idle GPU at or above this temperature (junction) is not idle-cool: failing cooling or a stuck workload."""
+LOCALITY_WARN_PCT = 80.0
+"""Below this share of pages on the GPUs' node a worker pays cross-socket traffic on a good part of its host
+memory (pinned staging buffers, the KV swap space, tokenizer and scheduler state). The audit's NUMA rule warns below it; the NUMA pane colours the measured share by it."""

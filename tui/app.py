@@ -6,11 +6,10 @@ import asyncio
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
 from textual import constants
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -18,16 +17,17 @@ from textual.driver import Driver
 from textual.screen import Screen
 
 from amdtop import heap
-from amdtop.audit.model import AuditReport
-from amdtop.exporter import Exporter
+from amdtop.exporter import Exporter, runtime_exporter
+from amdtop.model import WorkerStatus
 from amdtop.pipeline import NodeFrame
 from amdtop.service import NodeService
 from tui import input_driver, tty_crop
-from tui.control_actions import ControlActions
-from tui.messages import PollFailed, ServeLeft, SnapshotReady
+from tui.controller import Controller, FailureInbox
+from tui.messages import ControlDone, PollFailed, ProbeDone, RetuneDiffReady, ServeLeft, SnapshotReady, WorkerError
 from tui.screens.audit import AuditScreen
-from tui.screens.dashboard import PANES, DashboardScreen
+from tui.screens.dashboard import PANES, DashboardScreen, Header
 from tui.screens.help import HelpScreen
+from tui.viewmodel.header import status_line
 
 TTY_CHECK_S = 1.0
 """How often a frame checks that the terminal is still there (an SSH drop: exit, not spin on a dead tty)."""
@@ -35,7 +35,7 @@ TTY_FALLBACK_S = 10.0
 """How often the terminal is checked when no frame comes (a poller stuck in a driver call)."""
 
 
-class AmdtopApp(ControlActions, App[int]):
+class AmdtopApp(App[int]):
     """Dashboard and controller of one node service (tests open theirs over a seeded simulator: tests.tui.conftest)."""
 
     CSS_PATH = "app.tcss"
@@ -132,7 +132,13 @@ class AmdtopApp(ControlActions, App[int]):
         self._pending: NodeFrame | None = None
         self._drawn_tick = -1
         self.poll_error: str | None = None
-        self.dashboard = DashboardScreen(banner)
+        self.controller = Controller(service, self, state_dir=self.state_dir)
+        """The controls (keys, command mode, dialogs and screens act through it)."""
+        self.failures = FailureInbox()
+        """Where threads report a worker's failed launch; shown on the worker's row and as a notification."""
+        self.dashboard = DashboardScreen(
+            self.controller, banner=banner, config_path=config_path, on_resume=self.show_pending
+        )
         self.frames = 0
         self.serve_gone: list[str] = []
         """Why the serve went away while attached (the viewer then exits 1 and says so)."""
@@ -151,9 +157,14 @@ class AmdtopApp(ControlActions, App[int]):
 
     def on_mount(self) -> None:
         self.service.deliver_in(asyncio.get_running_loop())  # attached: the socket is read here, no thread of its own
-        self._unsubscribe = self.service.subscribe(
-            lambda frame: self.post_message(SnapshotReady(frame)), lambda error: self.post_message(PollFailed(error))
-        )
+
+        def on_frame(frame: NodeFrame) -> None:
+            self.post_message(SnapshotReady(frame))
+
+        def on_error(error: str) -> None:
+            self.post_message(PollFailed(error))
+
+        self._unsubscribe = self.service.subscribe(on_frame, on_error)
         try:
             self.post_message(SnapshotReady(self.service.latest()))  # the frame published before this view came
         except RuntimeError:
@@ -173,10 +184,6 @@ class AmdtopApp(ControlActions, App[int]):
         self.service.close()
 
     # -- frames ----------------------------------------------------------------------------------------------------
-    def wake_poller(self) -> None:
-        """Ask the node for a frame now (a control action changed the workers)."""
-        self.service.wake()
-
     def _frame_checks_tty(self) -> None:
         if self.watch_tty:
             now = time.monotonic()
@@ -219,43 +226,22 @@ class AmdtopApp(ControlActions, App[int]):
         self._pending = None
         self.frames += 1
         self._drawn_tick = max(self._drawn_tick, frame.tick)
-        self.dashboard.apply(frame, self.status_line(frame), self.clock())
+        for worker, text in self.failures.drain():
+            self.dashboard.set_worker_error(worker, text)
+            self.notify(text, severity="error", timeout=10)
+        self.dashboard.apply(frame, self._header())
         if self.frames == 1 and self.settle_heap:
             self.call_after_refresh(heap.settle)  # after the first paint: its garbage is collected, not frozen
 
+    def _header(self) -> Header:
+        return Header(self.clock(), self.interval, self.readonly, self.paused, self.poll_error)
+
     def status_line(self, frame: NodeFrame) -> str:
-        snap = frame.snapshot
-        lost = sum(1 for s in snap.gpus if s.lost)
-        flags = frame.flags
-        when = time.strftime("%H:%M:%S", time.gmtime(self.clock()))
-        parts = [
-            f"[b]amdtop[/b] {snap.hostname}",
-            f"backend {snap.backend}",
-            f"{len(snap.topology.gpus)} GPUs" + (f" ([red]{lost} lost[/red])" if lost else ""),
-            f"{len(frame.workers)} workers",
-            f"every {self.interval:g}s",
-            f"[red]{len(flags)} flags[/red]" if flags else "[green]no flags[/green]",
-        ]
-        live = [i for i in frame.incidents if not i.historic]
-        if live:
-            parts.append(f"[red]{len(live)} incident{'s' if len(live) != 1 else ''}[/red]")
-        missing = () if frame.kernel_log is None else frame.kernel_log.missing_gpus
-        if missing:
-            # GPUs on the bus that never came up: the one fact the operator must see first, by address
-            named = ", ".join(m.bdf for m in missing[:4]) + (" ..." if len(missing) > 4 else "")
-            parts.append(f"[red]{len(missing)} GPU{'s' if len(missing) != 1 else ''} missing: {escape(named)}[/red]")
-        else:
-            for bus in (i for i in live if i.kind == "gpu_init_failed"):
-                parts.append(f"[red]{escape(bus.summary.split(' (')[0])}[/red]")
-        if frame.audit is not None:
-            parts.append(audit_badge(frame.audit))
-        if self.readonly:
-            parts.append("[yellow]read-only[/yellow]")
-        if self.paused:
-            parts.append("[yellow]PAUSED[/yellow]")
-        for error in (*frame.errors, *((self.poll_error,) if self.poll_error else ())):
-            parts.append(f"[red]{escape(error)}[/red]")
-        return " · ".join(parts) + f" · {when}Z"
+        """The header ``frame`` gets now (the view model builds it)."""
+        h = self._header()
+        return status_line(
+            frame, now=h.now, interval=h.interval, readonly=h.readonly, paused=h.paused, poll_error=h.poll_error
+        )
 
     def _check_tty(self) -> None:
         # An SSH drop leaves us without a terminal: exit instead of spinning on a dead tty.
@@ -269,20 +255,90 @@ class AmdtopApp(ControlActions, App[int]):
             else:
                 self.exit(0)
 
-    # -- actions -----------------------------------------------------------------------------------------------------
-    def action_stacks(self) -> None:
-        from tui.screens.stacks import StacksScreen
+    # -- actions: the selected worker, then the controller ------------------------------------------------------------
+    def _worker(self, name: str | None) -> str | None:
+        return name or self.dashboard.selected_worker()
 
-        name = self.dashboard.selected_worker()
+    def _status_of(self, name: str | None) -> WorkerStatus | None:
         frame = self.dashboard.last_frame
-        worker = None if name is None or frame is None else frame.worker(name)
+        return None if name is None or frame is None else frame.worker(name)
+
+    def action_launch(self, name: str | None = None) -> None:
+        if name := self._worker(name):
+            self.controller.launch(name)
+
+    def action_restart(self, name: str | None = None) -> None:
+        if name := self._worker(name):
+            self.controller.restart(name)
+
+    def action_stop(self, name: str | None = None) -> None:
+        if name := self._worker(name):
+            self.controller.stop(name)
+
+    def action_adopt(self, name: str | None = None) -> None:
+        if name := self._worker(name):
+            self.controller.adopt(name)
+
+    def action_retune(self, name: str | None = None, changes: Mapping[str, str] | None = None) -> None:
+        if name := self._worker(name):
+            self.controller.retune(name, changes)
+
+    def action_sleep(self, name: str | None = None) -> None:
+        """``z``: wake a sleeping worker at once; put an awake one to sleep (level 1) after a confirmation."""
+        worker = self._status_of(self._worker(name))
+        if worker is not None:
+            self.controller.sleep(worker)
+
+    def action_ramp(self, name: str | None = None) -> None:
+        worker = self._status_of(self._worker(name))
+        if worker is not None:
+            self.controller.ramp(worker)
+
+    def action_probe(self) -> None:
+        self.controller.probe(self.dashboard.last_frame)
+
+    def action_stacks(self) -> None:
+        worker = self._status_of(self.dashboard.selected_worker())
         if worker is None:
             self.notify("select a worker first (its ranks' stacks are dumped)", severity="warning", timeout=4)
             return
-        self.push_screen(StacksScreen(worker, self.service.stacks))
+        self.controller.stacks(worker)
+
+    def on_control_done(self, message: ControlDone) -> None:
+        if message.worker is not None:
+            # The row keeps the error until an action on that worker succeeds.
+            self.dashboard.set_worker_error(message.worker, message.text if message.error else None)
+        self.notify(message.text, severity="error" if message.error else "information", timeout=6)
+
+    def on_worker_error(self, message: WorkerError) -> None:
+        self.dashboard.set_worker_error(message.worker, message.text)
+
+    def on_retune_diff_ready(self, message: RetuneDiffReady) -> None:
+        self.controller.confirm_retune(message.worker, message.changes, message.diff)
+
+    def on_probe_done(self, _message: ProbeDone) -> None:
+        # The next frame carries the fresh results (the pipeline was asked to re-read them): show GB/s from then on.
+        self.dashboard.show_gbps = True
+
+    def action_exporter(self) -> None:
+        if self.exporter is not None:
+            self.exporter.stop()
+            self.exporter = None
+            self.notify("exporter stopped")
+            return
+        # The node's newest frame, published whatever is drawn: exporting adds no device call, and a modal or a
+        # paused view does not leave /metrics behind.
+        try:
+            self.exporter = runtime_exporter(FramesSeen(self), self.exporter_listen)
+            self.exporter.start()
+        except Exception as exc:
+            self.exporter = None
+            self.notify(f"exporter: {exc}", severity="error")
+            return
+        self.notify(f"exporter serving {self.exporter.url}")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return self._control_enabled(action)
+        return self.controller.enabled(action, self.dashboard.selected_worker())
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -311,14 +367,11 @@ class AmdtopApp(ControlActions, App[int]):
 
     def action_audit(self) -> None:
         frame = self.newest_frame()
-        self.push_screen(AuditScreen(frame.audit if frame else None, readonly=self.readonly))
+        self.push_screen(AuditScreen(frame.audit if frame else None, self.controller))
 
     def newest_frame(self) -> NodeFrame | None:
         """The newest frame, drawn or held back while a screen is on top."""
-        try:
-            return self.service.latest()
-        except RuntimeError:
-            return self.dashboard.last_frame
+        return self.controller.newest_frame() or self.dashboard.last_frame
 
     def action_command_mode(self) -> None:
         self.dashboard.open_command()
@@ -352,10 +405,20 @@ class AmdtopApp(ControlActions, App[int]):
             self._show(frame)
 
 
-def audit_badge(report: AuditReport) -> str:
-    """The header's count of audit findings (``u`` opens them)."""
-    c = report.counts()
-    if not report.findings:
-        return "[green]audit ok[/green]"
-    color = "red" if c["error"] else "yellow" if c["warn"] else "cyan"
-    return f"[{color}]audit {len(report.findings)}[/{color}]"
+class FramesSeen:
+    """The exporter's view of the node through this dashboard: its newest frame, and the frames the node published
+    to it as the poll count (one frame per poll)."""
+
+    def __init__(self, app: AmdtopApp) -> None:
+        self._app = app
+
+    @property
+    def polls(self) -> int:
+        return self._app.received
+
+    @property
+    def last_duration_s(self) -> float:
+        return 0.0  # a view does not time the node's polls
+
+    def latest(self) -> NodeFrame:
+        return self._app.service.latest()

@@ -20,7 +20,8 @@ from amdtop.errors import InputError
 from amdtop.supervisor.retune import RETUNE_KEYS, parse_changes
 
 if TYPE_CHECKING:
-    from tui.app import AmdtopApp
+    from amdtop.pipeline import NodeFrame
+    from tui.controller import Controller
 
 VERBS: dict[str, str] = {
     "launch": "launch a stopped worker",
@@ -187,18 +188,24 @@ class CommandBar(Vertical):
         self.post_message(self.Run(command))
 
 
-def run_command(app: AmdtopApp, command: Command) -> None:
-    """Run ``command`` through the app's own actions (the same confirmations, the same read-only rules)."""
-    if app.check_action(command.verb, ()) is False:
-        app.notify(f":{command.verb}: not available here (read-only, or no supervisor)", severity="error", timeout=6)
+def run_command(controller: Controller, command: Command, frame: NodeFrame | None) -> None:
+    """Run ``command`` through the controller (the same confirmations, the same read-only rules as the keys);
+    ``frame``: the one on screen (a ramp reads its worker's URL there)."""
+    if controller.readonly:
+        message = f":{command.verb}: not available here (read-only, or no supervisor)"
+        controller.app.notify(message, severity="error", timeout=6)
         return
-    actions: dict[str, Callable[[str | None], None]] = {
-        "launch": app.action_launch,
-        "restart": app.action_restart,
-        "stop": app.action_stop,
-        "ramp": app.action_ramp,
+    if command.verb == "ramp":
+        worker = None if frame is None else frame.worker(command.worker)
+        if worker is not None:
+            controller.ramp(worker)
+        return
+    actions: dict[str, Callable[[str], None]] = {
+        "launch": controller.launch,
+        "restart": controller.restart,
+        "stop": controller.stop,
     }
     if command.verb == "retune":
-        app.action_retune(command.worker, command.changes)
+        controller.retune(command.worker, command.changes)
     else:
         actions[command.verb](command.worker)

@@ -86,7 +86,11 @@ def exit_on_sigterm(app: AmdtopApp, hard_exit: Callable[[], None] | None = None)
         threading.Thread(target=leave, name="sigterm", daemon=True).start()
 
     previous = signal.signal(signal.SIGTERM, on_term)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def put_back() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return put_back
 
 
 def _restore_terminal_now() -> None:

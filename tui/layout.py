@@ -239,7 +239,8 @@ def plan(
     spare = height - sum(b.height for b in bands) - slot_least
     # Grow bands toward what their panes have, the most useful first: first only as far as the shortest column wants
     # (a pane beside a taller one would get empty lines while a pane further down still hides rows), then the rest.
-    for target in (lambda b: b.even, lambda b: b.want):
+    targets: tuple[Callable[[_Band], int], ...] = (lambda b: b.even, lambda b: b.want)
+    for target in targets:
         for key in GROW_ORDER:
             for band in bands:
                 if key in band.keys and spare > 0:

@@ -11,7 +11,7 @@ from widgets.gpu_history import GpuHistory
 from widgets.log_tail import LogTailPane
 from widgets.row_table import RowTable
 from widgets.text_pane import TextPane
-from widgets.topo_matrix import LEVELS, TopoMatrix, TopoView
+from widgets.topo_matrix import LEVELS, TopoMatrix
 
 GUTTER = 2
 """The vertical scrollbar's width: text panes are measured as if it were there."""
@@ -52,7 +52,7 @@ def widths(table: RowTable, matrix: TopoMatrix) -> Widths:
     """What the GPU table and the matrix need across (outer widths)."""
     full = table.virtual_size.width + CHROME
     core = full - table.column_widths()[-1]
-    if not isinstance(matrix.view, TopoView) or not matrix.is_attached:
+    if matrix.view is None or not matrix.is_attached:
         return Widths(full, core, 40, 24)
     return Widths(full, core, matrix.across(1) + CHROME, matrix.across(LEVELS - 1) + CHROME)
 

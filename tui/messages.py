@@ -51,3 +51,16 @@ class RetuneDiffReady(Message):
         self.worker = worker
         self.changes = dict(changes)
         self.diff = diff
+
+
+class WorkerError(Message):
+    """Show ``text`` on the worker's row without a notification (a dialog says it already: the launch gate's)."""
+
+    def __init__(self, worker: str, text: str) -> None:
+        super().__init__()
+        self.worker = worker
+        self.text = text
+
+
+class ProbeDone(Message):
+    """The link probe saved its results and the node was asked to read them: the matrix shows GB/s from now on."""

@@ -149,6 +149,7 @@ class Pen:
     def write(self, style: Style | None, text: str) -> None:
         """Write ``text`` in ``style`` (``None``: the default)."""
         append = self.append
+        ansi: str | None
         if style is None:
             ansi = ""
         else:

@@ -159,6 +159,11 @@ class LogTailPane(Widget, can_focus=True):
             log.write_lines(shown)
         self._update_status()
 
+    @property
+    def summary_text(self) -> str | Text:
+        """What the summary above the tail says (set or rendered)."""
+        return self._summary
+
     def set_summary(self, text: str | Text) -> None:
         """Show the per-communicator summary (plain text or Rich ``Text``) above the tail."""
         self._summary = text or "no communicator seen yet"

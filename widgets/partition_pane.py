@@ -1,11 +1,8 @@
 """GPUs grouped with their compute partitions (MI300-class DPX/QPX/CPX): what HIP/vLLM see under each GPU.
 
-Two pure renderers over typed data, so the GPU pane and a dedicated pane draw the same facts:
-
-* :func:`partition_rows` -- extra rows for the GPU table (same 8 cells as ``GpuTable.COLUMNS``), one per partition,
-  keyed ``gpu-<i>.p<k>``, to be placed right under the GPU's own ``gpu-<i>`` row;
-* :class:`PartitionPane` -- a stand-alone table of every GPU, its modes, and under it each partition's HIP index,
-  render node, KFD node, NUMA node, memory, CUs, VRAM held and TP worker/rank.
+:class:`PartitionPane` is a stand-alone table of every GPU, its modes, and under it each partition's HIP index,
+render node, KFD node, NUMA node, memory, CUs, VRAM held and TP worker/rank. (The GPU pane's partition rows are the
+view model's: ``tui.viewmodel.gpus.partition_rows``.)
 
 Workers on a partitioned node name their devices by HIP index, so owners are looked up by HIP index.
 """
@@ -52,68 +49,6 @@ def _vram_cell(used: int | None, total: int | None) -> Text:
     if total is None:
         return Text(_gib(used), style="dim" if used is None else "")
     return Text(f"{_gib(used) if used is not None else '0.0G'}/{total / GIB:.0f}G", style="magenta")
-
-
-def _span(values: list[int]) -> str:
-    """``2-7`` for a run, ``0,2,5`` otherwise."""
-    if not values:
-        return "?"
-    if values == list(range(values[0], values[-1] + 1)):
-        return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
-    return ",".join(str(v) for v in values)
-
-
-def partition_rows(
-    info: GpuInfo, sample: GpuSample | None, owners: Mapping[int, tuple[str, int]]
-) -> dict[str, tuple[object, ...]]:
-    """GPU-table rows for the partitions of ``info`` (empty for an unpartitioned GPU).
-
-    A partition a worker runs on, or where a process holds memory, gets its own row (keyed ``gpu-<i>.p<k>``); the
-    idle ones fold into one row (``gpu-<i>.idle``), or into none when the whole GPU is idle (its own row carries
-    :func:`idle_note`): a CPX node would otherwise give 72 rows and push the TP groups, NUMA, Workers and Logs panes
-    off a 200x50 screen, for partitions that have nothing to show.
-
-    Cells follow ``GpuTable.COLUMNS`` (gpu, util, vram, power, temp, worker, flags, hist); utilisation, power and
-    temperature are per physical GPU, so a partition row leaves them blank.
-    """
-    busy: list[tuple[str, Text, Text, str]] = []
-    idle: list[Partition] = []
-    for part in info.partitions:
-        own = owners.get(part.hip_index) if part.hip_index is not None else None
-        used = partition_vram(sample, part.index)
-        if own is None and not used:
-            idle.append(part)
-            continue
-        hip = "?" if part.hip_index is None else str(part.hip_index)
-        busy.append(
-            (
-                f"gpu-{info.index}.p{part.index}",
-                Text(f".{part.index} h{hip}", style="cyan"),
-                _vram_cell(used, part.mem_bytes),
-                f"{own[0]}/r{own[1]}" if own else "-",
-            )
-        )
-    if idle and not busy:
-        return {}  # every partition idle: the GPU's own row says so (see :func:`idle_note`), no extra line
-    if idle:
-        hips = sorted(p.hip_index for p in idle if p.hip_index is not None)
-        mems = [p.mem_bytes for p in idle]
-        total = sum(m for m in mems if m is not None) if all(m is not None for m in mems) else None
-        label = f" {len(idle)} idle h{_span(hips)}"
-        busy.append((f"gpu-{info.index}.idle", Text(label, style="dim cyan"), _vram_cell(None, total), "-"))
-    rows: dict[str, tuple[object, ...]] = {}
-    for k, (key, label, vram, worker) in enumerate(busy):
-        branch = "└" if k == len(busy) - 1 else "├"
-        rows[key] = (Text.assemble(f" {branch}", label), "", vram, "", "", worker, "", "")
-    return rows
-
-
-def idle_note(info: GpuInfo, sample: GpuSample | None, owners: Mapping[int, tuple[str, int]]) -> str | None:
-    """``8p idle h8-15`` for a partitioned GPU none of whose partitions is in use; ``None`` otherwise."""
-    if not info.partitions or partition_rows(info, sample, owners):
-        return None
-    hips = sorted(p.hip_index for p in info.partitions if p.hip_index is not None)
-    return f"{len(info.partitions)}p idle h{_span(hips)}"
 
 
 @dataclass(frozen=True, slots=True)

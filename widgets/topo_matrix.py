@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
@@ -20,25 +19,30 @@ from widgets.render_pane import RenderPane
 SHORT = {LinkType.XGMI: "XG", LinkType.NVLINK: "NV", LinkType.PCIE: "PX", LinkType.UNKNOWN: "??"}
 
 
-@dataclass(frozen=True, slots=True)
-class TopoView:
-    topology: Topology
-    groups: tuple[tuple[str, tuple[int, ...], bool], ...] = ()
-    """(worker, GPUs, flagged) per TP group; flagged groups span a slow link or two NUMA nodes."""
-    lost: tuple[int, ...] = ()
-    bandwidth: tuple[tuple[int, int, float], ...] | None = None
-    """(a, b, GB/s) measured by the probe; shown instead of link type when ``show_gbps``."""
-    show_gbps: bool = False
-    traffic: FabricTraffic | None = None
-    """Live fabric rates (``amdtop.health.traffic.latest_traffic``); drawn instead of the link classes when
-    ``show_traffic``."""
-    show_traffic: bool = False
-    snapshot: NodeSnapshot | None = None
-    """The sample the health table under the traffic matrix reads (throttle reasons now, ECC counts)."""
-    throttle: tuple[ThrottleShare, ...] = ()
-    """Share of the last window each GPU spent throttled."""
-    group_traffic: tuple[tuple[str, GroupTraffic | None], ...] = ()
-    """(worker, its group's traffic) as the frame's TP groups carry it (the traffic view's summary lines)."""
+class TopoSlice(Protocol):
+    """What the pane draws: the view model's ``TopoView`` (``tui.viewmodel.topology``); widgets never import the app,
+    so the pane names the fields it reads."""
+
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def groups(self) -> tuple[tuple[str, tuple[int, ...], bool], ...]: ...
+    @property
+    def lost(self) -> tuple[int, ...]: ...
+    @property
+    def bandwidth(self) -> tuple[tuple[int, int, float], ...] | None: ...
+    @property
+    def show_gbps(self) -> bool: ...
+    @property
+    def traffic(self) -> FabricTraffic | None: ...
+    @property
+    def show_traffic(self) -> bool: ...
+    @property
+    def snapshot(self) -> NodeSnapshot | None: ...
+    @property
+    def throttle(self) -> tuple[ThrottleShare, ...]: ...
+    @property
+    def group_traffic(self) -> tuple[tuple[str, GroupTraffic | None], ...]: ...
 
 
 def partition_label(info: GpuInfo) -> str:
@@ -94,7 +98,7 @@ the last does Rich cut cells to ``…``."""
 LINK_NAMES = {LinkType.XGMI: "XGMI", LinkType.NVLINK: "NVLink", LinkType.PCIE: "PCIe", LinkType.UNKNOWN: "unknown"}
 
 
-def _legend(view: TopoView, level: int, gbps: bool) -> Text:
+def _legend(view: TopoSlice, level: int, gbps: bool) -> Text:
     topo = view.topology
     kinds = [t for t in SHORT if any(link.type is t for link in topo.links)]
     parts: list[tuple[str, str] | str] = []
@@ -114,7 +118,7 @@ def _legend(view: TopoView, level: int, gbps: bool) -> Text:
     return Text.assemble(*parts)
 
 
-def matrix_table(view: TopoView, level: int) -> Table:
+def matrix_table(view: TopoSlice, level: int) -> Table:
     """The GPU x GPU table at abbreviation ``level`` (see :data:`LEVELS`)."""
     topo = view.topology
     group_of: dict[int, tuple[str, bool]] = {}
@@ -166,7 +170,7 @@ def matrix_table(view: TopoView, level: int) -> Table:
     return table
 
 
-def render_matrix(view: TopoView, level: int) -> RenderableType:
+def render_matrix(view: TopoSlice, level: int) -> RenderableType:
     """The link matrix at ``level`` with its legend (and the partition note on a partitioned node)."""
     topo = view.topology
     gbps = view.show_gbps and bool(view.bandwidth)
@@ -192,7 +196,7 @@ class TopoMatrix(RenderPane):
 
     def render_at(self, view: Any, width: int) -> RenderableType:
         """What the pane draws for ``view`` at ``width`` cells of content."""
-        if not isinstance(view, TopoView):
+        if view is None:
             return "waiting for the first poll…"
         topo = view.topology
         if not topo.gpus:
@@ -207,12 +211,12 @@ class TopoMatrix(RenderPane):
         self.level = level if width else 0
         return render_matrix(view, self.level)
 
-    _widths: tuple[TopoView, dict[int, int]] | None = None
+    _widths: tuple[TopoSlice, dict[int, int]] | None = None
 
-    def across(self, level: int, view: TopoView | None = None) -> int:
+    def across(self, level: int, view: TopoSlice | None = None) -> int:
         """Cells the table takes at ``level`` (measured once per view: a measure walks every cell, ~10 ms)."""
         view = view if view is not None else self.view
-        if not isinstance(view, TopoView):
+        if view is None:
             return 0
         if self._widths is None or self._widths[0] != view:
             self._widths = (view, {})

@@ -15,11 +15,8 @@ from amdtop.cpulist import format_cpulist
 from amdtop.hip_devices import group_numa_nodes, physical_worker
 from amdtop.model import FlagKind
 from amdtop.procinfo import numa_balancing_enabled, read_binding
+from amdtop.thresholds import LOCALITY_WARN_PCT
 from amdtop.vllm_numa import VLLM_TITLE, uses_vllm_numa_binding
-
-LOCALITY_WARN_PCT = 80.0
-"""Below this share of pages on the GPUs' node a worker pays cross-socket traffic on a good part of its host
-memory (pinned staging buffers, the KV swap space, tokenizer and scheduler state)."""
 
 
 def reference_nodes(ctx: AuditContext, target: AuditTarget) -> set[int]:

@@ -139,7 +139,7 @@ async def test_launch_dialog_shows_the_gate_reasons_and_forces() -> None:
 def test_numa_pane_shows_measured_locality() -> None:
     from dataclasses import replace
 
-    from tui.views import numa_view
+    from tui.viewmodel.topology import numa_view
 
     app = make_app()
     frame = app.pipeline.tick()

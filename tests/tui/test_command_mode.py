@@ -8,10 +8,10 @@ import pytest
 
 from tests.tui.conftest import imbalanced_specs, make_app, settle
 from tui.command_mode import Command, CommandError, candidates, complete, parse_command
-from tui.filter import filter_rows
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
 from tui.screens.ramp import RampScreen
+from tui.viewmodel.filter import filter_rows
 from widgets.gpu_table import GpuTable
 from widgets.workers_table import WorkersTable
 

@@ -8,6 +8,7 @@ from amdtop.errors import InputError
 from tests.tui.conftest import make_app, settle
 from tests.tui.demo_control import DemoControl
 from tui.launch import DemoAutostart
+from tui.screens.dashboard import Header
 from widgets.workers_table import WorkersTable
 
 NUMACTL = 'worker[llama-70b].numa_node: numactl is not installed but pinning to node 0 is asked; install numactl or set numa_node = "none"'
@@ -53,7 +54,7 @@ async def test_failed_retune_shows_on_the_row() -> None:
         app.control.retune_diff = lambda name, changes: (_ for _ in ()).throw(  # type: ignore[method-assign]
             InputError("retune: max-num-seqs: 0 is not a positive integer")
         )
-        app._retune_diff("llama-70b", {"max-num-seqs": "0"})
+        app.controller.retune_diff("llama-70b", {"max-num-seqs": "0"})
         await settle(pilot)
         assert "✗ retune llama-70b: retune: max-num-seqs" in row_text(app, "llama-70b")
 
@@ -89,7 +90,7 @@ async def test_frames_before_the_panes_composed_are_kept_not_fatal() -> None:
     app = make_app()
     line = LogLine("llama-70b", "/x.log", "=== amdtop launch llama-70b")
     frame = replace(app.pipeline.tick(), logs=LogUpdate((line,), 0, (), (), ()))
-    app.dashboard.apply(frame, "early frame", 0.0)  # nothing is mounted yet
+    app.dashboard.apply(frame, Header(0.0, poll_error="early frame"))  # nothing is mounted yet
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
         assert app.dashboard.last_frame is frame

@@ -9,8 +9,8 @@ from amdtop.pipeline import NodeFrame
 from amdtop.pipeline.owners import device_owners
 from amdtop.telemetry.sim import SimBackend
 from tests.tui.conftest import make_app, settle
+from tui.viewmodel.gpus import idle_note, partition_rows
 from widgets.gpu_table import GpuTable
-from widgets.partition_pane import idle_note, partition_rows
 
 
 def test_idle_partitions_fold_into_one_row() -> None:

@@ -14,9 +14,10 @@ from amdtop.health.throttle import throttle_flags, throttle_shares
 from amdtop.health.traffic import group_traffic, latest_traffic
 from amdtop.model import NodeSnapshot
 from amdtop.telemetry.sim import GpuDemand, SimBackend
+from tui.viewmodel.topology import TopoView
 from widgets.fabric_view import render_health
 from widgets.render_pane import RenderPane
-from widgets.topo_matrix import TopoMatrix, TopoView
+from widgets.topo_matrix import TopoMatrix
 
 GROUPS = (("llama-a", (0, 1, 2, 3), False), ("llama-b", (4, 5), False))
 

@@ -10,7 +10,8 @@ from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.none_backend import NoneBackend
 from tests.tui.conftest import NO_PROC, make_app, open_app, settle
-from tui.views import gpu_rows, groups_view
+from tui.viewmodel.gpus import gpu_rows
+from tui.viewmodel.topology import groups_view
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel"
 

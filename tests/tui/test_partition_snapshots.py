@@ -13,8 +13,9 @@ from amdtop.model import WorkerState, WorkerStatus
 from amdtop.pipeline.owners import device_owners
 from amdtop.telemetry.sim import SimBackend
 from tests.tui.conftest import FROZEN, make_app
+from tui.viewmodel.topology import TopoView
 from widgets.partition_pane import PartitionPane, partition_view, render_partitions
-from widgets.topo_matrix import TopoMatrix, TopoView
+from widgets.topo_matrix import TopoMatrix
 
 # Two TP groups named by HIP index: TP-8 over GPU 0's partitions, TP-4 across GPUs 3 and 4 (two NUMA nodes).
 WORKERS = (

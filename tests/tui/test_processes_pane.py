@@ -212,10 +212,10 @@ async def test_signal_confirmation_names_pid_user_command_then_term_then_kill() 
             assert "--token ***" in screen.text and "s3cret" not in screen.text
             await pilot.press("n")  # no: nothing sent
             await settle(pilot)
-            assert app.screen is app.dashboard and not app.dashboard.termed
+            assert app.screen is app.dashboard and not app.controller.termed
             await pilot.press("k", "y")
             await settle(pilot)
-            assert app.dashboard.termed and stubborn.poll() is None  # TERM sent, and ignored
+            assert app.controller.termed and stubborn.poll() is None  # TERM sent, and ignored
             await pilot.press("k")
             await settle(pilot)
             assert isinstance(app.screen, ConfirmScreen) and "Send KILL (it did not exit after TERM)" in app.screen.text
@@ -242,9 +242,10 @@ async def test_readonly_hides_the_signal_key_and_refuses() -> None:
             await pilot.press("k")
             await settle(pilot)
             assert app.screen is app.dashboard  # no confirmation
-            from tui import process_actions
+            from tui.viewmodel.processes import find_row
 
-            process_actions.request_signal(app.dashboard, f"p-2-{victim.pid}")  # as if the key got through
+            # as if the key got through
+            app.controller.signal(find_row(app.dashboard.last_frame, f"p-2-{victim.pid}"))
             await settle(pilot)
             assert app.screen is app.dashboard
             assert any("read-only" in str(n.message) for n in app._notifications)
@@ -310,7 +311,7 @@ def test_the_subtitle_names_when_the_rows_were_read() -> None:
     status clock; rows read with every tick say nothing."""
     from amdtop.model import NodeSnapshot, Topology
     from amdtop.pipeline import NodeFrame
-    from tui import process_view
+    from tui.viewmodel import processes as process_view
 
     snap = NodeSnapshot("nvml", "h", 1_700_000_001.0, Topology((), (), ()), (), processes_at=1_700_000_000.0)
     assert process_view.read_at(NodeFrame(snapshot=snap)) == " · read 22:13:20Z"

@@ -139,8 +139,7 @@ def test_crashed_row_names_the_error_line() -> None:
     from amdtop.model import WorkerState
     from amdtop.pipeline import NodeFrame
     from amdtop.telemetry.sim import SimBackend
-    from tui.screens.dashboard import with_errors
-    from tui.views import worker_rows
+    from tui.viewmodel.workers import with_errors, worker_rows
 
     line = "rank 1 died (killed by SIGKILL); the worker crashed: Worker proc VllmWorker-1 died unexpectedly"
     crashed = WorkerStatus("tp2", WorkerState.CRASHED, (), error_line=line)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -15,10 +14,9 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from amdtop.audit.model import AuditReport, Finding
-from tui.screens.confirm import ConfirmScreen
 
 if TYPE_CHECKING:
-    from tui.app import AmdtopApp
+    from tui.controller import Controller
 
 SEVERITY_STYLE = {"error": "bold red", "warn": "yellow", "info": "cyan"}
 
@@ -72,10 +70,11 @@ class AuditScreen(Screen[None]):
         Binding("f", "fix", "Apply fix", id="audit-fix", tooltip="retune/profile env fix of the highlighted finding"),
     ]
 
-    def __init__(self, report: AuditReport | None, *, readonly: bool = False) -> None:
+    def __init__(self, report: AuditReport | None, controller: Controller) -> None:
         super().__init__()
         self.report = report
-        self.readonly = readonly
+        self.controller = controller
+        self.readonly = controller.readonly
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -111,8 +110,7 @@ class AuditScreen(Screen[None]):
             self.query_one("#audit-detail", Static).update(Text("no findings: every rule that ran passed"))
 
     def _newer(self) -> None:
-        app: AmdtopApp = self.app  # type: ignore[assignment]
-        frame = app.newest_frame()
+        frame = self.controller.newest_frame()
         if frame is not None and frame.audit is not None and frame.audit is not self.report:
             self.show(frame.audit)
 
@@ -143,29 +141,4 @@ class AuditScreen(Screen[None]):
         f = self.selected()
         if f is None or f.worker is None or self.readonly:
             return
-        self._diff(f)
-
-    @work(thread=True, exit_on_error=False, group="control", description="audit fix diff")
-    def _diff(self, f: Finding) -> None:
-        app: AmdtopApp = self.app  # type: ignore[assignment]
-        changes = dict(f.fix.changes)
-        assert f.worker is not None
-        try:
-            diff = app.service.retune_diff(f.worker, changes)
-        except Exception as exc:
-            app.call_from_thread(app.notify, f"fix {f.fix_id}: {str(exc).splitlines()[0]}", severity="error")
-            return
-        app.call_from_thread(self._confirm, f, changes, diff)
-
-    def _confirm(self, f: Finding, changes: dict[str, str], diff: str) -> None:
-        app: AmdtopApp = self.app  # type: ignore[assignment]
-        worker = f.worker
-        assert worker is not None
-
-        def done(ok: bool | None) -> None:
-            if ok:
-                # The node applies its newest audit's fix by id (in-process or in the serve), refusing the same way.
-                service = app.service
-                app._call("retune", worker, lambda: service.audit_fix(f.fix_id))
-
-        app.push_screen(ConfirmScreen(f"Apply {f.fix_id} to {worker} and restart it?\n\n{diff}", yes="Apply"), done)
+        self.controller.audit_fix(f)

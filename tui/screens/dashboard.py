@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -14,11 +16,15 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, Tab, Tabs
 
 from amdtop.pipeline import NodeFrame
-from tui import layout, layout_fit, process_actions, process_view, views
+from tui import layout, layout_fit
 from tui.command_mode import CommandBar, run_command
-from tui.filter import FilterBar, filter_rows
+from tui.controller import Controller
+from tui.filter_bar import FilterBar
 from tui.layout import Plan
 from tui.repaint import repaint_now
+from tui.viewmodel.dashboard import DashboardView, UiState
+from tui.viewmodel.processes import NO_PROCESSES, find_row
+from tui.viewmodel.workers import no_workers_text, worker_key
 from widgets.gpu_history import GpuHistory
 from widgets.gpu_table import GpuTable
 from widgets.line_label import LineLabel
@@ -27,9 +33,6 @@ from widgets.processes_table import ProcessesTable
 from widgets.text_pane import TextPane
 from widgets.topo_matrix import TopoMatrix
 from widgets.workers_table import WorkersTable
-
-if TYPE_CHECKING:
-    from tui.app import AmdtopApp
 
 TICK_WIDGETS = (
     "status",
@@ -80,6 +83,17 @@ class PaneBody(Container):
 PANES_KEYS = {key: str(i) for i, (key, _) in enumerate(PANES, start=1)}
 
 
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What the app adds to a frame for the header: its clock, its interval and its modes."""
+
+    now: float
+    interval: float = 1.0
+    readonly: bool = False
+    paused: bool = False
+    poll_error: str | None = None
+
+
 class DashboardScreen(Screen[None]):
     """Holds the panes; :meth:`apply` draws one frame."""
 
@@ -87,9 +101,22 @@ class DashboardScreen(Screen[None]):
         Binding("escape", "unzoom", "Unzoom", show=False, id="unzoom", tooltip="back from a zoomed pane"),
     ]
 
-    def __init__(self, banner: str | None = None) -> None:
+    def __init__(
+        self,
+        controller: Controller,
+        *,
+        banner: str | None = None,
+        config_path: Path | None = None,
+        on_resume: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``controller``: the controls command mode and the Processes pane act through; ``config_path``: the
+        profiles named where the Workers pane is empty; ``on_resume``: the app's, when the screen is back on top (it
+        draws the frame held back meanwhile)."""
         super().__init__(id="dashboard")
+        self.controller = controller
         self.banner = banner
+        self.config_path = config_path
+        self._on_resume = on_resume
         self.active_pane = "gpus"
         self.zoomed: str | None = None
         """The pane shown over the whole body (its key pressed again), or none."""
@@ -101,25 +128,20 @@ class DashboardScreen(Screen[None]):
         self.show_traffic = False
         """Topology pane: live XGMI/NVLink traffic and GPU health instead of link classes (key m cycles)."""
         self.last_frame: NodeFrame | None = None
-        self._status = ""
         self.worker_errors: dict[str, str] = {}
         """Last failed control action per worker, shown on its row until an action on it succeeds."""
-        self._worker_rows: dict[str, tuple[object, ...]] = {}
         self.expanded: set[str] = set()
         """Workers whose engine rows are shown (``enter`` on a worker row)."""
-        self._now = 0.0
         self._composed = False
         self._tick_widgets: tuple[Widget, ...] = ()
         self.filter_term = ""
         """``/`` filter: GPU and worker rows must mention every word of it."""
-        self._gpu_rows: dict[str, tuple[object, ...]] = {}
-        self._worker_flags: dict[str, str] = {}
         self._focus_before: Widget | None = None
-        self._early: list[tuple[NodeFrame, str, float]] = []
-        self._procs_shown: tuple[object, ...] | None = None
-        """What the Processes pane last drew from (rows, totals, sort, order, filter, tree), by identity."""
-        self.termed: set[tuple[int, float | None]] = set()
-        """(pid, start) of processes sent TERM from the Processes pane: the next signal to them is KILL."""
+        self._early: list[tuple[NodeFrame, Header]] = []
+        self._header = Header(0.0)
+        """The app's part of the last frame's header (a redraw of that frame keeps it)."""
+        self.view: DashboardView | None = None
+        """The view drawn last: each pane's slice of the last frame."""
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="status-bar"):
@@ -142,16 +164,6 @@ class DashboardScreen(Screen[None]):
         yield CommandBar(id="command")
         yield Footer()
 
-    @property
-    def amdtop(self) -> AmdtopApp:
-        """The app, typed: this screen belongs to :class:`~tui.app.AmdtopApp` (which imports this module)."""
-        from tui.app import AmdtopApp
-
-        app = self.app
-        if not isinstance(app, AmdtopApp):
-            raise TypeError(f"DashboardScreen runs in AmdtopApp, not {type(app).__name__}")
-        return app
-
     @staticmethod
     def _titled(widget: Widget, title: str) -> Widget:
         widget.add_class("pane")
@@ -169,7 +181,11 @@ class DashboardScreen(Screen[None]):
     def _all_composed(self) -> None:
         # The log pane titles itself on mount; put the numbered title back.
         self.query_one("#pane-logs").border_title = TITLES["logs"]
-        process_actions.setup_panes(self)
+        procs = self.query_one("#pane-procs", ProcessesTable)
+        procs.readonly = self.controller.readonly
+        procs.set_empty_text(NO_PROCESSES)
+        procs.border_subtitle = procs.sort_label
+        self.query_one("#pane-workers", WorkersTable).set_empty_text(no_workers_text(self.config_path))
         self._tick_widgets = tuple(self.query_one(f"#{name}") for name in TICK_WIDGETS)
         self._composed = True
         self.relayout()
@@ -276,56 +292,79 @@ class DashboardScreen(Screen[None]):
         if key in self.plan.folded and key != self.plan.slot_pane:
             self._select(key)
 
-    # -- data --------------------------------------------------------------------------------------------------------
-    def apply(self, frame: NodeFrame, status: str, now: float) -> None:
+    # -- data: frame -> view model -> panes --------------------------------------------------------------------------
+    def apply(self, frame: NodeFrame, header: Header) -> None:
+        """Draw ``frame`` (``header``: the app's part of the status bar)."""
         if not self._composed:
             # The poller's first frames can beat the panes' own compose (under CPU load: the log pane had no Log
             # yet and amdtop died at start, the tmux test's flake). Keep them, with their log lines, for later.
-            self._early.append((frame, status, now))
+            self._early.append((frame, header))
             return
         self.last_frame = frame
+        self._header = header
         with self.app.batch_update():
-            head, clock = split_clock(status)
-            if head != self._status:
-                # Fixed one-line bar: no layout pass (a layout pass repaints every scrollbar on screen).
-                self._status = head
-                self.query_one("#status", Static).update(head, layout=False)
-            # The clock has its own 10 cells: a tick repaints those, not the 200-cell bar.
-            self.query_one("#clock", LineLabel).set_text(clock)
-            self._gpu_rows = views.gpu_rows(frame)
-            self._worker_flags = {f"w-{f.worker}": f.kind.value for f in frame.flags if f.worker}
-            self._show_gpus()
-            caps = (g.power_cap_w for g in frame.snapshot.topology.gpus)
-            self.query_one("#pane-history", GpuHistory).push(frame.history, self.amdtop.interval, caps)
-            self.query_one("#pane-topo", TopoMatrix).view = views.topo_view(frame, self.show_gbps, self.show_traffic)
-            self.query_one("#pane-groups", TextPane).view = views.groups_view(frame)
-            self.query_one("#pane-numa", TextPane).view = views.numa_view(frame)
-            self._drain_failures()
-            self._now = now
-            self._worker_rows = views.worker_rows(frame, now, self.expanded)
-            self._show_workers()
-            kernel = frame.kernel_log.incidents if frame.kernel_log is not None else ()
-            if frame.logs is not None or kernel:
-                self.query_one("#pane-logs", LogTailPane).show_update(frame.logs, kernel)
-            process_actions.show_frame(self, frame)
+            self._draw(frame)
             self.relayout()  # rows came or went: the panes' shares may move
         repaint_now(self, self._tick_widgets)
 
-    def _show_gpus(self) -> None:
-        self.query_one("#pane-gpus", GpuTable).show(filter_rows(self._gpu_rows, self.filter_term))
+    def _ui(self) -> UiState:
+        h = self._header
+        procs = self.query_one("#pane-procs", ProcessesTable)
+        return UiState(
+            now=h.now, interval=h.interval, readonly=h.readonly, paused=h.paused, poll_error=h.poll_error,
+            show_gbps=self.show_gbps, show_traffic=self.show_traffic, filter_term=self.filter_term,
+            expanded=frozenset(self.expanded), worker_errors=dict(self.worker_errors), proc_sort=procs.sort,
+            proc_reverse=procs.reverse, proc_tree=procs.by_worker,
+        )  # fmt: skip
 
-    def _show_workers(self) -> None:
+    def _draw(self, frame: NodeFrame) -> None:
+        """Build the view of ``frame`` and hand each pane its slice; a slice that is the one drawn is not handed."""
+        old = self.view
+        view = self.view = DashboardView.of(frame, self._ui(), old)
+        if old is None or view.status != old.status:
+            # Fixed one-line bar: no layout pass (a layout pass repaints every scrollbar on screen).
+            self.query_one("#status", Static).update(view.status, layout=False)
+        # The clock has its own 10 cells: a tick repaints those, not the 200-cell bar.
+        self.query_one("#clock", LineLabel).set_text(view.clock)
+        for pane in ("#pane-gpus", "#pane-workers"):
+            widget = self.query_one(pane)
+            if (widget.border_subtitle or "") != view.filter_note:
+                widget.border_subtitle = view.filter_note
+        self.query_one("#pane-gpus", GpuTable).show(view.gpus)
+        if old is None or view.history is not old.history:
+            h = view.history
+            self.query_one("#pane-history", GpuHistory).push(h.history, h.interval, h.power_caps)
+        self.query_one("#pane-topo", TopoMatrix).view = view.topo
+        self.query_one("#pane-groups", TextPane).view = view.groups
+        self.query_one("#pane-numa", TextPane).view = view.numa
+        self._show_workers(view)
+        logs = self.query_one("#pane-logs", LogTailPane)
+        if (old is None or view.logs is not old.logs) and (view.logs.update is not None or view.logs.kernel):
+            logs.show_update(view.logs.update, view.logs.kernel)
+        # With nothing in the Logs pane, the Processes pane takes its room.
+        no_logs = view.logs.empty_note is not None
+        if no_logs != self.has_class("no-logs"):
+            self.set_class(no_logs, "no-logs")
+        note = view.logs.empty_note
+        if note is not None and logs.summary_text != note:  # an update is a layout pass: a full repaint
+            logs.set_summary(note)
+        procs = self.query_one("#pane-procs", ProcessesTable)
+        subtitle = procs.sort_label + view.procs_note
+        if procs.border_subtitle != subtitle:  # each assignment redraws the border
+            procs.border_subtitle = subtitle
+        if old is None or view.processes is not old.processes:
+            procs.show(view.processes)
+
+    def _redraw(self) -> None:
+        """Draw the last frame again after a choice on this screen changed (filter, sort, expanded rows, errors)."""
+        if self._composed and self.last_frame is not None:
+            self._draw(self.last_frame)
+
+    def _show_workers(self, view: DashboardView) -> None:
         before = self.selected_worker()
-        table = self.query_one("#pane-workers", WorkersTable)
-        rows = filter_rows(self._worker_rows, self.filter_term, self._worker_flags)
-        table.show(with_errors(rows, self.worker_errors, len(table.COLUMNS)))
+        self.query_one("#pane-workers", WorkersTable).show(view.workers)
         if self.selected_worker() != before:
             self.refresh_bindings()  # control keys are enabled only with a selected worker
-
-    def _drain_failures(self) -> None:
-        for worker, text in self.amdtop.failures.drain():
-            self.set_worker_error(worker, text)
-            self.notify(text, severity="error", timeout=10)
 
     def set_worker_error(self, worker: str, text: str | None) -> None:
         """Show ``text`` on the worker's row (``None`` clears it)."""
@@ -334,8 +373,7 @@ class DashboardScreen(Screen[None]):
                 return
         else:
             self.worker_errors[worker] = text
-        if self._worker_rows:
-            self._show_workers()
+        self._redraw()
 
     # -- / filter and : command mode -------------------------------------------------------------------------------
     def open_filter(self) -> None:
@@ -347,13 +385,7 @@ class DashboardScreen(Screen[None]):
     @on(FilterBar.FilterChanged)
     def _filter_changed(self, event: FilterBar.FilterChanged) -> None:
         self.filter_term = event.term.strip()
-        subtitle = f"/{self.filter_term}" if self.filter_term else ""
-        for pane in ("#pane-gpus", "#pane-workers"):
-            self.query_one(pane).border_subtitle = subtitle
-        if self._composed:
-            self._show_gpus()
-            self._show_workers()
-            self.show_processes()
+        self._redraw()
         if event.done:
             self._refocus()
 
@@ -364,7 +396,7 @@ class DashboardScreen(Screen[None]):
 
     @on(CommandBar.Run)
     def _run_command(self, event: CommandBar.Run) -> None:
-        run_command(self.amdtop, event.command)
+        run_command(self.controller, event.command, self.last_frame)
 
     @on(CommandBar.Closed)
     def _command_closed(self) -> None:
@@ -378,67 +410,25 @@ class DashboardScreen(Screen[None]):
         target.focus()
 
     def on_screen_resume(self) -> None:
-        self.amdtop.show_pending()
+        self._on_resume()
 
     @on(WorkersTable.RowHighlighted, "#pane-workers")
     def _worker_highlighted(self) -> None:
         self.refresh_bindings()
 
-    def show_processes(self) -> None:
-        table = self.query_one("#pane-procs", ProcessesTable)
-        frame = self.last_frame
-        subtitle = table.sort_label + (f" · /{self.filter_term}" if self.filter_term else "")
-        subtitle += process_view.read_at(frame)
-        if table.border_subtitle != subtitle:  # each assignment redraws the border
-            table.border_subtitle = subtitle
-        if frame is None:
-            return
-        # The pipeline hands the same row tuples on while no row changed: nothing to rebuild, compare or draw.
-        shown = (frame.processes, frame.process_totals, table.sort, table.reverse, self.filter_term, table.by_worker)
-        if self._procs_shown is not None and all(a is b for a, b in zip(shown, self._procs_shown, strict=True)):
-            return
-        self._procs_shown = shown
-        table.show(process_view.process_rows(frame, table.sort, table.reverse, self.filter_term, table.by_worker))
-
     @on(ProcessesTable.SortChanged)
     def _procs_sorted(self) -> None:
-        self.show_processes()
+        self._redraw()
 
     @on(ProcessesTable.SignalRequested)
     def _signal_process(self, event: ProcessesTable.SignalRequested) -> None:
-        process_actions.request_signal(self, event.key)
+        self.controller.signal(find_row(self.last_frame, event.key))
 
     def selected_worker(self) -> str | None:
         key = self.query_one("#pane-workers", WorkersTable).selected_key()
-        return None if key is None else views.worker_key(key)
+        return None if key is None else worker_key(key)
 
     @on(WorkersTable.ToggleEngines, "#pane-workers")
     def _toggle_engines(self, event: WorkersTable.ToggleEngines) -> None:
-        name = views.worker_key(event.row_key)
-        self.expanded.symmetric_difference_update({name})
-        if self.last_frame is not None:
-            self._worker_rows = views.worker_rows(self.last_frame, self._now, self.expanded)
-            self._show_workers()
-
-
-def with_errors(
-    rows: dict[str, tuple[object, ...]], errors: dict[str, str], width: int
-) -> dict[str, tuple[object, ...]]:
-    """Rows padded to ``width`` cells, the last one holding the worker's last error (empty when none)."""
-    out: dict[str, tuple[object, ...]] = {}
-    for key, cells in rows.items():
-        error = errors.get(key.removeprefix("w-"))
-        # A control failure wins; else the row's own note (a crashed worker's error line) when it brings one.
-        own: object = cells[width - 1] if len(cells) >= width else ""
-        note = Text(f"✗ {error}", style="bold red") if error else own
-        pad = ("",) * max(0, width - len(cells) - 1)
-        out[key] = (*cells[: width - 1], *pad, note)
-    return out
-
-
-def split_clock(status: str) -> tuple[str, str]:
-    """``"... · 10:32:25Z"`` -> (the rest, ``"10:32:25Z"``); a line without a trailing clock stays whole."""
-    head, sep, tail = status.rpartition(" · ")
-    if sep and tail.endswith("Z") and len(tail) <= 12:
-        return head, tail
-    return status, ""
+        self.expanded.symmetric_difference_update({worker_key(event.row_key)})
+        self._redraw()

@@ -1,4 +1,5 @@
-"""Frame -> the Processes pane: rows sorted within each GPU, a total row per GPU, the ``/`` filter."""
+"""Frame -> the Processes pane: rows sorted within each GPU, a total row per GPU, the ``/`` filter; and what the
+empty Processes and Logs panes say. Pure: no Textual."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.text import Text
 from amdtop.gpuprocs import GpuProcessTotal, ProcessRow
 from amdtop.pipeline import NodeFrame
 
+NO_PROCESSES = "no process holds GPU memory"
 GIB = 1024**3
 MIB = 1024**2
 LEFTOVER_BYTES = GIB
@@ -172,3 +174,10 @@ def find_row(frame: NodeFrame | None, key: str) -> ProcessRow | None:
     if frame is None:
         return None
     return next((r for r in frame.processes if r.key == key), None)
+
+
+def no_logs_text(workers: int) -> str:
+    """What the empty Logs pane says."""
+    if not workers:
+        return "no logs: the RCCL/NCCL lines of amdtop's workers show here once one runs (5 Workers says how)"
+    return "no communicator seen yet: set NCCL_DEBUG=INFO in a profile's [worker.env] to follow RCCL/NCCL init here"
