@@ -135,7 +135,7 @@ if want pidle || want pbusy; then
     [ "${NOFREEZE:-1}" = 1 ] && nofreeze=(--peer "$gcenv GC_PAUSES_NO_FREEZE=1 python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc2 --config $C" --peer-marker nvml --peer-label in-process-nofreeze)
     local floor=(--peer 'python3 bench/textual_floor.py' --peer-marker backend --peer-label floor)  # FLOOR=0: left out
     [ "${FLOOR:-1}" = 1 ] || floor=()
-    local nvitop=(--peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop)  # NVITOP=0: left out
+    local nvitop=(--peer 'python3 -m nvitop --interval 1' --peer-marker ${NVMARK:-NVIDIA} --peer-label nvitop)  # NVITOP=0: left out
     [ "${NVITOP:-1}" = 1 ] || nvitop=()
     # (session 15) OLD=DIR: a copy of an earlier tree's amdtop/, tui/, widgets/ (git archive REV amdtop tui widgets), its
     # pair measured in the same runs; python3 -P keeps the working tree's own packages off its path.
@@ -165,7 +165,7 @@ if want idle || want busy; then
   viewer() {
     local t0; t0=$(ticks $SERVE); local w0; w0=$(date +%s.%N)
     python3 bench/tui_cpu.py --runs ${RUNS:-2} --seconds ${SECS:-20} --marker nvml --markdown \
-      --peer 'python3 -m nvitop --interval 1' --peer-marker H200 --peer-label nvitop \
+      --peer 'python3 -m nvitop --interval 1' --peer-marker ${NVMARK:-NVIDIA} --peer-label nvitop \
       --peer "python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc --config $C" \
       --peer-marker nvml --peer-label in-process \
       --peer 'python3 bench/textual_floor.py' --peer-marker backend --peer-label floor \
