@@ -36,7 +36,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="amdtop-cold-"))
     node = runtime.open(NodeSpec(config=tmp / "none.toml", state_dir=tmp, backend="nvml"), ui=True, kernel=False)
     try:
-        frames = [node.pipeline.tick() for _ in range(300 + 2 + a.cold + 300)][300:]  # every series full (300 points)
+        frames = [node._node.pipeline.tick() for _ in range(300 + 2 + a.cold + 300)][300:]  # every series full (300 points)
     finally:
         node.close()
     tiny = encode({"type": "x", "v": [1.0, 2.0]})

@@ -15,7 +15,6 @@ from amdtop.pcibus import GpusFailedInit
 from amdtop.runtime.autostart import DemoAutostart
 from amdtop.runtime.node import NO_GPU_BANNER
 from amdtop.serve.client import attach
-from amdtop.service.local import LocalService
 
 __all__ = ["NO_GPU_BANNER", "DemoAutostart", "TerminalLoss", "run"]
 
@@ -67,23 +66,22 @@ def run(args: argparse.Namespace) -> int:
             return 1
         raise AmdtopError(message)
     try:
-        node = runtime.open(spec, ui=True)
+        service = runtime.open(spec, ui=True)
     except GpusFailedInit as exc:
         from tui.failed_gpus import FailedGpusApp
 
         return int(FailedGpusApp(exc.incident).run() or 1)
-    service = LocalService(node, spec.state_dir, readonly=spec.readonly)
     app = AmdtopApp(
         service,
-        interval=node.runtime.interval,
-        banner=" · ".join(node.notes) or None,
+        interval=service.runtime.interval,
+        banner=" · ".join(service.notes) or None,
         state_dir=spec.state_dir,
         watch_tty=True,
         config_path=spec.config,
         settle_heap=True,
     )
-    autostart = node.start_demo(app.failures.put)
-    loss = TerminalLoss(node.stop_demo)
+    autostart = service.start_demo(app.failures.put)
+    loss = TerminalLoss(service.stop_demo)
     app.on_terminal_lost = loss.lost
     # A closed terminal sends SIGHUP, whose default action kills us before the demo workers are stopped (real
     # workers are never stopped on exit). An inherited blocked mask would hide it: unblock it.
@@ -93,13 +91,14 @@ def run(args: argparse.Namespace) -> int:
     # `amdtop --demo` found every launch refused.
     previous_term = signal.signal(signal.SIGTERM, loss.on_sighup) if autostart is not None else None
     # Polling starts now: the dashboard draws the newest frame when it mounts and every one after.
-    node.runtime.start()
+    service.runtime.start()
     try:
         result = app.run()
     finally:
         signal.signal(signal.SIGHUP, previous)
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
-        service.close()  # its ramps are aborted
-        node.close()  # the tick loop, the demo's workers, the monitors and the backend; real workers keep running
+        # Its ramps aborted; the tick loop, the demo's workers, the monitors and the backend closed; real workers keep
+        # running.
+        service.close()
     return int(result or 0)

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from amdtop import runtime
 from amdtop.audit import run_audit
 from amdtop.audit.context import AuditContext
 from amdtop.audit.fix import apply_fix, plan_fix
@@ -15,7 +16,6 @@ from amdtop.errors import InputError
 from amdtop.kernel.bus_check import init_failure_lines
 from amdtop.model import Topology
 from amdtop.pcibus import GpusFailedInit
-from amdtop.runtime import open_node
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def take_report(args: argparse.Namespace) -> AuditReport:
     all failed to come up, the node's rules alone, the failed GPUs first among the findings."""
     spec = node_spec(args)
     try:
-        node = open_node(spec, follow_logs=False)
+        service = runtime.open(spec, follow_logs=False)
     except GpusFailedInit:
         # No backend opens, so no pipeline: the node rules still read sysfs and /proc (IOMMU, NUMA balancing, the
         # governor), and the bus rule quotes the kernel's lines about the failed init, as the error line would.
@@ -41,9 +41,9 @@ def take_report(args: argparse.Namespace) -> AuditReport:
         ctx = AuditContext(topology=empty, sys_root=spec.sysfs_root, init_failures=init_failure_lines(spec.kernel_log))
         return run_audit(ctx)
     try:
-        frame = node.runtime.tick()
+        frame = service.runtime.tick()
     finally:
-        node.close()
+        service.close()
     if frame.audit is None:
         raise InputError("audit: the pipeline ran no audit")
     return frame.audit

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from amdtop import runtime
 from amdtop.cli.common import node_spec, print_json, state_dir
 from amdtop.cpulist import parse_cpulist
 from amdtop.errors import InputError
@@ -14,7 +15,6 @@ from amdtop.probe.arith import format_size, parse_size
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.probe.model import ProbeResults, results_json
-from amdtop.runtime import open_node
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
 MAX_SIZE = 8 * 1024**3
@@ -80,11 +80,11 @@ def run_probe_cmd(args: argparse.Namespace) -> int:
     if args.iters < 1:
         raise InputError("--iters: must be at least 1")
     # One tick of the node runtime: the GPUs' processes, amdtop's workers and the vLLM servers found running.
-    node = open_node(node_spec(args), follow_logs=False, kernel=False)
+    service = runtime.open(node_spec(args), follow_logs=False, kernel=False)
     try:
-        frame = node.runtime.tick()
+        frame = service.runtime.tick()
     finally:
-        node.close()
+        service.close()
     snap = frame.snapshot
     if not snap.topology.gpus:  # --backend none, or a node whose GPUs are all gone
         raise InputError(f"probe: backend {snap.backend} lists no GPU to measure; pick a GPU backend with --backend")

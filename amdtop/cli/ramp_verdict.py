@@ -8,10 +8,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from amdtop import runtime
 from amdtop.cli.common import node_spec
 from amdtop.errors import AmdtopError
 from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from_frames
-from amdtop.runtime import open_node
 
 
 def gpu_list(text: str) -> tuple[int, ...]:
@@ -43,14 +43,14 @@ def cli_observer(
     those whose process lists hold the worker's processes, else all.
     """
     try:
-        node = open_node(node_spec(args), follow_logs=False, kernel=False)
+        service = runtime.open(node_spec(args), follow_logs=False, kernel=False)
     except AmdtopError as exc:
         return None, None, f"none ({exc})"
     chosen: Sequence[int] | None = gpus
     try:
-        first = node.runtime.tick()
+        first = service.runtime.tick()
     except Exception as exc:
-        node.close()
+        service.close()
         return None, None, f"none ({exc})"
     groups: list[tuple[int, ...]] = []
     with contextlib.suppress(Exception):
@@ -58,12 +58,12 @@ def cli_observer(
         if chosen is None:
             chosen = _worker_gpus(first.snapshot, pids) or None
         groups = _tp_groups(pids, chosen)
-    node.runtime.start()
+    service.runtime.start()
     which = "all GPUs" if chosen is None else "GPUs " + ",".join(map(str, chosen))
     if len(groups) > 1:
         which += " in TP groups " + " ".join(",".join(map(str, g)) for g in groups)
-    observer = observer_from_frames(node.runtime.latest, chosen, groups or None)
-    return observer, node.close, f"{node.backend.name}: {which}"
+    observer = observer_from_frames(service.runtime.latest, chosen, groups or None)
+    return observer, service.close, f"{service.backend_name}: {which}"
 
 
 def _tp_groups(pids: Sequence[int], gpus: Sequence[int] | None) -> list[tuple[int, ...]]:

@@ -6,11 +6,11 @@ import argparse
 import math
 from typing import Any
 
+from amdtop import runtime
 from amdtop.cli.common import node_spec, open_from_args, print_json
 from amdtop.model import NodeSnapshot
 from amdtop.pipeline import NodeFrame
 from amdtop.report import frame_json, snapshot_json
-from amdtop.runtime import open_node
 from amdtop.topo_text import render_topology
 
 
@@ -49,11 +49,11 @@ def sample_frame(args: argparse.Namespace) -> NodeFrame:
     """One frame of the node pipeline; with ``--window``, the last of the ticks the runtime takes every
     ``--interval`` over it (the imbalance window is the whole of ``--window``)."""
     window = float(args.window)
-    node = open_node(node_spec(args), window_s=window)
+    service = runtime.open(node_spec(args), window_s=window)
     try:
-        return node.runtime.run_window(window)
+        return service.runtime.run_window(window)
     finally:
-        node.close()
+        service.close()
 
 
 def _take(args: argparse.Namespace) -> NodeSnapshot:

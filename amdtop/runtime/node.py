@@ -1,10 +1,12 @@
 """Opening the node from a :class:`~amdtop.runtime.spec.NodeSpec`: the backend, the supervisor (the only place one is
 built) with its launch gate, the log and kernel-fault monitors, the pipeline, its tick loop and the demo's autostart.
 
-Every command that watches the node goes through :func:`open_node`: the dashboard and ``amdtop serve`` (``ui=True``:
-the simulated node when no GPU is found, the supervisor under its owner thread, gated on the newest frame),
-``snapshot``, ``export``, ``probe`` and ``ramp`` (read only). ``amdtop workers`` builds its supervisor through
-:func:`open_supervisor` and gates it on a fresh sample (:func:`amdtop.runtime.gate.fresh_gate`).
+Every command that watches the node goes through :func:`open_node` (by :func:`amdtop.runtime.open`, which wraps the
+node in its service): the dashboard and ``amdtop serve`` (``ui=True``: the simulated node when no GPU is found, the
+supervisor under its owner thread, gated on a frame ticked for the launch), ``snapshot``, ``export``, ``probe`` and
+``ramp`` (read only). ``amdtop workers`` with no serve running builds its supervisor through
+:func:`command_supervisor`, gated on a fresh sample (:func:`amdtop.runtime.gate.fresh_gate`). Every supervisor gets
+its gate as a constructor argument.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from amdtop.kernel.bus_check import raise_if_on_bus
 from amdtop.model import Topology
 from amdtop.pipeline.producer import NodePipeline
 from amdtop.runtime.autostart import DemoAutostart, FailureSink
-from amdtop.runtime.gate import frame_gate
+from amdtop.runtime.gate import frame_gate, fresh_gate
 from amdtop.runtime.kernel import kernel_monitor
 from amdtop.runtime.loop import NodeRuntime
 from amdtop.runtime.spec import NodeSpec
@@ -32,6 +34,7 @@ from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import PROCESSES_EVERY_S, TP_WINDOW_S
 
 if TYPE_CHECKING:
+    from amdtop.audit.gate import LaunchGate
     from amdtop.gpuprocs import ProcessHost
     from amdtop.kernel.monitor import KernelFaultMonitor
     from amdtop.pipeline import WorkerSource
@@ -42,19 +45,19 @@ if TYPE_CHECKING:
 NO_GPU_BANNER = "No GPU found — showing a simulated 8x MI300X node (--demo)"
 
 
-def open_supervisor(
+def _new_supervisor(
     spec: NodeSpec,
     topology: Topology,
+    gate: LaunchGate,
     *,
     backend: TelemetryBackend | None = None,
     readonly: bool,
     lenient: bool = False,
 ) -> Supervisor:
-    """The supervisor over the profile file (or the demo's) and the state dir the spec names (no gate: the caller
-    sets the one that fits how it samples the node).
+    """The supervisor over the profile file (or the demo's) and the state dir the spec names, judged by ``gate``.
 
     The vendor (which visibility variable a launch sets) is the GPUs', else the backend's; ``lenient`` keeps a bad
-    profile file from stopping status/stop/restart of a running worker (``amdtop workers``).
+    profile file from stopping status/stop/restart of a running worker.
     """
     # The supervisor (tomlkit, its HTTP probe, the process scans) loads when one is opened: every command and the
     # attached viewer import this module, and the viewer never supervises (~2.5 MiB RSS).
@@ -67,6 +70,7 @@ def open_supervisor(
     return Supervisor(
         spec.config,
         spec.state_dir,
+        gate=gate,
         topology=topology,
         vendor=vendor,
         demo=spec.demo,
@@ -74,6 +78,32 @@ def open_supervisor(
         readonly=readonly,
         lenient=lenient,
     )
+
+
+def command_supervisor(spec: NodeSpec) -> Supervisor:
+    """The supervisor of a one-shot ``amdtop workers`` with no serve running for the state dir, gated on a fresh
+    sample of the node at launch time (:func:`~amdtop.runtime.gate.fresh_gate`).
+
+    Lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a running worker. A host without
+    GPUs (``--backend auto`` finding none) still supervises CPU-only workers (``gpus = []``)."""
+    try:
+        backend: TelemetryBackend | None = spec.open_backend()
+    except NoGpuFound:
+        if spec.backend != "auto":
+            raise
+        backend = None
+    if backend is None:
+        # A host without GPUs can still run CPU workers (gpus = []): validate against its NUMA nodes alone.
+        sys.stderr.write("amdtop: no GPU found; supervising CPU-only workers (profiles must use gpus = [])\n")
+        topology = cpu_only_topology(spec)
+    else:
+        try:
+            topology = backend.topology()
+        finally:
+            if not isinstance(backend, SimBackend):
+                backend.close()
+    gate = fresh_gate(spec, topology, backend)
+    return _new_supervisor(spec, topology, gate, backend=backend, readonly=spec.readonly, lenient=True)
 
 
 @dataclass(frozen=True)
@@ -98,8 +128,10 @@ class NodeParts:
 
 @dataclass
 class Node:
-    """What :func:`open_node` opened; :meth:`close` releases it all (workers keep running, but the demo's)."""
+    """What :func:`open_node` opened: the private part of the :class:`~amdtop.runtime.service.LocalService` that
+    :func:`amdtop.runtime.open` returns; :meth:`close` releases it all (workers keep running, but the demo's)."""
 
+    spec: NodeSpec
     backend: TelemetryBackend
     pipeline: NodePipeline
     runtime: NodeRuntime
@@ -110,14 +142,13 @@ class Node:
     """The simulated node stands in (``--demo``, or no GPU found for the dashboard)."""
     notes: list[str] = field(default_factory=list)
     """Banner lines: why the node is simulated, why workers are left out, where the demo is not pinned."""
-    spec: NodeSpec | None = None
     autostart: DemoAutostart | None = None
     """The demo workers' autostart once :meth:`start_demo` ran."""
 
     def start_demo(self, on_failure: FailureSink | None = None) -> DemoAutostart | None:
         """Launch the stopped demo workers in the background (the simulated node, writable, with profiles): the one
         place it happens, for the dashboard and the serve; :meth:`close` stops what it launched."""
-        writable = self.spec is not None and not self.spec.readonly
+        writable = not self.spec.readonly
         if not (self.demo and writable and isinstance(self.backend, SimBackend) and self.control is not None):
             return None
         if self.autostart is None:
@@ -142,6 +173,10 @@ class Node:
             self.supervisor.close()
         self.backend.close()
 
+    @property
+    def state_dir(self) -> Path:
+        return self.spec.state_dir
+
 
 def _backend(spec: NodeSpec, ui: bool) -> tuple[TelemetryBackend, bool, list[str]]:
     try:
@@ -154,7 +189,9 @@ def _backend(spec: NodeSpec, ui: bool) -> tuple[TelemetryBackend, bool, list[str
         return SimBackend(seed=spec.seed, partition=spec.demo_partition), True, [NO_GPU_BANNER]
 
 
-def _supervisor(spec: NodeSpec, backend: TelemetryBackend, demo: bool, ui: bool, notes: list[str]) -> Supervisor | None:
+def _supervisor(
+    spec: NodeSpec, backend: TelemetryBackend, gate: LaunchGate, demo: bool, ui: bool, notes: list[str]
+) -> Supervisor | None:
     if not (demo or spec.config.exists()):
         return None
     # In the dashboard the demo profiles stand for the simulated node, also when it came from no GPU found.
@@ -164,8 +201,8 @@ def _supervisor(spec: NodeSpec, backend: TelemetryBackend, demo: bool, ui: bool,
     try:
         # Lenient: a broken profile file never hides or strands running workers (listed from their launch records,
         # read, stoppable); launch and retune refuse with the file's error, shown here once.
-        sup = open_supervisor(
-            spec, backend.topology(), backend=backend, readonly=spec.readonly if ui else True, lenient=True
+        sup = _new_supervisor(
+            spec, backend.topology(), gate, backend=backend, readonly=spec.readonly if ui else True, lenient=True
         )
         problem: Exception | None = sup.config_error
     except Exception as exc:  # a broken profile must not keep the GPUs from being shown
@@ -208,9 +245,12 @@ def open_node(
         backend, demo, notes = parts.backend, spec.demo, list[str]()
     else:
         backend, demo, notes = _backend(spec, ui)
+    # The gate is the supervisor's from its construction; it ticks this node's loop, made below, when a launch asks.
+    loop: list[NodeRuntime] = []
+    gate = frame_gate(lambda: loop[0], backend.topology(), spec)
     try:
-        sup = None if parts.workers is not None else _supervisor(spec, backend, demo, ui, notes)
-        from amdtop.supervisor.owner import SupervisorOwner  # lazy: see open_supervisor
+        sup = None if parts.workers is not None else _supervisor(spec, backend, gate, demo, ui, notes)
+        from amdtop.supervisor.owner import SupervisorOwner  # lazy: see _new_supervisor
 
         # A stand-in answers what the owner answers (the service's controls call it by the same names).
         control = SupervisorOwner(sup) if sup is not None else cast("SupervisorOwner | None", parts.workers)
@@ -239,10 +279,8 @@ def open_node(
         backend.close()
         raise
     runtime = NodeRuntime(pipeline, float(spec.interval if interval is None else interval))
-    if sup is not None:
-        # Set before any command is queued to the owner thread: no launch of this node's supervisor skips the gate.
-        sup.gate = frame_gate(runtime, backend.topology(), spec)
-    return Node(backend, pipeline, runtime, sup, control, demo, notes, spec)
+    loop.append(runtime)
+    return Node(spec, backend, pipeline, runtime, sup, control, demo, notes)
 
 
 def cpu_only_topology(spec: NodeSpec) -> Topology:

@@ -1,8 +1,8 @@
 """``amdtop serve``: the node runtime headless for one state dir, and the Unix socket viewers attach through.
 
-One poller, one supervisor owner, one history and the ramps live here; every viewer (a terminal ``amdtop`` or a
-browser tab of ``amdtop web``) gets the same frames and sends control requests that the supervisor's owner thread
-executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory that nobody else may write, and each
+One poller, one supervisor owner and the ramps live here (in the node service :func:`amdtop.runtime.open` returned);
+every viewer (a terminal ``amdtop`` or a browser tab of ``amdtop web``) gets the same frames and sends control
+requests that the supervisor's owner thread executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory that nobody else may write, and each
 peer is checked with SO_PEERCRED before anything it sends is read (:mod:`amdtop.serve.peer`; the wire format is pickle
 with an allow-list: see :mod:`amdtop.serve.wire`). Every call's fields are checked and each viewer's calls bounded
 (:mod:`amdtop.serve.limits`).
@@ -22,9 +22,8 @@ from typing import Any
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.runtime.node import Node
+from amdtop.runtime.service import LocalService
 from amdtop.serve import limits, peer
-from amdtop.serve.history import HourHistory
 from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import (
     WIRE_VERSION,
@@ -34,28 +33,29 @@ from amdtop.serve.wire import (
     send_message,
     socket_path,
 )
-from amdtop.service.api import CONTROL_OPS, WIRE_OPS
-from amdtop.service.local import LocalService
+from amdtop.service.api import WIRE_OPS
 
-SERVE_OPS = frozenset({"history", "stats"})
-"""The serve's own reads (its hour of history, its counters), beside the node service's requests: those are the
+SERVE_OPS = frozenset({"stats"})
+"""The serve's own read (its counters), beside the node service's requests: those are the
 :class:`~amdtop.service.api.NodeService` methods of the same name (:data:`~amdtop.service.api.WIRE_OPS`)."""
 
 
 class Serve:
     """Serves one opened node over the Unix socket ``<state-dir>/serve.sock``."""
 
-    def __init__(self, node: Node, state_dir: Path, *, readonly: bool = False, notes: list[str] | None = None) -> None:
-        self.node = node
+    def __init__(self, service: LocalService, state_dir: Path, *, notes: list[str] | None = None) -> None:
+        self.service = service
+        """What every viewer's request runs on, by its name: the same service the in-process dashboard holds (its
+        ``readonly`` is the serve's own ``--readonly``)."""
+        self._read_only = service.read_only()
+        """Where a read-only viewer's requests run: the service's one read-only check refuses its control."""
+        self.runtime = service.runtime
         self.state_dir = Path(state_dir)
         self.path = socket_path(self.state_dir)
-        self.readonly = readonly
-        self.notes = list(notes or node.notes)
-        self.history = HourHistory(node.runtime.interval)
+        self.readonly = service.readonly
+        self.notes = list(notes or service.notes)
         self._previous: NodeFrame | None = None
         """The last frame published (the runtime's thread only): what the next frame's history moved on from."""
-        self.service = LocalService(node, self.state_dir, readonly=readonly)
-        """What every viewer's request runs on, by its name: the same service the in-process dashboard holds."""
         self.ramps = self.service.node_ramps
         self.service.on_ramp(self._publish_ramp)
         self._viewers: list[ViewerLink] = []
@@ -96,7 +96,7 @@ class Serve:
         """Bind (unless bound), subscribe to the runtime and accept viewers in a thread."""
         if self._listener is None:
             self.bind()
-        self._unsubscribe = self.node.runtime.subscribe(self._on_frame, self._on_error)
+        self._unsubscribe = self.runtime.subscribe(self._on_frame, self._on_error)
         threading.Thread(target=self._accept_loop, name="serve-accept", daemon=True).start()
         return self
 
@@ -129,7 +129,7 @@ class Serve:
                 return
             link = ViewerLink(conn, pid, readonly)
             # The newest frame (with its history) and every ramp first: the viewer draws at once.
-            frame = self.node.runtime.frame
+            frame = self.runtime.frame
             if frame is not None:
                 link.offer_frame(FramePacket(frame))
             for worker, doc, status, running in self.ramps.documents():
@@ -154,12 +154,12 @@ class Serve:
             "type": "hello",
             "version": WIRE_VERSION,
             "pid": os.getpid(),
-            "interval": self.node.runtime.interval,
+            "interval": self.runtime.interval,
             "notes": self.notes,
             # The serve's own --readonly only: a node without profiles still signals GPU processes and refuses a
             # launch with the reason the in-process dashboard gives (no profile file), not "read-only".
             "readonly": self.readonly,
-            "demo": self.node.demo,
+            "demo": self.service.demo,
             "state_dir": str(self.state_dir),
         }
 
@@ -172,9 +172,6 @@ class Serve:
         except InputError as exc:
             link.send(_error(msg.get("id") if isinstance(msg.get("id"), int) else None, str(exc), input_error=True))
             return
-        if op in CONTROL_OPS and link.readonly:
-            link.send(_error(call_id, f"{op}: refused: this viewer is read-only"))
-            return
         if op not in WIRE_OPS and op not in SERVE_OPS:
             link.send(_error(call_id, f"{op[:64]}: unknown request"))
             return
@@ -186,11 +183,20 @@ class Serve:
         if budget is not None and not budget.take(link.queued):
             link.drop(f"over {budget.limit} calls unanswered or replies unread")
             return
-        self._pool.submit(limits.counted, budget, self._call, link, call_id, op, args, kwargs)
+        service = self._read_only if link.readonly else self.service
+        self._pool.submit(limits.counted, budget, self._call, service, link, call_id, op, args, kwargs)
 
-    def _call(self, link: ViewerLink, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+    def _call(
+        self,
+        service: LocalService,
+        link: ViewerLink,
+        call_id: object,
+        op: str,
+        args: tuple[Any, ...],
+        kw: dict[str, Any],
+    ) -> None:
         try:
-            value = self._execute(op, args, kw)
+            value = self.stats() if op in SERVE_OPS else getattr(service, op)(*args, **kw)
         except GateRefused as exc:  # the viewer's dialog shows the reasons and offers --force
             reply = _error(call_id, str(exc))
             reply["gate"] = (str(args[0]) if args else "", op, list(exc.findings))
@@ -201,19 +207,8 @@ class Serve:
             return
         link.send({"type": "reply", "id": call_id, "ok": True, "value": value})
 
-    def _execute(self, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        if op in SERVE_OPS:
-            return self._serve_op(op)
-        return getattr(self.service, op)(*args, **kw)  # op is one of WIRE_OPS: a NodeService method's name
-
-    def _serve_op(self, op: str) -> Any:
-        if op == "history":
-            return self.history.points()
-        return self.stats()
-
     # -- publishing ------------------------------------------------------------------------------------------------
     def _on_frame(self, frame: NodeFrame) -> None:
-        self.history.add(frame)
         previous, self._previous = self._previous, frame
         with self._lock:
             viewers = list(self._viewers)
@@ -236,7 +231,7 @@ class Serve:
             v.send(message)
 
     def stats(self) -> dict[str, Any]:
-        """Viewers, frames sent and dropped, history length (tests and benchmarks)."""
+        """Viewers, frames sent and dropped, polls (tests and benchmarks)."""
         with self._lock:
             viewers = list(self._viewers)
         return {
@@ -244,9 +239,7 @@ class Serve:
             "viewer_pids": [v.peer_pid for v in viewers],
             "dropped": sum(v.dropped for v in viewers),
             "sent": sum(v.sent for v in viewers),
-            "polls": self.node.runtime.polls,
-            "history_points": len(self.history),
-            "history_capacity": self.history.capacity,
+            "polls": self.runtime.polls,
             "refused": self.refused,
         }
 
@@ -257,7 +250,7 @@ class Serve:
 
     # -- shutdown --------------------------------------------------------------------------------------------------
     def close(self, reason: str = "serve stopped") -> None:
-        """Tell every viewer, close the socket (and remove it), abort the ramps."""
+        """Tell every viewer, close the socket (and remove it); the service is closed by whoever opened it."""
         if self._unsubscribe is not None:
             self._unsubscribe()
         listener, self._listener = self._listener, None
@@ -271,7 +264,6 @@ class Serve:
             viewers, self._viewers = self._viewers, []
         for v in viewers:
             v.flush_and_close({"type": "bye", "reason": reason})
-        self.service.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 

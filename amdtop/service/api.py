@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.supervisor.stopper import StopReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,7 +86,7 @@ class NodeService(Protocol):
         ...
 
     @op(control=True)
-    def stop(self, name: str, grace: float | None = None) -> Any:
+    def stop(self, name: str, grace: float | None = None) -> StopReport:
         """Stop ``name`` (TERM, then KILL after ``grace`` seconds); its report has a ``message``."""
         ...
 
@@ -95,8 +96,10 @@ class NodeService(Protocol):
         ...
 
     @op(control=True)
-    def retune(self, name: str, changes: Mapping[str, str]) -> WorkerStatus:
-        """Write ``changes`` to ``name``'s profile and restart it."""
+    def retune(
+        self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False
+    ) -> WorkerStatus:
+        """Write ``changes`` to ``name``'s profile and restart it (``grace``, ``force``: as a restart takes them)."""
         ...
 
     @op(control=True)

@@ -407,20 +407,20 @@ def broken_with_a_running_worker(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_item8_a_broken_profile_hides_no_running_worker(
     broken_with_a_running_worker: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], ui: bool
 ) -> None:
+    from amdtop import runtime
     from amdtop.cli.common import node_spec
-    from amdtop.runtime import open_node
 
     cfg, state = broken_with_a_running_worker
     args = build_parser().parse_args(["--backend", "sim", "--config", str(cfg), "--state-dir", str(state)])
-    node = open_node(node_spec(args), ui=ui)
+    node = runtime.open(node_spec(args), ui=ui)
     try:
         frame = node.runtime.tick()
         assert [w.name for w in frame.workers if w.pid is not None] == ["w"], "the running worker is hidden"
         shown = " ".join(node.notes) + capsys.readouterr().err
         assert shown.count("line") >= 1 and shown.count(str(cfg)) == 1, shown  # the parse error, once
         if ui:
-            assert node.control is not None
-            node.control.stop("w", grace=0.2)
+            assert node._node.control is not None
+            node._node.control.stop("w", grace=0.2)
             assert not alive({int(p.suffix[1:]) for p in tmp_path.glob("out.*")})
     finally:
         node.close()

@@ -187,7 +187,7 @@ def test_a_link_sends_whole_frames_unless_its_viewer_holds_the_one_before() -> N
 
 def test_viewers_rebuild_the_serves_frames(serve: Serve) -> None:  # noqa: F811
     published: dict[int, NodeFrame] = {}
-    unsubscribe = serve.node.runtime.subscribe(lambda f: published.__setitem__(f.tick, f))
+    unsubscribe = serve.runtime.subscribe(lambda f: published.__setitem__(f.tick, f))
     client = ServeClient(Path(serve.state_dir))
     got: list[NodeFrame] = []
     try:

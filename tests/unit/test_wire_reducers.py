@@ -49,7 +49,7 @@ def demo_frames() -> list[NodeFrame]:
     tmp = Path(tempfile.mkdtemp(prefix="amdtop-wire-"))
     node = runtime.open(NodeSpec(config=tmp / "none.toml", state_dir=tmp, demo=True), ui=True, kernel=False)
     try:
-        return [node.pipeline.tick() for _ in range(4)]
+        return [node._node.pipeline.tick() for _ in range(4)]
     finally:
         node.close()
 

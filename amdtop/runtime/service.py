@@ -1,15 +1,18 @@
-"""The node service in-process: the opened node's runtime, its supervisor's owner and its ramps.
+"""The node service in-process: what :func:`amdtop.runtime.open` returns, over the node it opened (its private
+part: the runtime, the supervisor's owner, the monitors) and the node's ramps.
 
-The dashboard holds one directly; ``amdtop serve`` holds one and executes every viewer's request on it by name, so
-a refusal (read-only, no profiles, the launch gate, a wrong name) is the same line wherever it is asked from.
+The dashboard and every headless command hold one directly; ``amdtop serve`` holds one and executes every viewer's
+request on it by name, so a refusal (read-only, no profiles, the launch gate, a wrong name) is the same line wherever
+it is asked from. Read-only is checked here only, once for every op the protocol marks as control
+(:func:`_read_only_checked`): a read-only viewer's requests run on :meth:`LocalService.read_only` of the serve's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from amdtop.errors import AmdtopError, InputError
@@ -17,65 +20,120 @@ from amdtop.gpuprocs.signals import Refusal, plan_signal, send_signal
 from amdtop.hub import Hub
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.runtime.autostart import DemoAutostart, FailureSink
+from amdtop.runtime.loop import NodeRuntime
 from amdtop.runtime.node import Node
-from amdtop.serve.ramps import ServeRamps
+from amdtop.runtime.ramps import NodeRamps
 from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
 
 if TYPE_CHECKING:
     from amdtop.supervisor.owner import SupervisorOwner
+    from amdtop.supervisor.stopper import StopReport
 
 T = TypeVar("T")
+C = TypeVar("C", bound=type)
 
 
+def _read_only_checked(cls: C) -> C:
+    """Wrap every op the protocol marks as control (:data:`~amdtop.service.api.CONTROL_OPS`) in the one read-only
+    check: a new control op is refused to a read-only service without anyone remembering to."""
+    for op in CONTROL_OPS:
+        method = getattr(cls, op)
+
+        def checked(self: LocalService, *args: Any, _op: str = op, _method: Any = method, **kwargs: Any) -> Any:
+            if self.readonly:
+                raise AmdtopError(f"{_op}: {READ_ONLY}")
+            return _method(self, *args, **kwargs)
+
+        setattr(cls, op, functools.wraps(method)(checked))
+    return cls
+
+
+@_read_only_checked
 class LocalService:
-    """:class:`~amdtop.service.api.NodeService` over an opened :class:`~amdtop.runtime.node.Node`."""
+    """:class:`~amdtop.service.api.NodeService` over the node :func:`amdtop.runtime.open` opened (its private part)."""
 
-    def __init__(self, node: Node, state_dir: Path, *, readonly: bool = False) -> None:
-        self.node = node
+    def __init__(self, node: Node, *, readonly: bool = False, ramps: NodeRamps | None = None) -> None:
+        self._node = node
         self.readonly = readonly
         self._ramp_subs: Hub[RampSubscriber] = Hub("ramp")
-        self.node_ramps = ServeRamps(Path(state_dir), node.runtime.latest, self._publish_ramp)
+        self._owner = ramps is None
+        """This service opened the node (and closes it); a :meth:`read_only` view of it does not."""
+        self.node_ramps = ramps or NodeRamps(node.state_dir, node.runtime.latest, self._publish_ramp)
+
+    def read_only(self) -> LocalService:
+        """The same node, its control refused (a read-only viewer of the serve): it shares the ramps and the frames;
+        closing it closes nothing."""
+        view = LocalService(self._node, readonly=True, ramps=self.node_ramps)
+        view._ramp_subs = self._ramp_subs
+        return view
+
+    # -- the opened node --------------------------------------------------------------------------------------------
+    @property
+    def runtime(self) -> NodeRuntime:
+        """The tick loop (start it, tick it, subscribe to it): the serve, ``export`` and ``snapshot --window`` run it."""
+        return self._node.runtime
+
+    @property
+    def notes(self) -> list[str]:
+        """Banner lines: why the node is simulated, why workers are left out, where the demo is not pinned."""
+        return self._node.notes
+
+    @property
+    def demo(self) -> bool:
+        """The simulated node stands in (``--demo``, or no GPU found for the dashboard)."""
+        return self._node.demo
+
+    @property
+    def backend_name(self) -> str:
+        return self._node.backend.name
+
+    def start_demo(self, on_failure: FailureSink | None = None) -> DemoAutostart | None:
+        """Launch the stopped demo workers in the background (see :meth:`amdtop.runtime.node.Node.start_demo`)."""
+        return self._node.start_demo(on_failure)
+
+    def stop_demo(self) -> None:
+        self._node.stop_demo()
 
     # -- frames -----------------------------------------------------------------------------------------------------
     def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
-        return self.node.runtime.subscribe(on_frame, on_error)
+        return self._node.runtime.subscribe(on_frame, on_error)
 
     def latest(self) -> NodeFrame:
-        return self.node.runtime.latest()
+        return self._node.runtime.latest()
 
     def deliver_in(self, loop: asyncio.AbstractEventLoop) -> None:
         """Frames are made and published on the poll thread: nothing to move."""
 
     def wake(self) -> None:
-        self.node.runtime.wake()
+        self._node.runtime.wake()
 
     def request_state_files(self) -> None:
-        self.node.pipeline.request_state_files()
-        self.node.runtime.wake()
+        self._node.pipeline.request_state_files()
+        self._node.runtime.wake()
 
     # -- control ----------------------------------------------------------------------------------------------------
     def _control(self, op: str) -> SupervisorOwner:
-        """The supervisor's owner for ``op``, or the one-line refusal every view shows."""
-        if op in CONTROL_OPS and self.readonly:
-            raise AmdtopError(f"{op}: {READ_ONLY}")
-        control = self.node.control
+        """The supervisor's owner for ``op``, or the one-line refusal every view shows (read-only is refused before
+        any op runs: :func:`_read_only_checked`)."""
+        control = self._node.control
         if control is None:
             raise AmdtopError(f"{op}: refused: {self._no_control_reason()}")
         return control
 
     def _no_control_reason(self) -> str:
         """Why this node has no supervisor, as the operator can act on it."""
-        for note in self.node.notes:
+        for note in self._node.notes:
             if note.startswith("supervisor: "):
                 return note  # the profile file's own error (it did not load at all)
         return "no worker profiles on this node (no profile file); write one and restart"
 
     def _changed(self, value: T) -> T:
-        self.node.runtime.wake()  # every view sees the change on the next frame
+        self._node.runtime.wake()  # every view sees the change on the next frame
         return value
 
     def status(self) -> list[WorkerStatus]:
-        control = self.node.control
+        control = self._node.control
         return [] if control is None else list(control.status())
 
     def launch(self, name: str, force: bool = False) -> WorkerStatus:
@@ -84,14 +142,16 @@ class LocalService:
     def restart(self, name: str, grace: float | None = None, force: bool = False) -> WorkerStatus:
         return self._changed(self._control("restart").restart(name, grace=grace, force=force))
 
-    def stop(self, name: str, grace: float | None = None) -> Any:
+    def stop(self, name: str, grace: float | None = None) -> StopReport:
         return self._changed(self._control("stop").stop(name, grace=grace))
 
     def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
         return str(self._control("retune_diff").retune_diff(name, dict(changes)))
 
-    def retune(self, name: str, changes: Mapping[str, str]) -> WorkerStatus:
-        return self._changed(self._control("retune").retune(name, dict(changes)))
+    def retune(
+        self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False
+    ) -> WorkerStatus:
+        return self._changed(self._control("retune").retune(name, dict(changes), grace=grace, force=force))
 
     def sleep(self, name: str, wake: bool = False, level: int = 1) -> str:
         return str(self._changed(self._control("sleep").sleep(name, wake=wake, level=level)))
@@ -101,7 +161,7 @@ class LocalService:
 
         # The newest frame's worker: its ranks as every view shows them (discovered servers included), else the
         # supervisor's own status (before the first frame).
-        frame = self.node.runtime.frame
+        frame = self._node.runtime.frame
         worker = frame.worker(name) if frame is not None else None
         if worker is None:
             worker = next((w for w in self.status() if w.name == name), None)
@@ -112,8 +172,6 @@ class LocalService:
         return render_stacks(name, dump_stacks(worker_targets(worker)))
 
     def signal_process(self, pid: int, kill: bool = False) -> str:
-        if self.readonly:
-            raise AmdtopError(f"signal_process: {READ_ONLY}")
         row = next((r for r in self.latest().processes if r.pid == pid), None)
         if row is None:
             raise InputError(f"signal: pid {pid} is not on a GPU now")
@@ -138,17 +196,15 @@ class LocalService:
 
     # -- ramps ------------------------------------------------------------------------------------------------------
     def ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
-        if self.readonly:
-            raise AmdtopError(f"ramp_start: {READ_ONLY}")
         settings = dict(settings)
-        control = self.node.control
+        control = self._node.control
         if not settings.get("api_key") and control is not None:
             # The key stays here: a viewer never reads it, the node's ramp sends it (else 401 from the worker).
             try:
                 settings["api_key"] = control.api_key(worker)
             except Exception:
                 settings["api_key"] = None  # a discovered server has no profile, hence no key of ours
-        frame = self.node.runtime.frame
+        frame = self._node.runtime.frame
         found = frame.worker(worker) if frame is not None else None
         groups = [g.gpus for g in found.tp_groups()] if found is not None else None
         try:
@@ -157,8 +213,6 @@ class LocalService:
             raise InputError(f"ramp {worker}: {exc}") from None
 
     def ramp_abort(self, worker: str) -> str:
-        if self.readonly:
-            raise AmdtopError(f"ramp_abort: {READ_ONLY}")
         return self.node_ramps.abort(worker)
 
     def ramps(self) -> list[RampDoc]:
@@ -178,9 +232,13 @@ class LocalService:
 
     def api_key(self, name: str) -> str | None:
         """The key ``name``'s clients send: the node's own ramps use it; no view and no wire op reads it."""
-        control = self.node.control
+        control = self._node.control
         return None if control is None else control.api_key(name)
 
     def close(self) -> None:
-        """Abort the ramps; the node is closed by whoever opened it."""
-        self.node_ramps.abort_all()
+        """Abort the ramps and close the node: the tick loop, the demo's workers, the monitors and the backend (real
+        workers keep running). A :meth:`read_only` view closes nothing."""
+        if self._owner:
+            self._owner = False  # once: the serve and its command may both close it
+            self.node_ramps.abort_all()
+            self._node.close()
