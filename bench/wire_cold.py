@@ -28,8 +28,9 @@ def main() -> int:
     a = ap.parse_args()
     from amdtop import runtime
     from amdtop.runtime import NodeSpec
+    from amdtop.serve.delta import apply_history_delta, history_delta
     from amdtop.serve.viewers import FramePacket
-    from amdtop.serve.wire import apply_history_delta, decode, encode, history_delta
+    from amdtop.serve.wire import decode, encode
     from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture
 
     sys.modules["pynvml"] = ReplayNvml(load_fixture(Path(a.fixture)))  # type: ignore[assignment]

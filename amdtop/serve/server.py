@@ -118,7 +118,7 @@ class Serve:
         budget = limits.CallBudget()
         try:
             send_message(conn, self._hello())
-            hello = read_message(conn)
+            hello = read_message(conn, untrusted=True)
             try:
                 check_version(hello.get("version"), serve_side=True)
                 pid, readonly = limits.parse_hello(hello)
@@ -138,7 +138,7 @@ class Serve:
                 self._viewers.append(link)
             link.start()
             while True:
-                self._handle(link, read_message(conn), budget)
+                self._handle(link, read_message(conn, untrusted=True), budget)
         except (WireError, OSError, EOFError):
             pass  # the viewer went away (closed, killed): the serve goes on
         finally:

@@ -18,19 +18,10 @@ from amdtop.model import NodeSnapshot, Topology
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
 from amdtop.pipeline.series import Series
 from amdtop.serve.client import ServeClient
+from amdtop.serve.delta import Held, apply_history_delta, held_back, history_delta, kept_parts
 from amdtop.serve.server import Serve
 from amdtop.serve.viewers import FramePacket, ViewerLink
-from amdtop.serve.wire import (
-    Held,
-    WireError,
-    apply_history_delta,
-    decode,
-    encode,
-    held_back,
-    history_delta,
-    kept_parts,
-    read_message,
-)
+from amdtop.serve.wire import WireError, decode, encode, read_message
 from tests.unit.test_serve import _wait, serve  # noqa: F401  (the fixture)
 
 

@@ -38,24 +38,24 @@ LOCAL_ONLY = {"subscribe", "latest", "deliver_in", "on_ramp", "close", "api_key"
 """The stream and the lifetime (frames and ramp updates come to a subscriber without a request, on the thread the
 view names), and the API key, which is never a request: nothing else is local-only."""
 W = "mistral-7b"
-ARGS: dict[str, tuple[Any, ...]] = {
-    "wake": (),
-    "request_state_files": (),
-    "status": (),
-    "launch": (W,),
-    "restart": (W,),
-    "stop": (W,),
-    "retune_diff": (W, {"max-num-seqs": "8"}),
-    "retune": (W, {"max-num-seqs": "8"}),
-    "sleep": (W,),
-    "stacks": (W,),
-    "signal_process": (999_999_999,),
-    "audit_fix": ("no-such-fix",),
-    "ramp_start": (W, "http://127.0.0.1:1", None, {}),
-    "ramp_abort": (W,),
-    "ramps": (),
-    "profile_words": (W,),
-}
+BY_NAME: dict[str, Any] = {"url": "http://127.0.0.1:1", "fix_id": "no-such-fix", "pid": 999_999_999}
+"""A value for the parameters whose name says more than their type (a URL, a finding's id, a pid that is no one's)."""
+BY_TYPE: dict[str, Any] = {"str": W, "Mapping[str, str]": {"max-num-seqs": "8"}, "dict[str, Any]": {}}
+
+
+def _sample(op: str) -> tuple[Any, ...]:
+    """One call of ``op``, its required parameters filled from their declared types: the op table is the protocol's."""
+    sig = inspect.signature(getattr(NodeService, op))
+    out: list[Any] = []
+    for p in list(sig.parameters.values())[1:]:
+        if p.default is not inspect.Parameter.empty:
+            break
+        hint = str(p.annotation)
+        out.append(BY_NAME[p.name] if p.name in BY_NAME else None if hint.endswith("| None") else BY_TYPE[hint])
+    return tuple(out)
+
+
+ARGS: dict[str, tuple[Any, ...]] = {op: _sample(op) for op in sorted(WIRE_OPS)}
 """One call of every wire op (a new op without one fails the first test)."""
 
 

@@ -15,7 +15,8 @@ from amdtop import runtime
 from amdtop.runtime import NodeSpec
 from amdtop.serve import server as server_module
 from amdtop.serve.server import Serve
-from amdtop.serve.wire import WIRE_PROTOCOL, WIRE_VERSION, field_fingerprint
+from amdtop.serve.wire import WIRE_PROTOCOL, WIRE_VERSION
+from amdtop.service.protocol import fingerprint as field_fingerprint
 
 
 class Mode(enum.Enum):
