@@ -8,6 +8,7 @@ from typing import Any
 
 from amdtop import runtime
 from amdtop.cli.common import node_spec, print_json, state_dir
+from amdtop.cli.served import first_frame, serve_of
 from amdtop.cpulist import parse_cpulist
 from amdtop.errors import InputError
 from amdtop.model import NodeSnapshot, WorkerState
@@ -15,6 +16,7 @@ from amdtop.probe.arith import format_size, parse_size
 from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.probe.model import ProbeResults, results_json
+from amdtop.serve.client import RemoteService
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
 MAX_SIZE = 8 * 1024**3
@@ -80,11 +82,18 @@ def run_probe_cmd(args: argparse.Namespace) -> int:
     if args.iters < 1:
         raise InputError("--iters: must be at least 1")
     # One tick of the node runtime: the GPUs' processes, amdtop's workers and the vLLM servers found running.
-    service = runtime.open(node_spec(args), follow_logs=False, kernel=False)
-    try:
-        frame = service.runtime.tick()
-    finally:
-        service.close()
+    client = serve_of(args)
+    if client is not None:  # the serve's newest frame: its workers guard the busy GPUs alike
+        try:
+            frame = first_frame(client)
+        finally:
+            client.close()
+    else:
+        service = runtime.open(node_spec(args), follow_logs=False, kernel=False)
+        try:
+            frame = service.runtime.tick()
+        finally:
+            service.close()
     snap = frame.snapshot
     if not snap.topology.gpus:  # --backend none, or a node whose GPUs are all gone
         raise InputError(f"probe: backend {snap.backend} lists no GPU to measure; pick a GPU backend with --backend")
@@ -107,6 +116,11 @@ def run_probe_cmd(args: argparse.Namespace) -> int:
         copy_size=copy_size,
     )
     save_results(state_dir(args), res)
+    served = serve_of(args)
+    if served is not None:
+        # The serve re-reads the state dir's files on its next tick: every view shows the new link rates.
+        RemoteService(served).request_state_files()
+        served.close()
     if args.json:
         print_json(results_json(res))
     else:

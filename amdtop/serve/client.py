@@ -221,6 +221,13 @@ class ServeClient:
     def _report(self, text: str) -> None:
         self._error_subs.publish(text)
 
+    def frame_now(self) -> NodeFrame:
+        """The newest frame received (RuntimeError before the first, as a runtime's ``latest``)."""
+        frame = self.frame
+        if frame is None:
+            raise RuntimeError("no sample yet")
+        return frame
+
     def wait_first_frame(self, timeout: float) -> NodeFrame | None:
         """The first frame (the serve sends its newest at once), ``None`` after ``timeout``."""
         if self._reads_inline():
