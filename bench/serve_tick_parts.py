@@ -78,7 +78,7 @@ def main() -> int:
             _timed(parts, f"offer to {a.viewers} viewer queues", lambda: [v.offer_frame(packet) for v in links])  # noqa: B023
             previous = frame
     finally:
-        node.close()
+        node.shutdown()
     print(f"{a.mode}: {a.ticks} ticks, {len(frame.snapshot.gpus)} GPUs, {len(frame.workers)} workers")
     print(f"{'part':45} {'wall us':>10} {'cpu us':>10}")
     for name, samples in parts.items():

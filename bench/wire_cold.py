@@ -39,7 +39,7 @@ def main() -> int:
     try:
         frames = [node._node.pipeline.tick() for _ in range(300 + 2 + a.cold + 300)][300:]  # every series full (300 points)
     finally:
-        node.close()
+        node.shutdown()
     tiny = encode({"type": "x", "v": [1.0, 2.0]})
 
     def warm() -> None:

@@ -160,10 +160,6 @@ class AmdtopApp(ControlActions, App[int]):
         self.service.close()
 
     # -- frames ----------------------------------------------------------------------------------------------------
-    def wake_poller(self) -> None:
-        """Ask the node for a frame now (a control action changed the workers)."""
-        self.service.wake()
-
     def _frame_checks_tty(self) -> None:
         if self.watch_tty:
             now = time.monotonic()

@@ -96,8 +96,7 @@ class ControlActions:
             text = f"{verb} {name}: {result.state.value}"
         else:
             text = str(result) or f"{verb} {name}: done"
-        self.post_message(ControlDone(text, worker=name))
-        self.wake_poller()
+        self.post_message(ControlDone(text, worker=name))  # the service woke the node for it: no second wake
 
     @work(thread=True, group="control", exit_on_error=False, description="retune diff")
     def _retune_diff(self: AmdtopApp, name: str, changes: Mapping[str, str]) -> None:

@@ -100,5 +100,5 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous_term)
         # Its ramps aborted; the tick loop, the demo's workers, the monitors and the backend closed; real workers keep
         # running.
-        service.close()
+        service.shutdown()
     return int(result or 0)

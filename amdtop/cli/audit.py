@@ -53,7 +53,7 @@ def take_report(args: argparse.Namespace) -> AuditReport:
     try:
         frame = service.runtime.tick()
     finally:
-        service.close()
+        service.shutdown()
     if frame.audit is None:
         raise InputError("audit: the pipeline ran no audit")
     return frame.audit

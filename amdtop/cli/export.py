@@ -52,7 +52,7 @@ def run_export(args: argparse.Namespace) -> int:
         finally:
             exporter.stop()
     finally:
-        service.close()
+        service.shutdown()
     return 0
 
 

@@ -93,7 +93,7 @@ def run_probe_cmd(args: argparse.Namespace) -> int:
         try:
             frame = service.runtime.tick()
         finally:
-            service.close()
+            service.shutdown()
     snap = frame.snapshot
     if not snap.topology.gpus:  # --backend none, or a node whose GPUs are all gone
         raise InputError(f"probe: backend {snap.backend} lists no GPU to measure; pick a GPU backend with --backend")

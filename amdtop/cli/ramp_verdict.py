@@ -60,10 +60,10 @@ def cli_observer(
     try:
         first = service.runtime.tick()
     except Exception as exc:
-        service.close()
+        service.shutdown()
         return None, None, f"none ({exc})"
     service.runtime.start()
-    return _observer(service.runtime.latest, first, url, gpus, service.close, service.backend_name)
+    return _observer(service.runtime.latest, first, url, gpus, service.shutdown, service.backend_name)
 
 
 def _observer(

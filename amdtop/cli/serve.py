@@ -64,7 +64,7 @@ def run_serve(args: argparse.Namespace) -> int:
             serve.close()
         if exporter is not None:
             exporter.stop()
-        service.close()
+        service.shutdown()
     return 0
 
 

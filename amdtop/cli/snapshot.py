@@ -60,7 +60,7 @@ def sample_frame(args: argparse.Namespace) -> NodeFrame:
     try:
         return service.runtime.run_window(window)
     finally:
-        service.close()
+        service.shutdown()
 
 
 def _take(args: argparse.Namespace) -> NodeSnapshot:

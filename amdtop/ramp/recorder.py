@@ -111,10 +111,6 @@ class StepRecorder:
         self._t0 = 0.0
         self.metrics_ok = False
 
-    def set_window(self, start: float, end: float) -> None:
-        """The measurement window (levels outside it are dropped)."""
-        self._window = (start, end)
-
     async def _scrape(self) -> Scrape | None:
         try:
             resp = await self._http.get("/metrics")

@@ -58,7 +58,8 @@ class LocalService:
         self.readonly = readonly
         self._ramp_subs: Hub[RampSubscriber] = Hub("ramp")
         self._owner = ramps is None
-        """This service opened the node (and closes it); a :meth:`read_only` view of it does not."""
+        """This service opened the node (and ends it, and its ramps); a :meth:`read_only` view of it does not."""
+        self._own_ramps = self._owner
         self.node_ramps = ramps or NodeRamps(node.state_dir, node.runtime.latest, self._publish_ramp)
 
     def read_only(self) -> LocalService:
@@ -236,9 +237,15 @@ class LocalService:
         return None if control is None else control.api_key(name)
 
     def close(self) -> None:
-        """Abort the ramps and close the node: the tick loop, the demo's workers, the monitors and the backend (real
-        workers keep running). A :meth:`read_only` view closes nothing."""
-        if self._owner:
-            self._owner = False  # once: the serve and its command may both close it
+        """Leave the node (the protocol's ``close``: a view that leaves aborts the ramps it may have started; the node
+        stays open for whoever opened it, who ends it with :meth:`shutdown`). A :meth:`read_only` view aborts nothing."""
+        if self._own_ramps:
             self.node_ramps.abort_all()
+
+    def shutdown(self) -> None:
+        """Close the node :func:`amdtop.runtime.open` opened: the ramps, the tick loop, the demo's workers, the
+        monitors and the backend (real workers keep running). Once; a :meth:`read_only` view shuts nothing down."""
+        if self._owner:
+            self._owner = False  # once: the serve and its command may both end it
+            self.close()
             self._node.close()

@@ -32,7 +32,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         yield srv
     finally:
         srv.close()
-        node.close()
+        node.shutdown()
 
 
 async def _until(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]

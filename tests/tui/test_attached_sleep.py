@@ -34,7 +34,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         srv.close()
         if node._node.control is not None:
             node._node.control.stop(W, grace=2)
-        node.close()
+        node.shutdown()
 
 
 async def _until(cond: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -91,7 +91,7 @@ async def test_in_process_dashboard_refuses(held: Held) -> None:
     try:
         await _launch_is_refused(app)
     finally:
-        node.close()
+        node.shutdown()
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def serve(held: Held) -> Iterator[Serve]:
         yield srv
     finally:
         srv.close()
-        node.close()
+        node.shutdown()
 
 
 async def test_attached_viewer_refuses(held: Held, serve: Serve) -> None:

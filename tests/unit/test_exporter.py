@@ -450,4 +450,4 @@ def test_a_runtime_exporter_polls_on_the_runtime_clock_whoever_scrapes(tmp_path:
         assert calls[0] == 2
         assert scrape(exp)["amdtop_exporter_polls"].samples[0].value == 3  # the runtime's polls, not 12 scrapes
     finally:
-        node.close()
+        node.shutdown()

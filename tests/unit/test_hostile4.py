@@ -423,7 +423,7 @@ def test_item8_a_broken_profile_hides_no_running_worker(
             node._node.control.stop("w", grace=0.2)
             assert not alive({int(p.suffix[1:]) for p in tmp_path.glob("out.*")})
     finally:
-        node.close()
+        node.shutdown()
 
 
 def test_item14_the_serve_names_the_broken_profile_not_read_only(

@@ -45,7 +45,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         yield srv
     finally:
         srv.close()
-        service.close()
+        service.shutdown()
 
 
 def _wait(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

@@ -181,7 +181,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         yield srv
     finally:
         srv.close()
-        node.close()
+        node.shutdown()
 
 
 def _raw_viewer(serve: Serve, hello: dict[str, object] | None = None) -> socket.socket:

@@ -73,7 +73,7 @@ def test_a_viewer_and_an_older_serve_refuse_with_one_line(tmp_path: Path, monkey
         )
     finally:
         serve.close()
-        node.close()
+        node.shutdown()
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert lines == [f"amdtop: error: serve is {old}, viewer {WIRE_VERSION}: restart serve"]

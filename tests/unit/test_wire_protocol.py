@@ -166,7 +166,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         yield srv
     finally:
         srv.close()
-        service.close()
+        service.shutdown()
 
 
 def _viewer(serve: Serve) -> socket.socket:

@@ -52,7 +52,7 @@ def demo_frames() -> list[NodeFrame]:
     try:
         return [node._node.pipeline.tick() for _ in range(4)]
     finally:
-        node.close()
+        node.shutdown()
 
 
 def test_whole_and_delta_frames_come_back_equal(demo_frames: list[NodeFrame]) -> None:
