@@ -15,9 +15,8 @@ from textual import work
 
 from amdtop.audit.gate import GateRefused
 from amdtop.exporter import runtime_exporter
-from amdtop.model import Topology, WorkerState, WorkerStatus
+from amdtop.model import WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame
-from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.ramp.target import check_base_url
 from tui.gate_dialog import offer_force
@@ -108,14 +107,10 @@ class ControlActions:
         self.post_message(RetuneDiffReady(name, changes, diff))
 
     @work(thread=True, group="probe", exclusive=True, exit_on_error=False, description="link probe")
-    def _probe(self: AmdtopApp, topology: Topology, gpus: Sequence[int], groups: Mapping[str, Sequence[int]]) -> None:
+    def _probe(self: AmdtopApp, gpus: Sequence[int]) -> None:
         try:
-            from amdtop.probe.runner import run_probe
-            from amdtop.probe.torch_runner import TorchDist
-
-            results = run_probe(TorchDist(), topology, gpus, PROBE_SIZES, workers=groups)
-            save_results(self.state_dir, results)
-            self.service.request_state_files()  # the node reads them (in-process or the serve, one state dir)
+            # The node runs it (in-process, or the serve: its process, its state dir) and every view shows the rates.
+            results = self.service.probe_links(tuple(gpus), PROBE_SIZES)
         except Exception as exc:  # torch missing, CUDA/ROCm errors: one line, the dashboard goes on
             self.post_message(ControlDone(str(exc) if str(exc).startswith("probe") else f"probe: {exc}", error=True))
             return
@@ -154,7 +149,6 @@ class ControlActions:
         gpus = [g.index for g in topology.gpus]
         running = {w.name: w for w in frame.workers if w.pid}
         busy = busy_gpus(frame.snapshot, running, gpus, own_pid=os.getpid())
-        groups = {name: tuple(w.gpus) for name, w in running.items() if w.gpus}
         warning = f"\n\nGPUs in use: {', '.join(busy)}: their workers will slow down." if busy else ""
         question = (
             f"Run the link probe on GPUs {','.join(map(str, gpus))}?\n"
@@ -164,7 +158,7 @@ class ControlActions:
         def done(ok: bool | None) -> None:
             if ok:
                 self.notify("link probe running…", timeout=4)
-                self._probe(topology, gpus, groups)
+                self._probe(gpus)
 
         self.push_screen(ConfirmScreen(question, yes="Probe"), done)
 

@@ -39,7 +39,7 @@ def run_export(args: argparse.Namespace) -> int:
             service.runtime.tick()
         except Exception as exc:  # served as 500 "no sample yet" until a tick works; the loop keeps trying
             sys.stderr.write(f"amdtop: warning: first poll failed: {exc}\n")
-        exporter = runtime_exporter(service.runtime, args.listen)
+        exporter = runtime_exporter(service, args.listen)
         exporter.start()
         service.runtime.start()
         if not is_loopback(host):

@@ -44,7 +44,7 @@ def run_serve(args: argparse.Namespace) -> int:
             service.runtime.tick()
         except Exception as exc:
             sys.stderr.write(f"amdtop: warning: first poll failed: {exc}\n")
-        exporter = runtime_exporter(service.runtime, args.listen)
+        exporter = runtime_exporter(service, args.listen)
         exporter.start()
         if not is_loopback(host):
             sys.stderr.write(f"amdtop: warning: exporter on {host}, not loopback: anyone who can reach it reads it\n")

@@ -27,6 +27,7 @@ from amdtop.runtime.ramps import NodeRamps
 from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
 
 if TYPE_CHECKING:
+    from amdtop.probe.model import ProbeResults
     from amdtop.supervisor.owner import SupervisorOwner
     from amdtop.supervisor.stopper import StopReport
 
@@ -74,6 +75,15 @@ class LocalService:
     def runtime(self) -> NodeRuntime:
         """The tick loop (start it, tick it, subscribe to it): the serve, ``export`` and ``snapshot --window`` run it."""
         return self._node.runtime
+
+    @property
+    def polls(self) -> int:
+        """Ticks tried so far (the exporter's ``amdtop_exporter_polls``: the node's polls, never a scrape's)."""
+        return self._node.runtime.polls
+
+    @property
+    def last_duration_s(self) -> float:
+        return self._node.runtime.last_duration_s
 
     @property
     def notes(self) -> list[str]:
@@ -194,6 +204,32 @@ class LocalService:
         if finding.worker is None or finding.fix.kind not in ("retune", "profile_env") or not finding.fix.changes:
             raise InputError(f"audit fix {finding.fix_id}: not a retune of a worker; apply it by hand")
         return self._changed(control.retune(finding.worker, dict(finding.fix.changes)))
+
+    def probe_links(
+        self, gpus: tuple[int, ...], sizes: tuple[int, ...], iters: int = 10, copy_size: int | None = None
+    ) -> ProbeResults:
+        from amdtop.probe.cache import save_results
+        from amdtop.probe.runner import run_probe
+        from amdtop.probe.torch_runner import TorchDist
+
+        frame = self.latest()
+        if not sizes or iters < 1:
+            raise InputError("probe: give at least one size and one iteration")
+        known = {g.index for g in frame.snapshot.topology.gpus}
+        if not gpus or not set(gpus) <= known:
+            raise InputError(f"probe: GPUs {list(gpus)} are not this node's ({sorted(known)})")
+        groups = {w.name: tuple(w.gpus) for w in frame.workers if w.pid and w.gpus}
+        try:
+            results = run_probe(
+                TorchDist(), frame.snapshot.topology, gpus, sizes, workers=groups, iters=iters, copy_size=copy_size
+            )
+        except InputError:
+            raise
+        except AmdtopError as exc:  # no PyTorch, no GPU of its own: the line every view shows, in-process or not
+            raise AmdtopError(str(exc)) from None
+        save_results(self._node.state_dir, results)
+        self.request_state_files()  # every view shows the new rates from the next frame on
+        return results
 
     # -- ramps ------------------------------------------------------------------------------------------------------
     def ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.probe.model import ProbeResults
 from amdtop.supervisor.stopper import StopReport
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -120,6 +121,14 @@ class NodeService(Protocol):
     @op(control=True)
     def audit_fix(self, fix_id: str) -> WorkerStatus:
         """Apply the newest audit's fix ``fix_id`` (a retune of its worker)."""
+        ...
+
+    @op(control=True)
+    def probe_links(
+        self, gpus: tuple[int, ...], sizes: tuple[int, ...], iters: int = 10, copy_size: int | None = None
+    ) -> ProbeResults:
+        """Run the link probe on ``gpus`` (copies between every pair, all-reduce per running worker's GPUs at each of
+        ``sizes``), in the node's process: its results are cached in the state dir and every view shows them."""
         ...
 
     # -- ramps ------------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ view names), and the API key, which is never a request: nothing else is local-on
 W = "mistral-7b"
 BY_NAME: dict[str, Any] = {"url": "http://127.0.0.1:1", "fix_id": "no-such-fix", "pid": 999_999_999}
 """A value for the parameters whose name says more than their type (a URL, a finding's id, a pid that is no one's)."""
-BY_TYPE: dict[str, Any] = {"str": W, "Mapping[str, str]": {"max-num-seqs": "8"}, "dict[str, Any]": {}}
+BY_TYPE: dict[str, Any] = {"str": W, "Mapping[str, str]": {"max-num-seqs": "8"}, "dict[str, Any]": {}, "tuple[int, ...]": (0,)}
 
 
 def _sample(op: str) -> tuple[Any, ...]:
@@ -185,6 +185,8 @@ def test_wrong_names_give_the_same_one_line_errors(stack: Stack) -> None:
         ("signal_process", (999_999_999,)),
         ("ramp_abort", ("nope",)),
         ("retune", ("mistral-7b", {"max-num-seqs": "-3"})),
+        ("probe_links", ((0, 1), (1 << 20,))),  # no PyTorch (or no GPU of its own) here: one line, alike
+        ("probe_links", ((99,), (1 << 20,))),  # not this node's GPU
     ]
     for op, args in calls:
         here = _outcome(stack.local, op, *args)
