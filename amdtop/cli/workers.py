@@ -11,23 +11,26 @@ import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from amdtop import runtime
 from amdtop.audit.context import AuditContext, target_of
 from amdtop.audit.rules_numa import localities
 from amdtop.cli.common import default_config, node_spec, print_json
+from amdtop.cli.served import first_frame
 from amdtop.engines_json import worker_extra_json
 from amdtop.errors import AmdtopError, InputError
 from amdtop.health.stall import health_json
 from amdtop.model import Topology, WorkerStatus
-from amdtop.runtime.node import command_supervisor
+from amdtop.runtime import LocalService, NodeParts
 from amdtop.serve.client import RemoteService, ServeClient, attach
+from amdtop.service.api import NodeService
 from amdtop.supervisor.readiness import wait_ready
 from amdtop.supervisor.retune import parse_changes
 
 if TYPE_CHECKING:
     # Annotations only: the supervisor loads when a command opens one (amdtop.runtime.node), not with the parser.
-    from amdtop.supervisor import StopReport, Supervisor
+    from amdtop.supervisor import StopReport
 
 MAX_SECONDS = 7 * 24 * 3600.0
 """Longest --grace/--timeout taken: a week; more is a typo that would leave a stop hanging."""
@@ -98,47 +101,52 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     sk.set_defaults(func=run_stacks)
 
 
-def open_supervisor(args: argparse.Namespace) -> Supervisor:
-    """A supervisor for the profile file, state dir and backend the arguments name, gated on a fresh sample (no serve
-    runs for the state dir: one supervisor per state dir).
-
-    Lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a running worker (they work from its
-    launch record); ``launch`` and ``retune`` still refuse with the file's error. An explicit ``--config`` that does
-    not exist is an error (a typo would otherwise read as "no workers")."""
-    if args.config and not args.demo and not os.path.lexists(args.config):
-        raise InputError(
-            f"--config: {args.config} does not exist; fix the path, or leave --config out for {default_config()}"
-        )
-    return command_supervisor(node_spec(args))
-
-
 class Workers:
-    """The workers of one state dir as a command reaches them: the serve's service when a serve runs there (its
-    supervisor owns the workers, and does what the command asks), else a supervisor of this process's own. Both take
-    the calls below by the same names and arguments."""
+    """The workers of one state dir as a command reaches them: the node service of the serve when one runs there
+    (its supervisor owns the workers and does what the command asks), else the same service opened in this process
+    (:func:`amdtop.runtime.open`, its own supervisor). One supervisor per state dir either way; the calls below
+    take the same names and arguments on both.
+
+    In-process the supervisor is lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a
+    running worker (they work from its launch record); ``launch`` and ``retune`` still refuse with the file's error.
+    An explicit ``--config`` that does not exist is an error (a typo would otherwise read as "no workers")."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         spec = node_spec(args)
         self.state_dir = spec.state_dir
         self.client: ServeClient | None = attach(spec.state_dir, readonly=spec.readonly)
-        self.remote = RemoteService(self.client) if self.client is not None else None
-        self.sup = open_supervisor(args) if self.client is None else None
-        self.control: Any = self.remote if self.remote is not None else self.sup
+        self.local: LocalService | None = None
+        self.control: NodeService
+        if self.client is not None:
+            self.control = RemoteService(self.client)
+        else:
+            if args.config and not args.demo and not os.path.lexists(args.config):
+                raise InputError(
+                    f"--config: {args.config} does not exist; fix the path, or leave --config out for "
+                    f"{default_config()}"
+                )
+            self.local = runtime.open(
+                spec, supervise=True, follow_logs=False, kernel=False, parts=NodeParts(discover=False)
+            )
+            self.control = self.local
 
     def topology(self) -> Topology:
-        if self.sup is not None:
-            return self.sup.topology
+        if self.local is not None:
+            return self.local.topology()
         assert self.client is not None
-        frame = self.client.wait_first_frame(10.0)
-        return frame.snapshot.topology if frame is not None else Topology((), (), ())
+        return first_frame(self.client).snapshot.topology
 
     def status_one(self, name: str) -> WorkerStatus:
-        if self.sup is not None:
-            return self.sup.status_one(name)
-        for st in self.control.status():
+        rows = self.control.status()
+        for st in rows:
             if st.name == name:
-                return cast(WorkerStatus, st)
-        raise InputError(f"worker[{name}]: no such worker in the serve's profiles")
+                return st
+        known = ", ".join(st.name for st in rows) or "none"
+        raise InputError(f"worker[{name}]: no such worker; use one of: {known}")
+
+    def report(self) -> tuple[list[str], Exception | None]:
+        """The status pass's notes and the profile file's error (a serve says its own on its stderr)."""
+        return self.local.supervisor_report() if self.local is not None else ([], None)
 
     def forced(self, name: str) -> tuple[str, ...]:
         """The launch gate's reasons ``--force`` overrode for ``name``'s run (its state record)."""
@@ -151,8 +159,8 @@ class Workers:
         return wait_ready(lambda: self.status_one(name), name, timeout)
 
     def close(self) -> None:
-        if self.sup is not None:
-            self.sup.close()
+        if self.local is not None:
+            self.local.shutdown()
         if self.client is not None:
             self.client.close()
 
@@ -257,18 +265,18 @@ def run_status(args: argparse.Namespace) -> int:
     try:
         rows = list(workers.control.status())
         topology = workers.topology() if args.json else None
+        notes, config_error = workers.report()
     finally:
         workers.close()
     if topology is not None:
         print_json(with_locality([status_json(r) for r in rows], rows, topology))
     else:
         sys.stdout.write(render_status(rows))
-    sup = workers.sup  # a serve says its notes and the profile file's error on its own stderr
-    for note in sup.notes if sup is not None else ():
+    for note in notes:
         sys.stderr.write(f"amdtop: note: {note}\n")
-    if sup is not None and sup.config_error is not None:
+    if config_error is not None:
         # The rows above come from the launch records; the file still needs fixing.
-        raise sup.config_error
+        raise config_error
     return 0
 
 

@@ -9,8 +9,6 @@ from amdtop.audit.gate import LaunchGate
 from amdtop.model import NodeSnapshot, Topology
 from amdtop.runtime.loop import NodeRuntime
 from amdtop.runtime.spec import NodeSpec
-from amdtop.telemetry.base import TelemetryBackend
-from amdtop.telemetry.sim import SimBackend
 
 
 def frame_gate(runtime: Callable[[], NodeRuntime], topology: Topology, spec: NodeSpec) -> LaunchGate:
@@ -25,23 +23,5 @@ def frame_gate(runtime: Callable[[], NodeRuntime], topology: Topology, spec: Nod
         loop = runtime()
         loop.pipeline.request_processes()  # the process lists of now, not of the last reading (up to 3 s old)
         return loop.tick().snapshot
-
-    return LaunchGate(topology, sample, sys_root=spec.sysfs_root)
-
-
-def fresh_gate(spec: NodeSpec, topology: Topology, backend: TelemetryBackend | None) -> LaunchGate:
-    """The gate of a one-shot command (``amdtop workers`` with no serve running): a fresh sample at launch time (the
-    backend is opened again then, as the one that read the topology is closed by then)."""
-
-    def sample() -> NodeSnapshot | None:
-        if backend is None:
-            return None
-        if isinstance(backend, SimBackend):
-            return backend.sample()
-        fresh = spec.open_backend()
-        try:
-            return fresh.sample()
-        finally:
-            fresh.close()
 
     return LaunchGate(topology, sample, sys_root=spec.sysfs_root)

@@ -4,9 +4,8 @@ built) with its launch gate, the log and kernel-fault monitors, the pipeline, it
 Every command that watches the node goes through :func:`open_node` (by :func:`amdtop.runtime.open`, which wraps the
 node in its service): the dashboard and ``amdtop serve`` (``ui=True``: the simulated node when no GPU is found, the
 supervisor under its owner thread, gated on a frame ticked for the launch), ``snapshot``, ``export``, ``probe`` and
-``ramp`` (read only). ``amdtop workers`` with no serve running builds its supervisor through
-:func:`command_supervisor`, gated on a fresh sample (:func:`amdtop.runtime.gate.fresh_gate`). Every supervisor gets
-its gate as a constructor argument.
+``ramp`` (read only), and ``amdtop workers`` with no serve running (``supervise=True``: its own supervisor, writable).
+Every supervisor gets its gate as a constructor argument.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from amdtop.kernel.bus_check import raise_if_on_bus
 from amdtop.model import Topology
 from amdtop.pipeline.producer import NodePipeline
 from amdtop.runtime.autostart import DemoAutostart, FailureSink
-from amdtop.runtime.gate import frame_gate, fresh_gate
+from amdtop.runtime.gate import frame_gate
 from amdtop.runtime.kernel import kernel_monitor
 from amdtop.runtime.loop import NodeRuntime
 from amdtop.runtime.spec import NodeSpec
@@ -78,32 +77,6 @@ def _new_supervisor(
         readonly=readonly,
         lenient=lenient,
     )
-
-
-def command_supervisor(spec: NodeSpec) -> Supervisor:
-    """The supervisor of a one-shot ``amdtop workers`` with no serve running for the state dir, gated on a fresh
-    sample of the node at launch time (:func:`~amdtop.runtime.gate.fresh_gate`).
-
-    Lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a running worker. A host without
-    GPUs (``--backend auto`` finding none) still supervises CPU-only workers (``gpus = []``)."""
-    try:
-        backend: TelemetryBackend | None = spec.open_backend()
-    except NoGpuFound:
-        if spec.backend != "auto":
-            raise
-        backend = None
-    if backend is None:
-        # A host without GPUs can still run CPU workers (gpus = []): validate against its NUMA nodes alone.
-        sys.stderr.write("amdtop: no GPU found; supervising CPU-only workers (profiles must use gpus = [])\n")
-        topology = cpu_only_topology(spec)
-    else:
-        try:
-            topology = backend.topology()
-        finally:
-            if not isinstance(backend, SimBackend):
-                backend.close()
-    gate = fresh_gate(spec, topology, backend)
-    return _new_supervisor(spec, topology, gate, backend=backend, readonly=spec.readonly, lenient=True)
 
 
 @dataclass(frozen=True)
@@ -178,12 +151,18 @@ class Node:
         return self.spec.state_dir
 
 
-def _backend(spec: NodeSpec, ui: bool) -> tuple[TelemetryBackend, bool, list[str]]:
+def _backend(spec: NodeSpec, ui: bool, supervise: bool) -> tuple[TelemetryBackend, bool, list[str]]:
     try:
         return spec.open_backend(), spec.demo, []
     except NoGpuFound:
         # GPUs on the PCI bus that no backend shows failed to come up: say so (GpusFailedInit), never the demo
         raise_if_on_bus(spec.sysfs_root, spec.kernel_log)
+        if supervise and spec.backend == "auto":
+            # A host without GPUs can still run CPU workers (gpus = []): validated against its NUMA nodes alone.
+            sys.stderr.write("amdtop: no GPU found; supervising CPU-only workers (profiles must use gpus = [])\n")
+            from amdtop.telemetry.none_backend import NoneBackend
+
+            return NoneBackend(spec.backend_options()), False, []
         if not ui:
             raise
         return SimBackend(seed=spec.seed, partition=spec.demo_partition), True, [NO_GPU_BANNER]
@@ -232,24 +211,35 @@ def open_node(
     kernel: bool = True,
     interval: float | None = None,
     parts: NodeParts | None = None,
+    supervise: bool = False,
 ) -> Node:
     """Open the node ``spec`` names and its pipeline; the tick loop is not started (call ``runtime.start()``), nor
     the demo's autostart (:meth:`Node.start_demo`).
 
     ``ui``: the dashboard's or the serve's node (simulated when no GPU is found; the supervisor writable unless
     ``readonly``, gated on the newest frame, and its failure a banner note); else a headless command's (a read-only
-    supervisor, its failure a stderr warning). ``parts``: stand-ins for what the spec would open (:class:`NodeParts`).
+    supervisor, its failure a stderr warning). ``supervise``: a command that controls the workers with no serve
+    running (``amdtop workers``): its supervisor writable unless ``readonly``, built whatever the profile file holds
+    (its error kept for the command to report), and a host without GPUs supervising CPU-only workers.
+    ``parts``: stand-ins for what the spec would open (:class:`NodeParts`).
     """
     parts = parts or NodeParts()
     if parts.backend is not None:
         backend, demo, notes = parts.backend, spec.demo, list[str]()
     else:
-        backend, demo, notes = _backend(spec, ui)
+        backend, demo, notes = _backend(spec, ui, supervise)
     # The gate is the supervisor's from its construction; it ticks this node's loop, made below, when a launch asks.
     loop: list[NodeRuntime] = []
     gate = frame_gate(lambda: loop[0], backend.topology(), spec)
     try:
-        sup = None if parts.workers is not None else _supervisor(spec, backend, gate, demo, ui, notes)
+        if parts.workers is not None:
+            sup = None
+        elif supervise:
+            # The command's own supervisor, writable unless --readonly, lenient: a bad profile file leaves status,
+            # stop and restart of a running worker working (launch and retune refuse with its error).
+            sup = _new_supervisor(spec, backend.topology(), gate, backend=backend, readonly=spec.readonly, lenient=True)
+        else:
+            sup = _supervisor(spec, backend, gate, demo, ui, notes)
         from amdtop.supervisor.owner import SupervisorOwner  # lazy: see _new_supervisor
 
         # A stand-in answers what the owner answers (the service's controls call it by the same names).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from amdtop.errors import AmdtopError, InputError
 from amdtop.gpuprocs.signals import Refusal, plan_signal, send_signal
 from amdtop.hub import Hub
-from amdtop.model import WorkerStatus
+from amdtop.model import Topology, WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime.autostart import DemoAutostart, FailureSink
 from amdtop.runtime.loop import NodeRuntime
@@ -43,7 +43,7 @@ def _read_only_checked(cls: C) -> C:
 
         def checked(self: LocalService, *args: Any, _op: str = op, _method: Any = method, **kwargs: Any) -> Any:
             if self.readonly:
-                raise AmdtopError(f"{_op}: {READ_ONLY}")
+                raise InputError(f"{_op}: {READ_ONLY}")  # a flag that forbids it: bad input, exit 2
             return _method(self, *args, **kwargs)
 
         setattr(cls, op, functools.wraps(method)(checked))
@@ -98,6 +98,16 @@ class LocalService:
     @property
     def backend_name(self) -> str:
         return self._node.backend.name
+
+    def topology(self) -> Topology:
+        """The node's topology (the backend's; no tick)."""
+        return self._node.backend.topology()
+
+    def supervisor_report(self) -> tuple[list[str], Exception | None]:
+        """What the supervisor's last status pass ignored (one line each) and the profile file's error, for a command
+        that supervises in-process (``amdtop workers``) to say, as the dashboard's banner says the error."""
+        sup = self._node.supervisor
+        return ([], None) if sup is None else (list(sup.notes), sup.config_error)
 
     def start_demo(self, on_failure: FailureSink | None = None) -> DemoAutostart | None:
         """Launch the stopped demo workers in the background (see :meth:`amdtop.runtime.node.Node.start_demo`)."""

@@ -469,7 +469,7 @@ def test_item4_an_audit_fix_the_gate_refuses_leaves_the_profile_byte_identical(
     from amdtop.audit.fix import apply_fix, plan_fix
     from amdtop.audit.gate import GateRefused
     from amdtop.audit.model import Finding, Fix
-    from amdtop.cli.workers import open_supervisor
+    from amdtop.cli.workers import Workers
 
     argv, cfg, root = _gate_node(tmp_path)
     cleanup.append(tmp_path / "state")
@@ -478,7 +478,8 @@ def test_item4_an_audit_fix_the_gate_refuses_leaves_the_profile_byte_identical(
     (root / "devices/pci0000:00/0000:26:00.0/ras").mkdir(parents=True, exist_ok=True)
     (root / "devices/pci0000:00/0000:26:00.0/ras/umc_err_count").write_text("ue: 4\nce: 0\n")
     before = cfg.read_bytes()
-    sup = open_supervisor(build_parser().parse_args([*argv, "workers", "status"]))
+    workers = Workers(build_parser().parse_args([*argv, "workers", "status"]))
+    sup = workers.control
     try:
         finding = Finding(
             "vllm_max_num_seqs", "warn", "worker", "built finding", (), "", "", Fix("retune", (("max-num-seqs", "32"),)),
@@ -490,4 +491,4 @@ def test_item4_an_audit_fix_the_gate_refuses_leaves_the_profile_byte_identical(
         assert alive(pids) == pids
     finally:
         sup.stop("llama", grace=0.2)
-        sup.close()
+        workers.close()

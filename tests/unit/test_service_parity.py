@@ -204,7 +204,7 @@ def test_read_only_refuses_every_control_op_the_same_way(stack: Stack, tmp_path:
             fn_args = ARGS[op]
             here = _outcome(local, op, *fn_args)
             there = _outcome(remote, op, *fn_args)
-            assert here == there == ("AmdtopError", f"{op}: {READ_ONLY}"), op
+            assert here == there == ("InputError", f"{op}: {READ_ONLY}"), op
             # The serve refuses the read-only viewer's request itself too (a viewer that skips the check): the
             # service's one read-only check, the same line.
             with pytest.raises(AmdtopError, match=f"{op}: refused: read-only"):

@@ -99,7 +99,7 @@ def test_a_read_only_client_is_refused_by_the_serve(tmp_path: Path, cleanup: lis
     serve = _serve(tmp_path, state, *argv)
     try:
         done = _amdtop([*argv, "--readonly"], "launch", "llama")
-        assert done.returncode == 1
+        assert done.returncode == 2
         assert done.stderr.strip() == "amdtop: error: launch: refused: read-only (--readonly); restart without " \
             "--readonly to control workers", done.stderr  # fmt: skip
         assert not list(tmp_path.glob("out.*"))
