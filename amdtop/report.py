@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from amdtop.cpulist import format_cpulist
 from amdtop.engines_json import worker_extra_json
+from amdtop.flag_json import flag_json
 from amdtop.gpuprocs.report import add_processes
 from amdtop.health.report import fabric_json, gpu_health_json
 from amdtop.health.stall import health_json
@@ -15,24 +16,8 @@ from amdtop.incidents.model import incident_json
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
 from amdtop.rccl.views import worker_logs_json
 
-if TYPE_CHECKING:  # the pipeline reads the probe cache, whose JSON uses flag_json from here
+if TYPE_CHECKING:
     from amdtop.pipeline.frame import NodeFrame, TpGroup
-
-
-def flag_json(flag: Flag) -> dict[str, Any]:
-    """One flag as a ``flags[]`` entry."""
-    out: dict[str, Any] = {"kind": flag.kind.value, "message": flag.message}
-    if flag.worker is not None:
-        out["worker"] = flag.worker
-    if flag.gpus:
-        out["gpus"] = list(flag.gpus)
-    if flag.metric is not None:
-        out["metric"] = flag.metric
-    if flag.spread_pct is not None:
-        out["spread_pct"] = round(flag.spread_pct, 2)
-    for key, value in flag.extra:
-        out[key] = value
-    return out
 
 
 def topology_json(topology: Topology) -> dict[str, Any]:

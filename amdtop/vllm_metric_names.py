@@ -135,11 +135,6 @@ def histogram_names(key: str, suffix: str) -> tuple[str, ...]:
     return tuple(n + suffix for n in BY_KEY[key].names)
 
 
-def wanted_prefixes() -> tuple[str, ...]:
-    """Every base name of the table (a sample line is read only when it starts with one of them)."""
-    return tuple(n for m in TABLE for n in m.names)
-
-
 def markdown_table() -> str:
     """The table as Markdown (docs/vllm-metrics.md is generated from it and a test keeps the two equal)."""
     rows = [

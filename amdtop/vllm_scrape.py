@@ -167,11 +167,6 @@ class Scrape:
                     out[engine] = max(out[engine], SLEEP_LEVELS[state])
         return out
 
-    def labels_of(self, name: str) -> dict[str, str]:
-        """The labels of the first series of ``name`` (info gauges such as ``vllm:cache_config_info``)."""
-        samples = self.series.get(name)
-        return dict(samples[0][0]) if samples else {}
-
     def summed(self) -> dict[str, float]:
         """Every sample name with its values added up over labels (the old flat view; gauges here are sums)."""
         return {name: sum(v for _, v in samples) for name, samples in self.series.items()}

@@ -26,6 +26,7 @@ from amdtop.analysis.discover import discover_vllm
 from amdtop.pipeline import NodePipeline
 from amdtop.supervisor import Supervisor, procs
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 
 def tick_cpu(pipeline: NodePipeline, ticks: int, interval: float, extra: object = None) -> float:
@@ -66,13 +67,17 @@ def main() -> int:
     a = ap.parse_args()
     sim = SimBackend()
     state = Path(tempfile.mkdtemp(prefix="amdtop-bench-"))
-    sup = Supervisor(state / "none.toml", state, topology=sim.topology(), demo=True, sim=sim, demo_port_base=18350)
+    sup = Supervisor(
+        state / "none.toml", state, gate=PASS, topology=sim.topology(), demo=True, sim=sim, demo_port_base=18350
+    )
     for name in sup.names():
         sup.launch(name)
     for name in sup.names():
         sup.wait_ready(name, timeout=60)
     ro_state = Path(tempfile.mkdtemp(prefix="amdtop-bench-ro-"))
-    ro_sup = Supervisor(ro_state / "none.toml", ro_state, topology=sim.topology(), demo=True, sim=sim, readonly=True)
+    ro_sup = Supervisor(
+        ro_state / "none.toml", ro_state, gate=PASS, topology=sim.topology(), demo=True, sim=sim, readonly=True
+    )
     sleepers: list[subprocess.Popen[bytes]] = []
     results: dict[str, list[float]] = {}
     walks: dict[str, list[float]] = {}
@@ -110,7 +115,10 @@ def main() -> int:
             sup.stop(name, grace=2)
         sup.close()
     med = {k: statistics.median(v) * 1e3 for k, v in results.items()}
-    out = {"ms_per_tick": {k: round(v, 3) for k, v in med.items()}, "runs": {k: [round(x * 1e3, 3) for x in v] for k, v in results.items()}}
+    out = {
+        "ms_per_tick": {k: round(v, 3) for k, v in med.items()},
+        "runs": {k: [round(x * 1e3, 3) for x in v] for k, v in results.items()},
+    }
     busy = f"+{a.procs}procs"
     out["full_walk_ms"] = {k: round(statistics.median(v) * 1e3, 2) for k, v in walks.items()}
     out["ratios"] = {

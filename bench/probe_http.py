@@ -19,6 +19,7 @@ import httpx
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.metrics import Prober
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 
 def main() -> int:
@@ -28,7 +29,9 @@ def main() -> int:
     a = ap.parse_args()
     sim = SimBackend()
     state = Path(tempfile.mkdtemp(prefix="amdtop-bench-"))
-    sup = Supervisor(state / "none.toml", state, topology=sim.topology(), demo=True, sim=sim, demo_port_base=18650)
+    sup = Supervisor(
+        state / "none.toml", state, gate=PASS, topology=sim.topology(), demo=True, sim=sim, demo_port_base=18650
+    )
     name = sup.names()[0]
     sup.launch(name)
     try:

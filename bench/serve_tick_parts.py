@@ -1,5 +1,5 @@
 """Where one tick of ``amdtop serve`` goes, part by part, on this machine: the pipeline's tick (the backend poll, the
-workers' status pass, the analysis), the hour history's ``add``, and the frame's encodings for the viewers (the
+workers' status pass, the analysis), and the frame's encodings for the viewers (the
 whole frame, for a viewer that just attached or missed a tick; the delta form, for a viewer that holds the previous
 tick), the same frame fanned out to N viewers' queues (pickled once per form whatever N is), and (session 14) the
 viewer's side of a delta frame: decoded by the checking unpickler, its kept parts and history put back.
@@ -25,7 +25,6 @@ from typing import Any
 
 from amdtop import runtime
 from amdtop.runtime import NodeSpec
-from amdtop.serve.history import HourHistory
 from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import decode
 
@@ -58,7 +57,6 @@ def main() -> int:
     else:
         spec = NodeSpec(config=tmp / "none.toml", state_dir=tmp, demo=True)
     node = runtime.open(spec, ui=True, kernel=False)
-    history = HourHistory(spec.interval)
     # Viewers whose sockets nobody reads: the queues fill and drop, as for a stalled viewer (the writer threads are
     # not started: the fan-out is the serve's part of the cost).
     links = [ViewerLink(socket.socketpair()[0], i, False) for i in range(a.viewers)]
@@ -68,8 +66,7 @@ def main() -> int:
     """The viewer's own last frame (decoded, its series moved on from its own): what a delta is read against."""
     try:
         for _ in range(a.ticks):
-            frame = _timed(parts, "pipeline tick (poll, status, analysis)", node.pipeline.tick)
-            _timed(parts, "history.add", lambda: history.add(frame))  # noqa: B023
+            frame = _timed(parts, "pipeline tick (poll, status, analysis)", node._node.pipeline.tick)
             packet = FramePacket(frame, previous)
             _timed(parts, "encode whole frame", packet.whole)
             if previous is not None:
@@ -81,7 +78,7 @@ def main() -> int:
             _timed(parts, f"offer to {a.viewers} viewer queues", lambda: [v.offer_frame(packet) for v in links])  # noqa: B023
             previous = frame
     finally:
-        node.close()
+        node.shutdown()
     print(f"{a.mode}: {a.ticks} ticks, {len(frame.snapshot.gpus)} GPUs, {len(frame.workers)} workers")
     print(f"{'part':45} {'wall us':>10} {'cpu us':>10}")
     for name, samples in parts.items():

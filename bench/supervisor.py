@@ -18,6 +18,7 @@ from pathlib import Path
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.procs import scan
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 FAMILY = """
 import os, time
@@ -45,7 +46,7 @@ def main() -> None:
         f'[[worker]]\nname = "w"\nmodel = "m"\ngpus = [0]\nnuma_node = "none"\nport = 18090\n'
         f'command = ["{sys.executable}", "{tmp / "prog.py"}"]\n'
     )
-    sup = Supervisor(cfg, tmp / "state", topology=SimBackend().topology(), grace_s=5.0)
+    sup = Supervisor(cfg, tmp / "state", gate=PASS, topology=SimBackend().topology(), grace_s=5.0)
     status_s, stop_s, restart_s, peer_s = [], [], [], []
     for _ in range(n):
         st = sup.launch("w")

@@ -22,9 +22,9 @@ from textual.widget import Widget
 import tui.screens.dashboard as dashboard
 from amdtop import runtime
 from amdtop.runtime import NodeParts, NodeSpec
-from amdtop.service.local import LocalService
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 from tui.app import AmdtopApp
 
 spent: collections.Counter[str] = collections.Counter()
@@ -53,7 +53,9 @@ def main() -> int:
     timed(dashboard.DashboardScreen, "apply", lambda _: "apply (all)")
     sim = SimBackend()
     state = Path(tempfile.mkdtemp(prefix="amdtop-frame-"))
-    sup = Supervisor(state / "none.toml", state, topology=sim.topology(), demo=True, sim=sim, demo_port_base=18450)
+    sup = Supervisor(
+        state / "none.toml", state, gate=PASS, topology=sim.topology(), demo=True, sim=sim, demo_port_base=18450
+    )
     if a.workers:
         for name in sup.names():
             sup.launch(name)
@@ -63,7 +65,7 @@ def main() -> int:
     spec = NodeSpec(config=state / "none.toml", state_dir=state, readonly=not a.workers)
     parts = NodeParts(backend=sim, workers=sup, demo_load=sup.demo_load(), discover=False)
     node = runtime.open(spec, ui=True, kernel=False, parts=parts)
-    app = AmdtopApp(LocalService(node, state, readonly=not a.workers), state_dir=state)
+    app = AmdtopApp(node, state_dir=state)
     node.runtime.start()
 
     async def run() -> None:

@@ -28,17 +28,18 @@ def main() -> int:
     a = ap.parse_args()
     from amdtop import runtime
     from amdtop.runtime import NodeSpec
+    from amdtop.serve.delta import apply_history_delta, history_delta
     from amdtop.serve.viewers import FramePacket
-    from amdtop.serve.wire import apply_history_delta, decode, encode, history_delta
+    from amdtop.serve.wire import decode, encode
     from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture
 
     sys.modules["pynvml"] = ReplayNvml(load_fixture(Path(a.fixture)))  # type: ignore[assignment]
     tmp = Path(tempfile.mkdtemp(prefix="amdtop-cold-"))
     node = runtime.open(NodeSpec(config=tmp / "none.toml", state_dir=tmp, backend="nvml"), ui=True, kernel=False)
     try:
-        frames = [node.pipeline.tick() for _ in range(300 + 2 + a.cold + 300)][300:]  # every series full (300 points)
+        frames = [node._node.pipeline.tick() for _ in range(300 + 2 + a.cold + 300)][300:]  # every series full (300 points)
     finally:
-        node.close()
+        node.shutdown()
     tiny = encode({"type": "x", "v": [1.0, 2.0]})
 
     def warm() -> None:

@@ -1,7 +1,7 @@
 """The dashboard attached to an ``amdtop serve``: the serve's frames, its supervisor and its ramps.
 
 The app is the same :class:`tui.app.AmdtopApp` over a :class:`~amdtop.serve.client.RemoteService` (frames, controls
-and ramps through the socket) instead of the in-process :class:`~amdtop.service.local.LocalService`. When the serve goes away the viewer says so and
+and ramps through the socket) instead of the in-process :class:`~amdtop.runtime.service.LocalService`. When the serve goes away the viewer says so and
 exits with status 1 (it does not fall back to polling in-process: a second poller beside a restarted serve, or a
 browser tab that quietly starts polling, is what attaching exists to avoid; run ``amdtop`` again).
 """
@@ -62,7 +62,7 @@ def run_attached(args: argparse.Namespace, client: ServeClient) -> int:
         client.close()
         sys.stderr.write(f"amdtop: {client.gone}; the viewer exits\n")
         return 1
-    from tui.launch import exit_on_sigterm
+    from tui.sigterm import exit_on_sigterm
 
     restore_term = exit_on_sigterm(app)  # SIGTERM: the viewer leaves as on `q`, the terminal restored
     try:

@@ -6,7 +6,6 @@ import argparse
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -17,10 +16,10 @@ from amdtop.pcibus import GpusFailedInit
 from amdtop.runtime.autostart import DemoAutostart
 from amdtop.runtime.node import NO_GPU_BANNER
 from amdtop.serve.client import ServeNotAnswering, attach
-from amdtop.service.local import LocalService
+from tui.sigterm import exit_on_sigterm
 
 if TYPE_CHECKING:
-    from tui.app import AmdtopApp
+    pass
 
 __all__ = ["NO_GPU_BANNER", "DemoAutostart", "TerminalLoss", "run"]
 
@@ -48,62 +47,6 @@ class TerminalLoss:
     def on_sighup(self, _sig: int, _frame: object) -> None:
         # Signal handlers must return quickly: the cleanup stops processes and waits for them.
         threading.Thread(target=self.lost, name="terminal-lost", daemon=True).start()
-
-
-TERM_GRACE_S = 5.0
-"""How long a SIGTERM waits for the dashboard's own shutdown before it leaves the hard way."""
-RESTORE_TERMINAL = b"\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[?1049l\x1b[?25h"
-"""Mouse reporting off (every mode Textual turns on), bracketed paste off, the main screen back, the cursor shown."""
-
-
-def exit_on_sigterm(app: AmdtopApp, hard_exit: Callable[[], None] | None = None) -> Callable[[], None]:
-    """SIGTERM ends the dashboard as ``q`` does, so Textual's shutdown gives the terminal back as it found it
-    (alternate screen off, mouse reporting off, cursor shown): the default action killed the process and left all
-    three on. Should the shutdown not end within :data:`TERM_GRACE_S` (a terminal that takes no more output), the
-    restoring bytes are written without blocking and ``hard_exit`` runs (the demo's cleanup, then ``os._exit``).
-    Returns the function that puts the previous handler back."""
-
-    def leave() -> None:
-        deadline = time.monotonic() + TERM_GRACE_S
-        while time.monotonic() < deadline:
-            try:
-                app.call_from_thread(app.exit)
-                break
-            except RuntimeError:  # not running yet (a signal during start-up), or already gone
-                if app.return_code is not None:
-                    return
-                time.sleep(0.05)
-        while app.is_running and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if app.is_running:
-            _restore_terminal_now()
-            if hard_exit is not None:
-                hard_exit()
-            os._exit(1)
-
-    def on_term(_sig: int, _frame: object) -> None:
-        # A handler must return at once: the exit is asked for from a thread (call_from_thread waits for the loop).
-        threading.Thread(target=leave, name="sigterm", daemon=True).start()
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-
-    def put_back() -> None:
-        signal.signal(signal.SIGTERM, previous)
-
-    return put_back
-
-
-def _restore_terminal_now() -> None:
-    try:
-        fd = os.open("/dev/tty", os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError:
-        return
-    try:
-        os.write(fd, RESTORE_TERMINAL)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _no_serve(message: str, attach_only: bool) -> int:
@@ -135,23 +78,22 @@ def run(args: argparse.Namespace) -> int:
     if args.attach_only:
         return _no_serve(f"no amdtop serve runs for {spec.state_dir}: start `amdtop serve` first", True)
     try:
-        node = runtime.open(spec, ui=True)
+        service = runtime.open(spec, ui=True)
     except GpusFailedInit as exc:
         from tui.failed_gpus import FailedGpusApp
 
         return int(FailedGpusApp(exc.incident).run() or 1)
-    service = LocalService(node, spec.state_dir, readonly=spec.readonly)
     app = AmdtopApp(
         service,
-        interval=node.runtime.interval,
-        banner=" · ".join(node.notes) or None,
+        interval=service.runtime.interval,
+        banner=" · ".join(service.notes) or None,
         state_dir=spec.state_dir,
         watch_tty=True,
         config_path=spec.config,
         settle_heap=True,
     )
-    autostart = node.start_demo(app.failures.put)
-    loss = TerminalLoss(node.stop_demo)
+    autostart = service.start_demo(app.failures.put)
+    loss = TerminalLoss(service.stop_demo)
     app.on_terminal_lost = loss.lost
     # A closed terminal sends SIGHUP, whose default action kills us before the demo workers are stopped (real
     # workers are never stopped on exit). An inherited blocked mask would hide it: unblock it.
@@ -162,12 +104,13 @@ def run(args: argparse.Namespace) -> int:
     # refused); the hard way, should the shutdown hang, stops them too.
     restore_term = exit_on_sigterm(app, loss.lost if autostart is not None else None)
     # Polling starts now: the dashboard draws the newest frame when it mounts and every one after.
-    node.runtime.start()
+    service.runtime.start()
     try:
         result = app.run()
     finally:
         signal.signal(signal.SIGHUP, previous)
         restore_term()
-        service.close()  # its ramps are aborted
-        node.close()  # the tick loop, the demo's workers, the monitors and the backend; real workers keep running
+        # Its ramps aborted; the tick loop, the demo's workers, the monitors and the backend closed; real workers keep
+        # running.
+        service.shutdown()
     return int(result or 0)

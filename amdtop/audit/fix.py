@@ -3,14 +3,20 @@ confirmation, then the restart); root commands are shown, never run."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from amdtop.audit.model import Finding
 from amdtop.errors import InputError
 
-if TYPE_CHECKING:
-    from amdtop.supervisor import Supervisor
+
+class Retuner(Protocol):
+    """The retune path a fix goes through: a supervisor of this process, or the node service of a running serve."""
+
+    def retune_diff(self, name: str, changes: Mapping[str, str]) -> str: ...
+
+    def retune(self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +36,7 @@ class FixPlan:
         return bool(self.changes) and self.worker is not None
 
 
-def plan_fix(finding: Finding, sup: Supervisor | None) -> FixPlan:
+def plan_fix(finding: Finding, sup: Retuner | None) -> FixPlan:
     """The plan for ``finding``'s fix; the diff comes from the retune path itself (which validates the changes)."""
     fix = finding.fix
     if fix.kind in ("retune", "profile_env"):
@@ -43,7 +49,7 @@ def plan_fix(finding: Finding, sup: Supervisor | None) -> FixPlan:
     return FixPlan(finding, finding.worker, {}, f"no change amdtop can make: {fix.advice or 'nothing to do'}")
 
 
-def apply_fix(plan: FixPlan, sup: Supervisor, *, force: bool = False) -> None:
+def apply_fix(plan: FixPlan, sup: Retuner, *, force: bool = False) -> None:
     """Apply ``plan`` through the retune path (refused under ``--readonly`` by the supervisor itself)."""
     if not plan.applies or plan.worker is None:
         raise InputError(f"audit --fix {plan.finding.fix_id}: {plan.finding.fix.kind} fixes are not applied by amdtop")

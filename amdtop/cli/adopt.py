@@ -65,7 +65,7 @@ def confirm(question: str) -> bool:
 
 def run_adopt(args: argparse.Namespace) -> int:
     """Show the profile the running server gives; write it into the profile file after a confirmation."""
-    from amdtop.cli.workers import open_supervisor
+    from amdtop.cli.workers import Workers
     from amdtop.procinfo import read_cmdline, read_environ
     from amdtop.supervisor.adopt import adopt_profile
     from amdtop.supervisor.retune import write_profile_file
@@ -86,13 +86,14 @@ def run_adopt(args: argparse.Namespace) -> int:
         raise InputError(f"--config: {config.parent} does not exist; create it or give another --config")
     if not os.path.lexists(config):
         write_profile_file(config, "")  # the profile file adopt starts (0600, as every file amdtop writes)
-    sup = open_supervisor(args)
+    # Written by the node service of this state dir (the serve's, when one runs): one supervisor per state dir.
+    workers = Workers(args)
     try:
-        sup.adopt(adopted)
+        line = workers.control.adopt(args.name, adopted.name)
     finally:
-        sup.close()
+        workers.close()
     sys.stderr.write(
-        f"adopted {args.name} as {adopted.name} in {sup.config}; its next start is amdtop's: stop it "
-        f"(kill -TERM {worker.pid}), then amdtop workers launch {adopted.name}\n"
+        f"{line}\nin {config}; its next start is amdtop's: stop it (kill -TERM {worker.pid}), then "
+        f"amdtop workers launch {adopted.name}\n"
     )
     return 0

@@ -6,16 +6,17 @@ import argparse
 import sys
 from typing import Any
 
+from amdtop import runtime
 from amdtop.audit import run_audit
 from amdtop.audit.context import AuditContext
 from amdtop.audit.fix import apply_fix, plan_fix
 from amdtop.audit.model import AuditReport
 from amdtop.cli.common import node_spec, print_json
+from amdtop.cli.served import first_frame, serve_of
 from amdtop.errors import InputError
 from amdtop.kernel.bus_check import init_failure_lines
 from amdtop.model import Topology
 from amdtop.pcibus import GpusFailedInit
-from amdtop.runtime import open_node
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -32,8 +33,17 @@ def take_report(args: argparse.Namespace) -> AuditReport:
     """One pipeline tick with the audit (the same report the dashboard and the exporter show); on a node whose GPUs
     all failed to come up, the node's rules alone, the failed GPUs first among the findings."""
     spec = node_spec(args)
+    client = serve_of(args)
+    if client is not None:  # the serve's audit (it runs every 30 s and after every control action)
+        try:
+            frame = first_frame(client)
+        finally:
+            client.close()
+        if frame.audit is None:
+            raise InputError("audit: the serve ran no audit yet; try again in a moment")
+        return frame.audit
     try:
-        node = open_node(spec, follow_logs=False)
+        service = runtime.open(spec, follow_logs=False)
     except GpusFailedInit:
         # No backend opens, so no pipeline: the node rules still read sysfs and /proc (IOMMU, NUMA balancing, the
         # governor), and the bus rule quotes the kernel's lines about the failed init, as the error line would.
@@ -41,9 +51,9 @@ def take_report(args: argparse.Namespace) -> AuditReport:
         ctx = AuditContext(topology=empty, sys_root=spec.sysfs_root, init_failures=init_failure_lines(spec.kernel_log))
         return run_audit(ctx)
     try:
-        frame = node.runtime.tick()
+        frame = service.runtime.tick()
     finally:
-        node.close()
+        service.shutdown()
     if frame.audit is None:
         raise InputError("audit: the pipeline ran no audit")
     return frame.audit
@@ -92,9 +102,11 @@ def run_audit_command(args: argparse.Namespace) -> int:
     if finding is None:
         known = ", ".join(f.fix_id for f in report.findings) or "none"
         raise InputError(f"audit --fix: no finding {args.fix!r} now; findings: {known}")
-    from amdtop.cli.workers import open_supervisor
+    from amdtop.cli.workers import Workers
 
-    sup = open_supervisor(args) if finding.fix.kind in ("retune", "profile_env") else None
+    # The serve's supervisor when a serve runs (its retune path, its gate), else this command's own.
+    workers = Workers(args) if finding.fix.kind in ("retune", "profile_env") else None
+    sup = workers.control if workers is not None else None
     try:
         plan = plan_fix(finding, sup)
         sys.stderr.write(plan.text + "\n")
@@ -111,6 +123,6 @@ def run_audit_command(args: argparse.Namespace) -> int:
         apply_fix(plan, sup, force=bool(args.force))
         sys.stderr.write(f"{plan.worker}: applied {finding.fix_id}\n")
     finally:
-        if sup is not None:
-            sup.close()
+        if workers is not None:
+            workers.close()
     return 0

@@ -8,11 +8,11 @@ from typing import Any
 
 from amdtop.cli.common import open_from_args, print_json
 from amdtop.errors import InputError
+from amdtop.flag_json import flag_json
 from amdtop.model import Flag, Topology
 from amdtop.rccl.diagnose import comm_label, comm_summary, diagnose
 from amdtop.rccl.parser import parse_files
 from amdtop.rccl.report import LogReport, WarningGroup, report_json
-from amdtop.report import flag_json
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:

@@ -6,15 +6,17 @@ import argparse
 import os
 from typing import Any
 
-from amdtop.cli.common import node_spec, print_json, state_dir
+from amdtop import runtime
+from amdtop.cli.common import node_spec, print_json
+from amdtop.cli.served import first_frame, serve_of
 from amdtop.cpulist import parse_cpulist
 from amdtop.errors import InputError
 from amdtop.model import NodeSnapshot, WorkerState
 from amdtop.probe.arith import format_size, parse_size
-from amdtop.probe.cache import save_results
 from amdtop.probe.guard import busy_gpus
 from amdtop.probe.model import ProbeResults, results_json
-from amdtop.runtime import open_node
+from amdtop.serve.client import RemoteService
+from amdtop.service.api import NodeService
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
 MAX_SIZE = 8 * 1024**3
@@ -79,34 +81,33 @@ def run_probe_cmd(args: argparse.Namespace) -> int:
     copy_size = _parse_sizes(args.copy_size, "--copy-size")[0] if args.copy_size else None
     if args.iters < 1:
         raise InputError("--iters: must be at least 1")
-    # One tick of the node runtime: the GPUs' processes, amdtop's workers and the vLLM servers found running.
-    node = open_node(node_spec(args), follow_logs=False, kernel=False)
+    # The node service measures (the serve's process when one runs for the state dir, else this one's): it caches
+    # the results in the state dir and every view shows them. Its newest frame (one tick here) guards busy GPUs.
+    client = serve_of(args)
+    local = None if client is not None else runtime.open(node_spec(args), follow_logs=False, kernel=False)
     try:
-        frame = node.runtime.tick()
+        if client is not None:
+            frame = first_frame(client)
+            service: NodeService = RemoteService(client)
+        else:
+            assert local is not None
+            frame, service = local.runtime.tick(), local
+        snap = frame.snapshot
+        if not snap.topology.gpus:  # --backend none, or a node whose GPUs are all gone
+            raise InputError(
+                f"probe: backend {snap.backend} lists no GPU to measure; pick a GPU backend with --backend"
+            )
+        gpus = _parse_gpus(args.gpus, snap)
+        workers = {w.name: w for w in frame.workers if w.state not in (WorkerState.STOPPED, WorkerState.CRASHED)}
+        busy = busy_gpus(snap, workers, gpus, own_pid=os.getpid())
+        if busy and not args.force:
+            raise InputError(f"--gpus: GPUs in use ({busy}); stop those workers or pass --force")
+        res = service.probe_links(tuple(gpus), tuple(sizes), args.iters, copy_size)
     finally:
-        node.close()
-    snap = frame.snapshot
-    if not snap.topology.gpus:  # --backend none, or a node whose GPUs are all gone
-        raise InputError(f"probe: backend {snap.backend} lists no GPU to measure; pick a GPU backend with --backend")
-    gpus = _parse_gpus(args.gpus, snap)
-    workers = {w.name: w for w in frame.workers if w.state not in (WorkerState.STOPPED, WorkerState.CRASHED)}
-    busy = busy_gpus(snap, workers, gpus, own_pid=os.getpid())
-    if busy and not args.force:
-        raise InputError(f"--gpus: GPUs in use ({busy}); stop those workers or pass --force")
-    from amdtop.probe.runner import run_probe
-    from amdtop.probe.torch_runner import TorchDist
-
-    dist = TorchDist()
-    res = run_probe(
-        dist,
-        snap.topology,
-        gpus,
-        sizes,
-        workers={name: tuple(w.gpus) for name, w in workers.items()},
-        iters=args.iters,
-        copy_size=copy_size,
-    )
-    save_results(state_dir(args), res)
+        if client is not None:
+            client.close()
+        if local is not None:
+            local.shutdown()
     if args.json:
         print_json(results_json(res))
     else:

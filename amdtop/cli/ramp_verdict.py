@@ -8,10 +8,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from amdtop import runtime
 from amdtop.cli.common import node_spec
+from amdtop.cli.served import first_frame, serve_of
 from amdtop.errors import AmdtopError
+from amdtop.pipeline.frame import NodeFrame
 from amdtop.ramp.observe import NodeObserver, default_worker_pids, observer_from_frames
-from amdtop.runtime import open_node
 
 
 def gpu_list(text: str) -> tuple[int, ...]:
@@ -42,28 +44,48 @@ def cli_observer(
     stderr: a ramp that fails to reach its URL still prints one line. The worker's GPUs are ``gpus`` when given, else
     those whose process lists hold the worker's processes, else all.
     """
+    client = serve_of(args)
+    if client is not None:
+        # The serve's frames (its own runtime ticks them): no second poller of the node beside it.
+        try:
+            first = first_frame(client)
+        except AmdtopError as exc:
+            client.close()
+            return None, None, f"none ({exc})"
+        return _observer(client.frame_now, first, url, gpus, client.close, f"amdtop serve (pid {client.pid})")
     try:
-        node = open_node(node_spec(args), follow_logs=False, kernel=False)
+        service = runtime.open(node_spec(args), follow_logs=False, kernel=False)
     except AmdtopError as exc:
         return None, None, f"none ({exc})"
-    chosen: Sequence[int] | None = gpus
     try:
-        first = node.runtime.tick()
+        first = service.runtime.tick()
     except Exception as exc:
-        node.close()
+        service.shutdown()
         return None, None, f"none ({exc})"
+    service.runtime.start()
+    return _observer(service.runtime.latest, first, url, gpus, service.shutdown, service.backend_name)
+
+
+def _observer(
+    latest: Callable[[], NodeFrame],
+    first: NodeFrame,
+    url: str,
+    gpus: Sequence[int] | None,
+    close: Callable[[], None],
+    source: str,
+) -> tuple[NodeObserver | None, Callable[[], None] | None, str]:
+    chosen: Sequence[int] | None = gpus
     groups: list[tuple[int, ...]] = []
     with contextlib.suppress(Exception):
         pids = default_worker_pids(url.rstrip("/"))()
         if chosen is None:
             chosen = _worker_gpus(first.snapshot, pids) or None
         groups = _tp_groups(pids, chosen)
-    node.runtime.start()
     which = "all GPUs" if chosen is None else "GPUs " + ",".join(map(str, chosen))
     if len(groups) > 1:
         which += " in TP groups " + " ".join(",".join(map(str, g)) for g in groups)
-    observer = observer_from_frames(node.runtime.latest, chosen, groups or None)
-    return observer, node.close, f"{node.backend.name}: {which}"
+    observer = observer_from_frames(latest, chosen, groups or None)
+    return observer, close, f"{source}: {which}"
 
 
 def _tp_groups(pids: Sequence[int], gpus: Sequence[int] | None) -> list[tuple[int, ...]]:

@@ -34,24 +34,24 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM."""
     host, _ = parse_listen(args.listen)  # bad input fails before any device is opened
     spec = node_spec(args)
-    node = runtime.open(spec, ui=True)
+    service = runtime.open(spec, ui=True)
     serve: Serve | None = None
     exporter: Exporter | None = None
     try:
-        serve = Serve(node, spec.state_dir, readonly=spec.readonly)
+        serve = Serve(service, spec.state_dir)
         serve.bind()  # a second serve for the same state dir stops here, before polling anything
         try:
-            node.runtime.tick()
+            service.runtime.tick()
         except Exception as exc:
             sys.stderr.write(f"amdtop: warning: first poll failed: {exc}\n")
-        exporter = runtime_exporter(node.runtime, args.listen)
+        exporter = runtime_exporter(service, args.listen)
         exporter.start()
         if not is_loopback(host):
             sys.stderr.write(f"amdtop: warning: exporter on {host}, not loopback: anyone who can reach it reads it\n")
         serve.start()
-        node.runtime.start()
-        node.start_demo(_warn_launch)
-        for note in node.notes:
+        service.runtime.start()
+        service.start_demo(_warn_launch)
+        for note in service.notes:
             sys.stderr.write(f"amdtop: {note}\n")
         # A serve started from an SSH session outlives it: that is what it is for (ramps survive a dropped session).
         wait = stop_on_signals(ignore_hangup=True)
@@ -61,10 +61,12 @@ def run_serve(args: argparse.Namespace) -> int:
         wait()
     finally:
         if serve is not None:
-            serve.close()
+            serve.close(keep_lock=True)
         if exporter is not None:
             exporter.stop()
-        node.close()
+        service.shutdown()
+        if serve is not None:
+            serve.release_lock()
     return 0
 
 

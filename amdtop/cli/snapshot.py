@@ -8,13 +8,14 @@ import socket
 import time
 from typing import Any
 
+from amdtop import runtime
 from amdtop.cli.common import node_spec, open_from_args, print_json
+from amdtop.cli.served import first_frame, frames_over, serve_of
 from amdtop.incidents.model import incident_json
 from amdtop.model import NodeSnapshot
 from amdtop.pcibus import GpusFailedInit, MissingGpu
 from amdtop.pipeline import NodeFrame
 from amdtop.report import frame_json, snapshot_json
-from amdtop.runtime import open_node
 from amdtop.topo_text import render_topology
 
 
@@ -53,11 +54,17 @@ def sample_frame(args: argparse.Namespace) -> NodeFrame:
     """One frame of the node pipeline; with ``--window``, the last of the ticks the runtime takes every
     ``--interval`` over it (the imbalance window is the whole of ``--window``)."""
     window = float(args.window)
-    node = open_node(node_spec(args), window_s=window)
+    client = serve_of(args)
+    if client is not None:  # the serve's frames: no second poller of the node
+        try:
+            return frames_over(client, window) if window else first_frame(client)
+        finally:
+            client.close()
+    service = runtime.open(node_spec(args), window_s=window)
     try:
-        return node.runtime.run_window(window)
+        return service.runtime.run_window(window)
     finally:
-        node.close()
+        service.shutdown()
 
 
 def _take(args: argparse.Namespace) -> NodeSnapshot:

@@ -1,4 +1,8 @@
-"""``amdtop workers status|launch|stop|restart|retune``: the worker supervisor, headless."""
+"""``amdtop workers status|launch|stop|restart|retune``: the worker supervisor, headless.
+
+A client of the node service: with ``amdtop serve`` running for the state dir, every action is the serve's (its
+supervisor owns the workers, its launch gate judges); without one, a supervisor of this process's own does it.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +13,25 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from amdtop import runtime
 from amdtop.audit.context import AuditContext, target_of
 from amdtop.audit.rules_numa import localities
 from amdtop.cli import adopt as adopt_cli
 from amdtop.cli.common import default_config, node_spec, print_json
+from amdtop.cli.served import first_frame
 from amdtop.engines_json import worker_extra_json
-from amdtop.errors import AmdtopError, InputError, NoGpuFound
+from amdtop.errors import AmdtopError, InputError
 from amdtop.health.stall import health_json
 from amdtop.model import Topology, WorkerStatus
-from amdtop.runtime import node as runtime_node
-from amdtop.runtime.gate import fresh_gate
+from amdtop.runtime import LocalService, NodeParts
+from amdtop.serve.client import RemoteService, ServeClient, attach
+from amdtop.service.api import NodeService
+from amdtop.supervisor.readiness import wait_ready
 from amdtop.supervisor.retune import parse_changes
-from amdtop.telemetry.base import TelemetryBackend
-from amdtop.telemetry.sim import SimBackend
 
 if TYPE_CHECKING:
     # Annotations only: the supervisor loads when a command opens one (amdtop.runtime.node), not with the parser.
-    from amdtop.supervisor import StopReport, Supervisor
+    from amdtop.supervisor import StopReport
 
 MAX_SECONDS = 7 * 24 * 3600.0
 """Longest --grace/--timeout taken: a week; more is a typo that would leave a stop hanging."""
@@ -97,36 +103,68 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     sk.set_defaults(func=run_stacks)
 
 
-def open_supervisor(args: argparse.Namespace) -> Supervisor:
-    """A supervisor for the profile file, state dir and backend the arguments name.
+class Workers:
+    """The workers of one state dir as a command reaches them: the node service of the serve when one runs there
+    (its supervisor owns the workers and does what the command asks), else the same service opened in this process
+    (:func:`amdtop.runtime.open`, its own supervisor). One supervisor per state dir either way; the calls below
+    take the same names and arguments on both.
 
-    Lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a running worker (they work from its
-    launch record); ``launch`` and ``retune`` still refuse with the file's error. An explicit ``--config`` that does
-    not exist is an error (a typo would otherwise read as "no workers")."""
-    if args.config and not args.demo and not os.path.lexists(args.config):
-        raise InputError(
-            f"--config: {args.config} does not exist; fix the path, or leave --config out for {default_config()}"
-        )
-    spec = node_spec(args)
-    try:
-        backend: TelemetryBackend | None = spec.open_backend()
-    except NoGpuFound:
-        if spec.backend != "auto":
-            raise
-        backend = None
-    if backend is None:
-        # A host without GPUs can still run CPU workers (gpus = []): validate against its NUMA nodes alone.
-        sys.stderr.write("amdtop: no GPU found; supervising CPU-only workers (profiles must use gpus = [])\n")
-        topology = runtime_node.cpu_only_topology(spec)
-    else:
-        try:
-            topology = backend.topology()
-        finally:
-            if not isinstance(backend, SimBackend):
-                backend.close()
-    sup = runtime_node.open_supervisor(spec, topology, backend=backend, readonly=spec.readonly, lenient=True)
-    sup.gate = fresh_gate(spec, topology, backend)
-    return sup
+    In-process the supervisor is lenient: a bad profile file does not stop ``status``/``stop``/``restart`` of a
+    running worker (they work from its launch record); ``launch`` and ``retune`` still refuse with the file's error.
+    An explicit ``--config`` that does not exist is an error (a typo would otherwise read as "no workers")."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        spec = node_spec(args)
+        self.state_dir = spec.state_dir
+        self.client: ServeClient | None = attach(spec.state_dir, readonly=spec.readonly)
+        self.local: LocalService | None = None
+        self.control: NodeService
+        if self.client is not None:
+            self.control = RemoteService(self.client)
+        else:
+            if args.config and not args.demo and not os.path.lexists(args.config):
+                raise InputError(
+                    f"--config: {args.config} does not exist; fix the path, or leave --config out for "
+                    f"{default_config()}"
+                )
+            self.local = runtime.open(
+                spec, supervise=True, follow_logs=False, kernel=False, parts=NodeParts(discover=False)
+            )
+            self.control = self.local
+
+    def topology(self) -> Topology:
+        if self.local is not None:
+            return self.local.topology()
+        assert self.client is not None
+        return first_frame(self.client).snapshot.topology
+
+    def status_one(self, name: str) -> WorkerStatus:
+        rows = self.control.status()
+        for st in rows:
+            if st.name == name:
+                return st
+        known = ", ".join(st.name for st in rows) or "none"
+        raise InputError(f"worker[{name}]: no such worker; use one of: {known}")
+
+    def report(self) -> tuple[list[str], Exception | None]:
+        """The status pass's notes and the profile file's error (a serve says its own on its stderr)."""
+        return self.local.supervisor_report() if self.local is not None else ([], None)
+
+    def forced(self, name: str) -> tuple[str, ...]:
+        """The launch gate's reasons ``--force`` overrode for ``name``'s run (its state record)."""
+        from amdtop.supervisor.state import StateStore
+
+        rec = StateStore(self.state_dir).load(name)
+        return () if rec is None else tuple(rec.forced)
+
+    def wait_ready(self, name: str, timeout: float) -> WorkerStatus:
+        return wait_ready(lambda: self.status_one(name), name, timeout)
+
+    def close(self) -> None:
+        if self.local is not None:
+            self.local.shutdown()
+        if self.client is not None:
+            self.client.close()
 
 
 def with_locality(docs: list[dict[str, Any]], rows: list[WorkerStatus], topology: Topology) -> list[dict[str, Any]]:
@@ -225,29 +263,31 @@ def render_status(rows: list[WorkerStatus]) -> str:
 
 def run_status(args: argparse.Namespace) -> int:
     """Print every worker's state."""
-    sup = open_supervisor(args)
+    workers = Workers(args)
     try:
-        rows = sup.status()
+        rows = list(workers.control.status())
+        topology = workers.topology() if args.json else None
+        notes, config_error = workers.report()
     finally:
-        sup.close()
-    if args.json:
-        print_json(with_locality([status_json(r) for r in rows], rows, sup.topology))
+        workers.close()
+    if topology is not None:
+        print_json(with_locality([status_json(r) for r in rows], rows, topology))
     else:
         sys.stdout.write(render_status(rows))
-    for note in sup.notes:
+    for note in notes:
         sys.stderr.write(f"amdtop: note: {note}\n")
-    if sup.config_error is not None:
+    if config_error is not None:
         # The rows above come from the launch records; the file still needs fixing.
-        raise sup.config_error
+        raise config_error
     return 0
 
 
-def _finish(sup: Supervisor, args: argparse.Namespace, st: WorkerStatus) -> int:
-    rec = sup.store.load(st.name)
-    if rec is not None and rec.forced:
-        sys.stderr.write(f"{st.name}: launch gate overridden by --force (recorded): {'; '.join(rec.forced)}\n")
+def _finish(workers: Workers, args: argparse.Namespace, st: WorkerStatus) -> int:
+    forced = workers.forced(st.name)
+    if forced:
+        sys.stderr.write(f"{st.name}: launch gate overridden by --force (recorded): {'; '.join(forced)}\n")
     if getattr(args, "wait", False):
-        st = sup.wait_ready(args.name, timeout=args.timeout)
+        st = workers.wait_ready(args.name, timeout=args.timeout)
     sys.stderr.write(f"{st.name}: {st.state.value} pid={st.pid} url={st.url} log={st.log}\n")
     return 0
 
@@ -262,21 +302,24 @@ def _report(rep: StopReport) -> None:
 
 def run_launch(args: argparse.Namespace) -> int:
     """Start one worker."""
-    sup = open_supervisor(args)
+    workers = Workers(args)
     try:
-        return _finish(sup, args, sup.launch(args.name, force=args.force))
+        return _finish(workers, args, workers.control.launch(args.name, force=args.force))
     finally:
-        sup.close()
+        workers.close()
 
 
 def run_stop(args: argparse.Namespace) -> int:
     """Stop one worker."""
-    sup = open_supervisor(args)
+    workers = Workers(args)
     try:
-        rep = sup.stop(args.name, grace=args.grace)
+        rep = workers.control.stop(args.name, grace=args.grace)
+        if isinstance(rep, str):  # a server amdtop did not start: TERM to its API server, one line
+            sys.stderr.write(rep + "\n")
+            return 0
         _report(rep)
     finally:
-        sup.close()
+        workers.close()
     if rep.record_error:
         raise AmdtopError(rep.record_error)
     return 0
@@ -284,11 +327,11 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def run_restart(args: argparse.Namespace) -> int:
     """Restart one worker."""
-    sup = open_supervisor(args)
+    workers = Workers(args)
     try:
-        return _finish(sup, args, sup.restart(args.name, grace=args.grace, force=args.force))
+        return _finish(workers, args, workers.control.restart(args.name, grace=args.grace, force=args.force))
     finally:
-        sup.close()
+        workers.close()
 
 
 def run_retune(args: argparse.Namespace) -> int:
@@ -297,24 +340,25 @@ def run_retune(args: argparse.Namespace) -> int:
         changes = parse_changes(args.changes)
     except InputError as exc:
         raise InputError(f"retune: {exc}") from None
-    sup = open_supervisor(args)
+    workers = Workers(args)
     try:
-        sys.stderr.write(sup.retune_diff(args.name, changes) + "\n")
+        sys.stderr.write(workers.control.retune_diff(args.name, changes) + "\n")
         if args.dry_run:
             return 0
-        return _finish(sup, args, sup.retune(args.name, changes, grace=args.grace, force=args.force))
+        st = workers.control.retune(args.name, changes, grace=args.grace, force=args.force)
+        return _finish(workers, args, st)
     finally:
-        sup.close()
+        workers.close()
 
 
 def run_sleep(args: argparse.Namespace) -> int:
     """``workers sleep|wake NAME``: the server's answer on stderr."""
-    sup = open_supervisor(args)
+    workers = Workers(args)
     wake = args.workers_command == "wake"
     try:
-        answer = sup.sleep(args.name, wake=wake, level=getattr(args, "level", 1))
+        answer = workers.control.sleep(args.name, wake=wake, level=getattr(args, "level", 1))
     finally:
-        sup.close()
+        workers.close()
     sys.stderr.write(f"{args.name}: {'wake_up' if wake else 'sleep'}: {answer}\n")
     return 0
 
@@ -324,11 +368,11 @@ def run_stacks(args: argparse.Namespace) -> int:
     from amdtop.supervisor.stacks import dump_stacks, render_stacks, require_py_spy, worker_targets
 
     exe = require_py_spy()  # before anything else: a missing tool is one line, whatever the worker does
-    sup = open_supervisor(args)
+    workers = Workers(args)
     try:
-        st = sup.status_one(args.name)
+        st = workers.status_one(args.name)
     finally:
-        sup.close()
+        workers.close()
     targets = worker_targets(st)
     if not targets:
         raise AmdtopError(f"worker[{args.name}]: {st.state.value}, no process to dump")

@@ -13,6 +13,7 @@ from amdtop.health.traffic import FabricTraffic, GroupTraffic
 from amdtop.incidents.model import Incident
 from amdtop.kernel.monitor import KernelLogStatus
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerStatus
+from amdtop.pipeline.series import Series
 from amdtop.rccl.monitor import LogUpdate
 
 
@@ -57,15 +58,16 @@ class TpGroup:
 class GpuHistory:
     """Recent history of one GPU, oldest first, one point per tick (``None`` where the source gave nothing). The
     pipeline's series are :class:`~amdtop.pipeline.series.Series` (windows moved on by a point a tick, not copied);
-    any sequence of points reads the same."""
+    any sequence of points reads the same. Series is named in the types so that the wire's protocol, read off them,
+    carries it."""
 
     index: int
     """GPU index."""
-    util_pct: Sequence[float | None] = ()
+    util_pct: Series | Sequence[float | None] = ()
     """Utilization, percent."""
-    vram_pct: Sequence[float | None] = ()
+    vram_pct: Series | Sequence[float | None] = ()
     """VRAM in use, percent of the total."""
-    power_w: Sequence[float | None] = ()
+    power_w: Series | Sequence[float | None] = ()
     """Package power, watts."""
     points: int = 0
     """Points appended to this GPU's series since the pipeline first saw the GPU (0: not counted). A history whose

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from amdtop.flag_json import flag_json
 from amdtop.model import Flag
-from amdtop.report import flag_json
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,10 +129,6 @@ class StepRecorder:
         self._t0 = 0.0
         self.metrics_ok = False
 
-    def set_window(self, start: float, end: float) -> None:
-        """The measurement window (levels outside it are dropped)."""
-        self._window = (start, end)
-
     async def _scrape(self) -> Scrape | None:
         try:
             got = await asyncio.wait_for(_bounded_get(self._http, "/metrics"), DEADLINE_S)

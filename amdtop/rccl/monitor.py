@@ -23,8 +23,9 @@ from amdtop.thresholds import NCCL_INIT_STALL_S
 class LogUpdate:
     """What one :meth:`LogMonitor.poll` yields: the new tail lines and the whole current state of every worker's logs."""
 
-    lines: Sequence[LogLine]
-    """New lines for the tail, oldest first (:class:`LogLines` from the follower: each built when read)."""
+    lines: LogLines | Sequence[LogLine]
+    """New lines for the tail, oldest first (:class:`LogLines` from the follower: each built when read; named in the
+    type so that the wire's protocol, read off these types, carries it)."""
     dropped: int
     """Lines skipped because the consumer lagged."""
     workers: tuple[WorkerLogs, ...]

@@ -1,10 +1,11 @@
 """Opening the node from a :class:`~amdtop.runtime.spec.NodeSpec`: the backend, the supervisor (the only place one is
 built) with its launch gate, the log and kernel-fault monitors, the pipeline, its tick loop and the demo's autostart.
 
-Every command that watches the node goes through :func:`open_node`: the dashboard and ``amdtop serve`` (``ui=True``:
-the simulated node when no GPU is found, the supervisor under its owner thread, gated on the newest frame),
-``snapshot``, ``export``, ``probe`` and ``ramp`` (read only). ``amdtop workers`` builds its supervisor through
-:func:`open_supervisor` and gates it on a fresh sample (:func:`amdtop.runtime.gate.fresh_gate`).
+Every command that watches the node goes through :func:`open_node` (by :func:`amdtop.runtime.open`, which wraps the
+node in its service): the dashboard and ``amdtop serve`` (``ui=True``: the simulated node when no GPU is found, the
+supervisor under its owner thread, gated on a frame ticked for the launch), ``snapshot``, ``export``, ``probe`` and
+``ramp`` (read only), and ``amdtop workers`` with no serve running (``supervise=True``: its own supervisor, writable).
+Every supervisor gets its gate as a constructor argument.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import PROCESSES_EVERY_S, TP_WINDOW_S
 
 if TYPE_CHECKING:
+    from amdtop.audit.gate import LaunchGate
     from amdtop.gpuprocs import ProcessHost
     from amdtop.kernel.monitor import KernelFaultMonitor
     from amdtop.pipeline import WorkerSource
@@ -42,19 +44,19 @@ if TYPE_CHECKING:
 NO_GPU_BANNER = "No GPU found — showing a simulated 8x MI300X node (--demo)"
 
 
-def open_supervisor(
+def _new_supervisor(
     spec: NodeSpec,
     topology: Topology,
+    gate: LaunchGate,
     *,
     backend: TelemetryBackend | None = None,
     readonly: bool,
     lenient: bool = False,
 ) -> Supervisor:
-    """The supervisor over the profile file (or the demo's) and the state dir the spec names (no gate: the caller
-    sets the one that fits how it samples the node).
+    """The supervisor over the profile file (or the demo's) and the state dir the spec names, judged by ``gate``.
 
     The vendor (which visibility variable a launch sets) is the GPUs', else the backend's; ``lenient`` keeps a bad
-    profile file from stopping status/stop/restart of a running worker (``amdtop workers``).
+    profile file from stopping status/stop/restart of a running worker.
     """
     # The supervisor (tomlkit, its HTTP probe, the process scans) loads when one is opened: every command and the
     # attached viewer import this module, and the viewer never supervises (~2.5 MiB RSS).
@@ -67,6 +69,7 @@ def open_supervisor(
     return Supervisor(
         spec.config,
         spec.state_dir,
+        gate=gate,
         topology=topology,
         vendor=vendor,
         demo=spec.demo,
@@ -98,8 +101,10 @@ class NodeParts:
 
 @dataclass
 class Node:
-    """What :func:`open_node` opened; :meth:`close` releases it all (workers keep running, but the demo's)."""
+    """What :func:`open_node` opened: the private part of the :class:`~amdtop.runtime.service.LocalService` that
+    :func:`amdtop.runtime.open` returns; :meth:`close` releases it all (workers keep running, but the demo's)."""
 
+    spec: NodeSpec
     backend: TelemetryBackend
     pipeline: NodePipeline
     runtime: NodeRuntime
@@ -110,14 +115,13 @@ class Node:
     """The simulated node stands in (``--demo``, or no GPU found for the dashboard)."""
     notes: list[str] = field(default_factory=list)
     """Banner lines: why the node is simulated, why workers are left out, where the demo is not pinned."""
-    spec: NodeSpec | None = None
     autostart: DemoAutostart | None = None
     """The demo workers' autostart once :meth:`start_demo` ran."""
 
     def start_demo(self, on_failure: FailureSink | None = None) -> DemoAutostart | None:
         """Launch the stopped demo workers in the background (the simulated node, writable, with profiles): the one
         place it happens, for the dashboard and the serve; :meth:`close` stops what it launched."""
-        writable = self.spec is not None and not self.spec.readonly
+        writable = not self.spec.readonly
         if not (self.demo and writable and isinstance(self.backend, SimBackend) and self.control is not None):
             return None
         if self.autostart is None:
@@ -142,19 +146,31 @@ class Node:
             self.supervisor.close()
         self.backend.close()
 
+    @property
+    def state_dir(self) -> Path:
+        return self.spec.state_dir
 
-def _backend(spec: NodeSpec, ui: bool) -> tuple[TelemetryBackend, bool, list[str]]:
+
+def _backend(spec: NodeSpec, ui: bool, supervise: bool) -> tuple[TelemetryBackend, bool, list[str]]:
     try:
         return spec.open_backend(), spec.demo, []
     except NoGpuFound:
         # GPUs on the PCI bus that no backend shows failed to come up: say so (GpusFailedInit), never the demo
         raise_if_on_bus(spec.sysfs_root, spec.kernel_log)
+        if supervise and spec.backend == "auto":
+            # A host without GPUs can still run CPU workers (gpus = []): validated against its NUMA nodes alone.
+            sys.stderr.write("amdtop: no GPU found; supervising CPU-only workers (profiles must use gpus = [])\n")
+            from amdtop.telemetry.none_backend import NoneBackend
+
+            return NoneBackend(spec.backend_options()), False, []
         if not ui:
             raise
         return SimBackend(seed=spec.seed, partition=spec.demo_partition), True, [NO_GPU_BANNER]
 
 
-def _supervisor(spec: NodeSpec, backend: TelemetryBackend, demo: bool, ui: bool, notes: list[str]) -> Supervisor | None:
+def _supervisor(
+    spec: NodeSpec, backend: TelemetryBackend, gate: LaunchGate, demo: bool, ui: bool, notes: list[str]
+) -> Supervisor | None:
     if not (demo or spec.config.exists()):
         return None
     # In the dashboard the demo profiles stand for the simulated node, also when it came from no GPU found.
@@ -164,8 +180,8 @@ def _supervisor(spec: NodeSpec, backend: TelemetryBackend, demo: bool, ui: bool,
     try:
         # Lenient: a broken profile file never hides or strands running workers (listed from their launch records,
         # read, stoppable); launch and retune refuse with the file's error, shown here once.
-        sup = open_supervisor(
-            spec, backend.topology(), backend=backend, readonly=spec.readonly if ui else True, lenient=True
+        sup = _new_supervisor(
+            spec, backend.topology(), gate, backend=backend, readonly=spec.readonly if ui else True, lenient=True
         )
         problem: Exception | None = sup.config_error
     except Exception as exc:  # a broken profile must not keep the GPUs from being shown
@@ -195,22 +211,36 @@ def open_node(
     kernel: bool = True,
     interval: float | None = None,
     parts: NodeParts | None = None,
+    supervise: bool = False,
 ) -> Node:
     """Open the node ``spec`` names and its pipeline; the tick loop is not started (call ``runtime.start()``), nor
     the demo's autostart (:meth:`Node.start_demo`).
 
     ``ui``: the dashboard's or the serve's node (simulated when no GPU is found; the supervisor writable unless
     ``readonly``, gated on the newest frame, and its failure a banner note); else a headless command's (a read-only
-    supervisor, its failure a stderr warning). ``parts``: stand-ins for what the spec would open (:class:`NodeParts`).
+    supervisor, its failure a stderr warning). ``supervise``: a command that controls the workers with no serve
+    running (``amdtop workers``): its supervisor writable unless ``readonly``, built whatever the profile file holds
+    (its error kept for the command to report), and a host without GPUs supervising CPU-only workers.
+    ``parts``: stand-ins for what the spec would open (:class:`NodeParts`).
     """
     parts = parts or NodeParts()
     if parts.backend is not None:
         backend, demo, notes = parts.backend, spec.demo, list[str]()
     else:
-        backend, demo, notes = _backend(spec, ui)
+        backend, demo, notes = _backend(spec, ui, supervise)
+    # The gate is the supervisor's from its construction; it ticks this node's loop, made below, when a launch asks.
+    loop: list[NodeRuntime] = []
+    gate = frame_gate(lambda: loop[0], backend.topology(), spec)
     try:
-        sup = None if parts.workers is not None else _supervisor(spec, backend, demo, ui, notes)
-        from amdtop.supervisor.owner import SupervisorOwner  # lazy: see open_supervisor
+        if parts.workers is not None:
+            sup = None
+        elif supervise:
+            # The command's own supervisor, writable unless --readonly, lenient: a bad profile file leaves status,
+            # stop and restart of a running worker working (launch and retune refuse with its error).
+            sup = _new_supervisor(spec, backend.topology(), gate, backend=backend, readonly=spec.readonly, lenient=True)
+        else:
+            sup = _supervisor(spec, backend, gate, demo, ui, notes)
+        from amdtop.supervisor.owner import SupervisorOwner  # lazy: see _new_supervisor
 
         # A stand-in answers what the owner answers (the service's controls call it by the same names).
         control = SupervisorOwner(sup) if sup is not None else cast("SupervisorOwner | None", parts.workers)
@@ -239,10 +269,8 @@ def open_node(
         backend.close()
         raise
     runtime = NodeRuntime(pipeline, float(spec.interval if interval is None else interval))
-    if sup is not None:
-        # Set before any command is queued to the owner thread: no launch of this node's supervisor skips the gate.
-        sup.gate = frame_gate(runtime, backend.topology(), spec)
-    return Node(backend, pipeline, runtime, sup, control, demo, notes, spec)
+    loop.append(runtime)
+    return Node(spec, backend, pipeline, runtime, sup, control, demo, notes)
 
 
 def cpu_only_topology(spec: NodeSpec) -> Topology:

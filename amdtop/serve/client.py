@@ -1,28 +1,29 @@
 """The viewer's end: attach to a serve, receive its frames, send control requests.
 
 :class:`RemoteService` is the :class:`~amdtop.service.api.NodeService` over the socket: the dashboard takes it exactly
-as it takes the in-process :class:`~amdtop.service.local.LocalService` (it never asks which), and polls nothing
+as it takes the in-process :class:`~amdtop.runtime.service.LocalService` (it never asks which), and polls nothing
 itself when attached.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import itertools
 import os
 import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError, InputError
 from amdtop.hub import Hub
-from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.serve import lock as serve_lock
 from amdtop.serve import peer
@@ -35,10 +36,11 @@ from amdtop.serve.wire import (
     send_message,
     socket_path,
 )
-from amdtop.service.api import CONTROL_OPS, READ_ONLY, ErrorSubscriber, FrameSubscriber, RampDoc, RampSubscriber
+from amdtop.service.api import WIRE_OPS, ErrorSubscriber, FrameSubscriber, NodeService, RampSubscriber
 
 READ_CHUNK = 256 << 10
 """Bytes one read of the socket takes (an idle delta frame is about 0.5 KiB, a whole one with history tens)."""
+C = TypeVar("C", bound=type)
 CALL_TIMEOUT_S = 600.0
 """A stop waits for a worker's grace period and a launch for its process: minutes at most."""
 
@@ -234,6 +236,13 @@ class ServeClient:
     def _report(self, text: str) -> None:
         self._error_subs.publish(text)
 
+    def frame_now(self) -> NodeFrame:
+        """The newest frame received (RuntimeError before the first, as a runtime's ``latest``)."""
+        frame = self.frame
+        if frame is None:
+            raise RuntimeError("no sample yet")
+        return frame
+
     def wait_first_frame(self, timeout: float) -> NodeFrame | None:
         """The first frame (the serve sends its newest at once), ``None`` after ``timeout``."""
         if self._reads_inline():
@@ -311,19 +320,40 @@ class ServeClient:
             self._thread.join(timeout=2)
 
 
+def _remote_op(op: str, declared: Callable[..., Any]) -> Callable[..., Any]:
+    """The request ``op`` as a method with the declared signature: sent by name, its reply (or the serve's error)
+    returned; an op declared to return nothing is sent without waiting (the next frame answers it)."""
+    if inspect.signature(declared).return_annotation in (None, "None"):
+
+        def notify(self: RemoteService, *args: Any, **kwargs: Any) -> None:
+            self.client.call_async(op, *args, **kwargs)
+
+        return functools.wraps(declared)(notify)
+
+    def call(self: RemoteService, *args: Any, **kwargs: Any) -> Any:
+        return self.client.call(op, *args, **kwargs)
+
+    return functools.wraps(declared)(call)
+
+
+def _remote_ops(cls: C) -> C:
+    """Give ``cls`` a method per wire op of :class:`~amdtop.service.api.NodeService`, read off the protocol: nothing
+    of it is written twice."""
+    for op in WIRE_OPS:
+        setattr(cls, op, _remote_op(op, getattr(NodeService, op)))
+    return cls
+
+
+@_remote_ops
 class RemoteService:
-    """:class:`~amdtop.service.api.NodeService` over the socket: each call is the serve's request of the same name,
-    executed on the serve's :class:`~amdtop.service.local.LocalService` (its refusals and errors come back as they
-    are). A read-only viewer refuses control here with the line the local service gives."""
+    """:class:`~amdtop.service.api.NodeService` over the socket: each op (:data:`~amdtop.service.api.WIRE_OPS`) is
+    the serve's request of the same name, executed on the serve's :class:`~amdtop.runtime.service.LocalService` (its
+    refusals and errors, read-only included, come back as they are: read-only is checked there only; a read-only
+    viewer's requests run on the serve's read-only view of its service)."""
 
     def __init__(self, client: ServeClient, *, readonly: bool = False) -> None:
         self.client = client
         self.readonly = readonly or client.readonly or bool(client.hello.get("readonly"))
-
-    def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        if op in CONTROL_OPS and self.readonly:
-            raise AmdtopError(f"{op}: {READ_ONLY}")
-        return self.client.call(op, *args, **kwargs)
 
     # -- frames -----------------------------------------------------------------------------------------------------
     def subscribe(self, on_frame: FrameSubscriber, on_error: ErrorSubscriber | None = None) -> Callable[[], None]:
@@ -338,62 +368,8 @@ class RemoteService:
     def deliver_in(self, loop: asyncio.AbstractEventLoop) -> None:
         self.client.read_in(loop)
 
-    def wake(self) -> None:
-        self.client.call_async("wake")  # the next frame answers it; nothing to wait for
-
-    def request_state_files(self) -> None:
-        self.client.call_async("request_state_files")
-
-    # -- control ----------------------------------------------------------------------------------------------------
-    def status(self) -> list[WorkerStatus]:
-        return list(self._call("status"))
-
-    def launch(self, name: str, force: bool = False) -> WorkerStatus:
-        return cast(WorkerStatus, self._call("launch", name, force=force))
-
-    def restart(self, name: str, grace: float | None = None, force: bool = False) -> WorkerStatus:
-        return cast(WorkerStatus, self._call("restart", name, grace=grace, force=force))
-
-    def stop(self, name: str, grace: float | None = None) -> Any:
-        return self._call("stop", name, grace=grace)
-
-    def retune_diff(self, name: str, changes: Mapping[str, str]) -> str:
-        return str(self._call("retune_diff", name, dict(changes)))
-
-    def retune(self, name: str, changes: Mapping[str, str]) -> WorkerStatus:
-        return cast(WorkerStatus, self._call("retune", name, dict(changes)))
-
-    def adopt(self, name: str) -> str:
-        return str(self._call("adopt", name))
-
-    def sleep(self, name: str, wake: bool = False, level: int = 1) -> str:
-        return str(self._call("sleep", name, wake=wake, level=level))
-
-    def stacks(self, name: str) -> str:
-        return str(self._call("stacks", name))
-
-    def signal_process(self, pid: int, kill: bool = False) -> str:
-        return str(self._call("signal_process", pid, kill=kill))
-
-    def audit_fix(self, fix_id: str) -> WorkerStatus:
-        return cast(WorkerStatus, self._call("audit_fix", fix_id))
-
-    # -- ramps ------------------------------------------------------------------------------------------------------
-    def ramp_start(self, worker: str, url: str, gpus: tuple[int, ...] | None, settings: dict[str, Any]) -> str:
-        return str(self._call("ramp_start", worker, url, gpus, dict(settings)))
-
-    def ramp_abort(self, worker: str) -> str:
-        return str(self._call("ramp_abort", worker))
-
-    def ramps(self) -> list[RampDoc]:
-        return list(self._call("ramps"))
-
     def on_ramp(self, callback: RampSubscriber) -> None:
         self.client.on_ramp(callback)
-
-    # -- reads ------------------------------------------------------------------------------------------------------
-    def profile_words(self, name: str) -> tuple[str, ...]:
-        return tuple(self._call("profile_words", name))
 
     def api_key(self, name: str) -> str | None:
         """Never read over the wire: the serve's ramp sends the key itself."""
@@ -401,6 +377,10 @@ class RemoteService:
 
     def close(self) -> None:
         """The serve's node stays open (the connection closes with the viewer's runtime)."""
+
+    if TYPE_CHECKING:  # the ops _remote_ops adds, as the type checker must see them
+
+        def __getattr__(self, op: str) -> Any: ...
 
 
 class ServeNotAnswering(AmdtopError):

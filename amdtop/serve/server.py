@@ -1,8 +1,8 @@
 """``amdtop serve``: the node runtime headless for one state dir, and the Unix socket viewers attach through.
 
-One poller, one supervisor owner, one history and the ramps live here; every viewer (a terminal ``amdtop`` or a
-browser tab of ``amdtop web``) gets the same frames and sends control requests that the supervisor's owner thread
-executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory that nobody else may write, and each
+One poller, one supervisor owner and the ramps live here (in the node service :func:`amdtop.runtime.open` returned);
+every viewer (a terminal ``amdtop`` or a browser tab of ``amdtop web``) gets the same frames and sends control
+requests that the supervisor's owner thread executes. Only the owner's uid may connect: the socket is 0600 in a 0700 directory that nobody else may write, and each
 peer is checked with SO_PEERCRED before anything it sends is read (:mod:`amdtop.serve.peer`; the wire format is pickle
 with an allow-list: see :mod:`amdtop.serve.wire`). Every call's fields are checked and each viewer's calls bounded
 (:mod:`amdtop.serve.limits`).
@@ -24,10 +24,9 @@ from typing import Any
 from amdtop.audit.gate import GateRefused
 from amdtop.errors import InputError
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.runtime.node import Node
+from amdtop.runtime.service import LocalService
 from amdtop.serve import limits, peer
 from amdtop.serve import lock as serve_lock
-from amdtop.serve.history import HourHistory
 from amdtop.serve.viewers import FramePacket, ViewerLink
 from amdtop.serve.wire import (
     WIRE_VERSION,
@@ -37,8 +36,7 @@ from amdtop.serve.wire import (
     send_message,
     socket_path,
 )
-from amdtop.service.api import CONTROL_OPS, WIRE_OPS
-from amdtop.service.local import LocalService
+from amdtop.service.api import WIRE_OPS
 
 ACCEPT_PAUSE_S = (0.05, 1.0)
 """The accept loop's pause after a failed ``accept()`` (out of descriptors, say), doubled per failure up to the second
@@ -54,25 +52,27 @@ HELLO_TIMEOUT_S = 10.0
 """How long a connected peer may take to send its hello: one that never does holds no thread and descriptor for
 ever."""
 
-SERVE_OPS = frozenset({"history", "stats"})
-"""The serve's own reads (its hour of history, its counters), beside the node service's requests: those are the
+SERVE_OPS = frozenset({"stats"})
+"""The serve's own read (its counters), beside the node service's requests: those are the
 :class:`~amdtop.service.api.NodeService` methods of the same name (:data:`~amdtop.service.api.WIRE_OPS`)."""
 
 
 class Serve:
     """Serves one opened node over the Unix socket ``<state-dir>/serve.sock``."""
 
-    def __init__(self, node: Node, state_dir: Path, *, readonly: bool = False, notes: list[str] | None = None) -> None:
-        self.node = node
+    def __init__(self, service: LocalService, state_dir: Path, *, notes: list[str] | None = None) -> None:
+        self.service = service
+        """What every viewer's request runs on, by its name: the same service the in-process dashboard holds (its
+        ``readonly`` is the serve's own ``--readonly``)."""
+        self._read_only = service.read_only()
+        """Where a read-only viewer's requests run: the service's one read-only check refuses its control."""
+        self.runtime = service.runtime
         self.state_dir = Path(state_dir)
         self.path = socket_path(self.state_dir)
-        self.readonly = readonly
-        self.notes = list(notes or node.notes)
-        self.history = HourHistory(node.runtime.interval)
+        self.readonly = service.readonly
+        self.notes = list(notes or service.notes)
         self._previous: NodeFrame | None = None
         """The last frame published (the runtime's thread only): what the next frame's history moved on from."""
-        self.service = LocalService(node, self.state_dir, readonly=readonly)
-        """What every viewer's request runs on, by its name: the same service the in-process dashboard holds."""
         self.ramps = self.service.node_ramps
         self.service.on_ramp(self._publish_ramp)
         self._viewers: list[ViewerLink] = []
@@ -114,7 +114,7 @@ class Serve:
         """Bind (unless bound), subscribe to the runtime and accept viewers in a thread."""
         if self._listener is None:
             self.bind()
-        self._unsubscribe = self.node.runtime.subscribe(self._on_frame, self._on_error)
+        self._unsubscribe = self.runtime.subscribe(self._on_frame, self._on_error)
         threading.Thread(target=self._accept_loop, name="serve-accept", daemon=True).start()
         return self
 
@@ -152,7 +152,7 @@ class Serve:
         try:
             conn.settimeout(HELLO_TIMEOUT_S)
             send_message(conn, self._hello())
-            hello = read_message(conn)
+            hello = read_message(conn, untrusted=True)
             conn.settimeout(None)
             try:
                 check_version(hello.get("version"), serve_side=True)
@@ -164,7 +164,7 @@ class Serve:
                 return
             link = ViewerLink(conn, pid, readonly)
             # The newest frame (with its history) and every ramp first: the viewer draws at once.
-            frame = self.node.runtime.frame
+            frame = self.runtime.frame
             if frame is not None:
                 link.offer_frame(FramePacket(frame))
             for worker, doc, status, running in self.ramps.documents():
@@ -173,7 +173,7 @@ class Serve:
                 self._viewers.append(link)
             link.start()
             while True:
-                self._handle(link, read_message(conn), budget)
+                self._handle(link, read_message(conn, untrusted=True), budget)
         except (WireError, OSError, EOFError):
             pass  # the viewer went away (closed, killed): the serve goes on
         finally:
@@ -189,12 +189,12 @@ class Serve:
             "type": "hello",
             "version": WIRE_VERSION,
             "pid": os.getpid(),
-            "interval": self.node.runtime.interval,
+            "interval": self.runtime.interval,
             "notes": self.notes,
             # The serve's own --readonly only: a node without profiles still signals GPU processes and refuses a
             # launch with the reason the in-process dashboard gives (no profile file), not "read-only".
             "readonly": self.readonly,
-            "demo": self.node.demo,
+            "demo": self.service.demo,
             "state_dir": str(self.state_dir),
         }
 
@@ -206,9 +206,6 @@ class Serve:
             op, call_id, args, kwargs = limits.parse_call(msg)
         except InputError as exc:
             link.send(_error(msg.get("id") if isinstance(msg.get("id"), int) else None, str(exc), input_error=True))
-            return
-        if op in CONTROL_OPS and link.readonly:
-            link.send(_error(call_id, f"{op}: refused: this viewer is read-only"))
             return
         if op not in WIRE_OPS and op not in SERVE_OPS:
             link.send(_error(call_id, f"{op[:64]}: unknown request"))
@@ -226,11 +223,20 @@ class Serve:
         if budget is not None and not budget.take(link.queued):
             link.drop(f"over {budget.limit} calls unanswered or replies unread")
             return
-        self._pool.submit(limits.counted, budget, self._call, link, call_id, op, args, kwargs)
+        service = self._read_only if link.readonly else self.service
+        self._pool.submit(limits.counted, budget, self._call, service, link, call_id, op, args, kwargs)
 
-    def _call(self, link: ViewerLink, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+    def _call(
+        self,
+        service: LocalService,
+        link: ViewerLink,
+        call_id: object,
+        op: str,
+        args: tuple[Any, ...],
+        kw: dict[str, Any],
+    ) -> None:
         try:
-            value = self._execute(op, args, kw)
+            value = self.stats() if op in SERVE_OPS else getattr(service, op)(*args, **kw)
         except GateRefused as exc:  # the viewer's dialog shows the reasons and offers --force
             reply = _error(call_id, str(exc))
             reply["gate"] = (str(args[0]) if args else "", op, list(exc.findings))
@@ -241,19 +247,8 @@ class Serve:
             return
         link.send({"type": "reply", "id": call_id, "ok": True, "value": value})
 
-    def _execute(self, op: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        if op in SERVE_OPS:
-            return self._serve_op(op)
-        return getattr(self.service, op)(*args, **kw)  # op is one of WIRE_OPS: a NodeService method's name
-
-    def _serve_op(self, op: str) -> Any:
-        if op == "history":
-            return self.history.points()
-        return self.stats()
-
     # -- publishing ------------------------------------------------------------------------------------------------
     def _on_frame(self, frame: NodeFrame) -> None:
-        self.history.add(frame)
         previous, self._previous = self._previous, frame
         with self._lock:
             viewers = list(self._viewers)
@@ -276,7 +271,7 @@ class Serve:
             v.send(message)
 
     def stats(self) -> dict[str, Any]:
-        """Viewers, frames sent and dropped, history length (tests and benchmarks)."""
+        """Viewers, frames sent and dropped, polls (tests and benchmarks)."""
         with self._lock:
             viewers = list(self._viewers)
         return {
@@ -284,9 +279,7 @@ class Serve:
             "viewer_pids": [v.peer_pid for v in viewers],
             "dropped": sum(v.dropped for v in viewers),
             "sent": sum(v.sent for v in viewers),
-            "polls": self.node.runtime.polls,
-            "history_points": len(self.history),
-            "history_capacity": self.history.capacity,
+            "polls": self.runtime.polls,
             "refused": self.refused,
         }
 
@@ -296,8 +289,10 @@ class Serve:
             return len(self._viewers)
 
     # -- shutdown --------------------------------------------------------------------------------------------------
-    def close(self, reason: str = "serve stopped") -> None:
-        """Tell every viewer, close the socket (and remove it), abort the ramps."""
+    def close(self, reason: str = "serve stopped", *, keep_lock: bool = False) -> None:
+        """Tell every viewer, close the socket (and remove it); the service is closed by whoever opened it. With
+        ``keep_lock`` the serve lock stays held until :meth:`release_lock` (after that service's shutdown: until then
+        this process still supervises the state dir)."""
         if self._unsubscribe is not None:
             self._unsubscribe()
         listener, self._listener = self._listener, None
@@ -314,10 +309,15 @@ class Serve:
         deadline = time.monotonic() + CLOSE_FLUSH_S  # one bound for all: a viewer that stopped reading waits in it
         for v in viewers:
             v.finish_close(deadline)
-        self.service.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if not keep_lock:
+            self.release_lock()
+
+    def release_lock(self) -> None:
+        """Let another serve have the state dir (last: until here this process still supervises it)."""
         if self._lock_file is not None:
-            self._lock_file.release()  # last: until here this process still supervises the state dir
+            self._lock_file.release()
+            self._lock_file = None
 
 
 def _error(call_id: object, text: str, *, input_error: bool = False) -> dict[str, Any]:

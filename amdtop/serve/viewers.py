@@ -20,7 +20,8 @@ import time
 from collections import deque
 
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.serve.wire import encode, held_back, history_delta
+from amdtop.serve.delta import held_back, history_delta
+from amdtop.serve.wire import encode
 
 QUEUE_FRAMES = 4
 """Frames held for one viewer; older ones are dropped for a slow viewer (a newer frame supersedes them)."""
@@ -31,7 +32,7 @@ QUEUE_MESSAGES = 256
 class FramePacket:
     """One frame as it goes to the viewers: whole, or (for a viewer whose last frame was the one before it, and where
     the history only moved on by a point) with references in place of its history and of the parts it shares with the
-    one before (:func:`~amdtop.serve.wire.held_back`).
+    one before (:func:`~amdtop.serve.delta.held_back`).
     Each form is pickled once, when the first viewer needs it, and the same bytes go to every viewer that gets it."""
 
     def __init__(self, frame: NodeFrame, previous: NodeFrame | None = None) -> None:

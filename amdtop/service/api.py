@@ -14,6 +14,8 @@ from typing import Any, Protocol, TypeVar
 
 from amdtop.model import WorkerStatus
 from amdtop.pipeline.frame import NodeFrame
+from amdtop.probe.model import ProbeResults
+from amdtop.supervisor.stopper import StopReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,8 +87,9 @@ class NodeService(Protocol):
         ...
 
     @op(control=True)
-    def stop(self, name: str, grace: float | None = None) -> Any:
-        """Stop ``name`` (TERM, then KILL after ``grace`` seconds); its report has a ``message``."""
+    def stop(self, name: str, grace: float | None = None) -> StopReport | str:
+        """Stop ``name`` (TERM, then KILL after ``grace`` seconds); its report has a ``message``. A server amdtop did
+        not start gets TERM to its API server only, and the outcome is one line."""
         ...
 
     @op()
@@ -95,8 +98,10 @@ class NodeService(Protocol):
         ...
 
     @op(control=True)
-    def retune(self, name: str, changes: Mapping[str, str]) -> WorkerStatus:
-        """Write ``changes`` to ``name``'s profile and restart it."""
+    def retune(
+        self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False
+    ) -> WorkerStatus:
+        """Write ``changes`` to ``name``'s profile and restart it (``grace``, ``force``: as a restart takes them)."""
         ...
 
     @op(control=True)
@@ -105,9 +110,9 @@ class NodeService(Protocol):
         ...
 
     @op(control=True)
-    def adopt(self, name: str) -> str:
-        """Write a profile from found server ``name``'s argv and env (secrets left out) into the profile file, so that
-        its next start is amdtop's; returns the one-line result."""
+    def adopt(self, name: str, profile_name: str | None = None) -> str:
+        """Write a profile (``profile_name``, default ENGINE-PORT) from found server ``name``'s argv and env (secrets
+        left out) into the profile file, so that its next start is amdtop's; returns the one-line result."""
         ...
 
     @op()
@@ -123,6 +128,14 @@ class NodeService(Protocol):
     @op(control=True)
     def audit_fix(self, fix_id: str) -> WorkerStatus:
         """Apply the newest audit's fix ``fix_id`` (a retune of its worker)."""
+        ...
+
+    @op(control=True)
+    def probe_links(
+        self, gpus: tuple[int, ...], sizes: tuple[int, ...], iters: int = 10, copy_size: int | None = None
+    ) -> ProbeResults:
+        """Run the link probe on ``gpus`` (copies between every pair, all-reduce per running worker's GPUs at each of
+        ``sizes``), in the node's process: its results are cached in the state dir and every view shows them."""
         ...
 
     # -- ramps ------------------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -100,8 +99,3 @@ def render(engines: Sequence[SimEngine], created: float, sleep_level: int = 0) -
         out.append("# TYPE process_start_time_seconds gauge")
         out.append(f"process_start_time_seconds {created}")
     return "\n".join(out) + "\n"
-
-
-def now_wall() -> float:
-    """Wall-clock time for ``_created`` gauges."""
-    return time.time()

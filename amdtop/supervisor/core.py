@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import tomlkit
 
@@ -28,6 +28,7 @@ from amdtop.supervisor.profiles import (
     resolve_numa,
     validate_profiles,
 )
+from amdtop.supervisor.readiness import wait_ready
 from amdtop.supervisor.rebuild import Recovery, rebuild_record
 from amdtop.supervisor.retune import apply_changes, render_diff, write_profile_file
 from amdtop.supervisor.scanpass import MISSING, Checked, Found, roots
@@ -37,8 +38,14 @@ from amdtop.supervisor.stopper import StopReport, stop_run
 from amdtop.telemetry.sim import SimBackend
 from amdtop.thresholds import REDISCOVER_EVERY_S
 
-if TYPE_CHECKING:
-    from amdtop.audit.gate import LaunchGate
+
+class Gate(Protocol):
+    """The launch gate as the supervisor calls it (:class:`amdtop.audit.gate.LaunchGate`: the supervisor sits below
+    the audit and imports none of it)."""
+
+    def enforce(self, profile: Profile, own_pids: Iterable[int], force: bool, action: str) -> tuple[str, ...]:
+        """GateRefused unless the GPUs are fit or ``force``; the reasons forced past (to record)."""
+        ...
 
 
 class Supervisor:
@@ -52,6 +59,7 @@ class Supervisor:
         config: Path,
         state_dir: Path,
         *,
+        gate: Gate,
         topology: Topology,
         vendor: str = "AMD",
         demo: bool = False,
@@ -64,7 +72,8 @@ class Supervisor:
         demo_port_base: int = 18080,
         lenient: bool = False,
     ) -> None:
-        """Load and validate the profiles (InputError on any bad profile: nothing is started).
+        """Load and validate the profiles (InputError on any bad profile: nothing is started); every launch and
+        restart passes ``gate`` first (a constructor argument, not a setting: no supervisor launches ungated).
 
         ``lenient`` keeps going past a bad file or a bad worker (the error is kept in :attr:`config_error`): status,
         stop and restart of a worker then work from its own launch record; launch and retune still refuse.
@@ -100,8 +109,7 @@ class Supervisor:
         self._full_scan_at: float | None = None
         self.notes: list[str] = []
         """What the last :meth:`status` pass ignored among marked processes, one line each (shown, never fatal)."""
-        self.gate: LaunchGate | None = None
-        """Checks the target GPUs before a launch or restart (amdtop.audit.gate); set by whoever holds a backend."""
+        self._gate = gate
         self._forced: dict[str, tuple[str, ...]] = {}
 
     # -- profiles ---------------------------------------------------------------------------------------------------
@@ -231,8 +239,7 @@ class Supervisor:
 
     def _gate_check(self, profile: Profile, force: bool, action: str, own: Iterable[int] = ()) -> None:
         """The launch gate (amdtop.audit.gate), from this one place; the reasons ``force`` overrode are recorded."""
-        if self.gate is not None:
-            self._forced[profile.name] = self.gate.enforce(profile, own, force, action)
+        self._forced[profile.name] = self._gate.enforce(profile, own, force, action)
 
     def _numa_for(self, profile: Profile) -> int | None:
         node = resolve_numa(profile, self.topology)
@@ -375,7 +382,7 @@ class Supervisor:
         validate_profiles(profiles, self.topology)
         # Every check the restart would make comes before the write: a refused retune leaves the file as it was.
         self._check_restartable(name, profiles)
-        if self.gate is not None and self.status_one(name).state is not WorkerState.STOPPED:
+        if self.status_one(name).state is not WorkerState.STOPPED:
             # The launch gate too (GateRefused unless force): `audit --fix --yes` goes through here as well.
             changed = next(p for p in profiles if p.name == name)
             self._gate_check(changed, force, "restart", self._own_pids(name, self.record(name)))
@@ -495,19 +502,7 @@ class Supervisor:
 
     def wait_ready(self, name: str, timeout: float = 120.0, poll: float = 0.5) -> WorkerStatus:
         """Block until ``name`` is ready; AmdtopError (with the last log line) if it crashes or times out."""
-        deadline = time.monotonic() + timeout
-        while True:
-            st = self.status_one(name)
-            if st.state is WorkerState.READY:
-                return st
-            if st.state in (WorkerState.CRASHED, WorkerState.STOPPED):
-                if st.error_line is not None:
-                    raise AmdtopError(f"worker[{name}]: {st.state.value} before ready: {st.error_line} (log {st.log})")
-                last = st.last_log_lines[-1] if st.last_log_lines else "no log output"
-                raise AmdtopError(f"worker[{name}]: {st.state.value} before ready; last log line: {last}")
-            if time.monotonic() >= deadline:
-                raise AmdtopError(f"worker[{name}]: not ready after {timeout:g} s; see {st.log}")
-            time.sleep(poll)
+        return wait_ready(lambda: self.status_one(name), name, timeout, poll)
 
     def sleep(self, name: str, *, wake: bool = False, level: int = 1) -> str:
         """vLLM sleep mode for worker ``name``: sleep at ``level`` or wake (amdtop/supervisor/sleep.py)."""

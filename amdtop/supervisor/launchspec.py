@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from amdtop.errors import InputError
@@ -27,20 +26,6 @@ URL_ENV = "AMDTOP_URL"
 
 VISIBILITY_ENV = {"AMD": "HIP_VISIBLE_DEVICES", "NVIDIA": "CUDA_VISIBLE_DEVICES"}
 _OTHER_VISIBILITY = {"AMD": "CUDA_VISIBLE_DEVICES", "NVIDIA": "HIP_VISIBLE_DEVICES"}
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchSpec:
-    """Everything needed to start one run of a worker."""
-
-    argv: tuple[str, ...]
-    """Full argv, wrappers included."""
-    env: Mapping[str, str]
-    """Full environment."""
-    numa_node: int | None
-    """Node pinned to, ``None`` when not pinned."""
-    marker: str
-    """Value of :data:`MARKER_ENV`."""
 
 
 def systemd_usable() -> bool:

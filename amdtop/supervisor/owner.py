@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from amdtop.control import DemoLoad
 from amdtop.model import WorkerState, WorkerStatus
@@ -27,9 +27,6 @@ from amdtop.supervisor.adopt import Adopted
 from amdtop.supervisor.core import Supervisor
 from amdtop.supervisor.profiles import Profile
 from amdtop.supervisor.stopper import StopReport
-
-if TYPE_CHECKING:
-    from amdtop.audit.gate import LaunchGate
 
 T = TypeVar("T")
 
@@ -208,15 +205,6 @@ class SupervisorOwner:
     def names(self) -> list[str]:
         """Profile names in file order (read as :meth:`profile`)."""
         return self.supervisor.names()
-
-    @property
-    def gate(self) -> LaunchGate | None:
-        """The supervisor's launch gate (set before the first command is queued)."""
-        return self.supervisor.gate
-
-    @gate.setter
-    def gate(self, gate: LaunchGate | None) -> None:
-        self.supervisor.gate = gate
 
     def demo_load(self) -> DemoLoad | None:
         """The demo's load feed (built once; it reads the profiles the owner swaps whole on a retune)."""

@@ -26,6 +26,7 @@ from amdtop.procinfo import read_environ, thread_ids
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.procs import scan
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO / ".venv-vllm"
@@ -95,7 +96,7 @@ def renice(pids: Iterable[int], value: int) -> None:
 def e2e_supervisor(root: Path) -> Supervisor:
     """The supervisor of the worker whose profile is ``root``/workers.toml and whose state is ``root``/state."""
     return Supervisor(
-        root / "workers.toml", root / "state", topology=SimBackend().topology(), vendor="AMD", grace_s=30.0
+        root / "workers.toml", root / "state", gate=PASS, topology=SimBackend().topology(), vendor="AMD", grace_s=30.0
     )
 
 

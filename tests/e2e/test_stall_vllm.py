@@ -39,6 +39,7 @@ from tests.e2e.conftest import (
     renice,
     require_vllm,
 )
+from tests.gates import PASS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
 PORT = 18047
@@ -105,7 +106,7 @@ def tp2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tp2]:
     # 33 s, 28 s and 43 s.
     config.write_text(profile_toml(NAME, PORT, tp=2, max_num_seqs=8, eager=True))
     sim = SimBackend()
-    sup = Supervisor(config, root / "state", topology=sim.topology(), vendor="AMD", grace_s=30.0)
+    sup = Supervisor(config, root / "state", gate=PASS, topology=sim.topology(), vendor="AMD", grace_s=30.0)
     sup.launch(NAME)
     pipeline = NodePipeline(sim, sup, discover=False, workers_every_s=1.0)
     env = Tp2(sup, pipeline, "", root / "state", config)

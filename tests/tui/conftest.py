@@ -17,8 +17,8 @@ from amdtop.gpuprocs import ProcessHost
 from amdtop.kernel.monitor import KernelFaultMonitor
 from amdtop.pipeline import NodeFrame, WorkerSource
 from amdtop.rccl.monitor import LogMonitor
-from amdtop.runtime import Node, NodeParts, NodeSpec
-from amdtop.service.local import LocalService
+from amdtop.runtime import LocalService, NodeParts, NodeSpec
+from amdtop.runtime.node import Node
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.telemetry.sim import SimBackend
 from tests.tui.demo_control import DemoControl, Scenario
@@ -99,9 +99,8 @@ def open_app(
                     readonly=readonly)  # fmt: skip
     parts = NodeParts(backend=backend, workers=workers, demo_load=demo_load, proc_root=proc_root, discover=discover,
                       monitor=log_monitor, kernel=kernel_faults, host_procs=host_procs)  # fmt: skip
-    node = runtime.open(spec, ui=True, follow_logs=follow_logs, kernel=kernel_faults is not None, parts=parts)
-    service = LocalService(node, state_dir, readonly=readonly)
-    return OpenedApp(node, service, autopoll=autopoll, interval=interval, clock=clock, state_dir=state_dir, **display)
+    service = runtime.open(spec, ui=True, follow_logs=follow_logs, kernel=kernel_faults is not None, parts=parts)
+    return OpenedApp(service._node, service, autopoll=autopoll, interval=interval, clock=clock, state_dir=state_dir, **display)
 
 
 def make_app(

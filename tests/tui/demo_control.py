@@ -192,7 +192,9 @@ class DemoControl:
         self._get(name)
         return "\n".join(f"[worker.args] {k}: (profile) -> {v}" for k, v in changes.items())
 
-    def retune(self, name: str, changes: Mapping[str, str]) -> WorkerStatus:
+    def retune(
+        self, name: str, changes: Mapping[str, str], grace: float | None = None, force: bool = False
+    ) -> WorkerStatus:
         self.calls.append(("retune", name, *(f"{k}={v}" for k, v in sorted(changes.items()))))
         with self._lock:
             return self._run(name, self.clock(), self._get(name).restarts + 1)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
+from amdtop import runtime
 from amdtop.cli.common import node_spec
 from amdtop.cli.main import build_parser
-from amdtop.runtime import open_node
 from amdtop.serve.client import RemoteService, ServeClient
 from amdtop.serve.server import Serve
 from tui.attached import attached_app
@@ -25,14 +25,14 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     args = build_parser().parse_args(
         ["--demo", "--state-dir", str(tmp_path / "state"), "--config", str(tmp_path / "none.toml"), "--interval", "0.2"]
     )
-    node = open_node(node_spec(args), ui=True)
+    node = runtime.open(node_spec(args), ui=True)
     srv = Serve(node, tmp_path / "state").start()
     node.runtime.start()
     try:
         yield srv
     finally:
         srv.close()
-        node.close()
+        node.shutdown()
 
 
 async def _until(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]

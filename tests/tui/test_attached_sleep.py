@@ -32,9 +32,9 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         yield srv
     finally:
         srv.close()
-        if node.control is not None:
-            node.control.stop(W, grace=2)
-        node.close()
+        if node._node.control is not None:
+            node._node.control.stop(W, grace=2)
+        node.shutdown()
 
 
 async def _until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -46,7 +46,7 @@ async def _until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
 
 
 def _state(serve: Serve) -> WorkerState | None:
-    frame = serve.node.runtime.frame
+    frame = serve.runtime.frame
     worker = frame.worker(W) if frame is not None else None
     return worker.state if worker is not None else None
 

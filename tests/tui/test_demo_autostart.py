@@ -10,13 +10,21 @@ from amdtop.pipeline import NodePipeline
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.owner import SupervisorOwner
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 from tui.launch import DemoAutostart
 
 
 def test_demo_workers_start_busy_and_stop_on_quit(tmp_path: Path) -> None:
     sim = SimBackend()
     sup = Supervisor(
-        tmp_path / "none.toml", tmp_path, topology=sim.topology(), demo=True, sim=sim, grace_s=5, demo_port_base=18250
+        tmp_path / "none.toml",
+        tmp_path,
+        gate=PASS,
+        topology=sim.topology(),
+        demo=True,
+        sim=sim,
+        grace_s=5,
+        demo_port_base=18250,
     )
     # As the dashboard wires it: every call through the supervisor's owner thread.
     control = SupervisorOwner(sup)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from amdtop.layout import WorkerLayout
+from tests.gates import PASS
 from tests.tui.conftest import make_app, open_app, settle
 from tests.tui.demo_control import Scenario
 from tui.screens.confirm import ConfirmScreen
@@ -108,7 +109,7 @@ async def test_retune_dialog_checks_dp_against_the_gpus(tmp_path: Any) -> None:
     cfg = Path(tmp_path) / "w.toml"
     text = '[[worker]]\nname = "moe"\nmodel = "m"\ngpus = [0, 1, 2, 3, 4, 5, 6, 7]\nnuma_node = "none"\nport = 18480\n'
     cfg.write_text(text)
-    sup = Supervisor(cfg, Path(tmp_path) / "st", topology=sim.topology())
+    sup = Supervisor(cfg, Path(tmp_path) / "st", gate=PASS, topology=sim.topology())
     app = open_app(sim, workers=sup, autopoll=False, clock=lambda: FROZEN, proc_root=NO_PROC,
                     discover=False, state_dir=Path(tmp_path) / "st")  # fmt: skip
     async with app.run_test(size=(200, 50)) as pilot:

@@ -15,12 +15,12 @@ from tui.failed_gpus import FailedGpusApp
 
 
 def _incident(tmp_path: Path) -> Any:
-    from amdtop.runtime import open_node
+    from amdtop import runtime
 
     with pytest.raises(GpusFailedInit) as info:
         # the capture's failed GPU (0000:1b:00.0) first: its own lines name it
         bus = mi300x_on_bus(bdfs=("0000:1b:00.0", *MI300X_BDFS[1:]))
-        open_node(_args(tmp_path, build_pci_bus(tmp_path, bus)), ui=True)
+        runtime.open(_args(tmp_path, build_pci_bus(tmp_path, bus)), ui=True)
     return info.value.incident
 
 

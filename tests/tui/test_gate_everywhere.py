@@ -20,7 +20,6 @@ from amdtop.cli.main import build_parser
 from amdtop.runtime import NodeSpec
 from amdtop.serve.client import ServeClient
 from amdtop.serve.server import Serve
-from amdtop.service.local import LocalService
 from tests.fixtures.demo_node import port_holder, port_of, write_demo_profiles
 from tui.app import AmdtopApp
 from tui.attached import attached_app
@@ -87,12 +86,12 @@ def test_workers_launch_refuses(held: Held) -> None:
 async def test_in_process_dashboard_refuses(held: Held) -> None:
     spec = node_spec(build_parser().parse_args(_argv(held)))
     node = runtime.open(spec, ui=True)
-    app = AmdtopApp(LocalService(node, spec.state_dir), state_dir=spec.state_dir)
+    app = AmdtopApp(node, state_dir=spec.state_dir)
     node.runtime.start()  # as `amdtop` starts it: the dashboard draws the newest frame when it mounts
     try:
         await _launch_is_refused(app)
     finally:
-        node.close()
+        node.shutdown()
 
 
 @pytest.fixture
@@ -105,7 +104,7 @@ def serve(held: Held) -> Iterator[Serve]:
         yield srv
     finally:
         srv.close()
-        node.close()
+        node.shutdown()
 
 
 async def test_attached_viewer_refuses(held: Held, serve: Serve) -> None:

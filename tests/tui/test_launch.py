@@ -43,7 +43,7 @@ def test_no_gpu_opens_sim_with_banner(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_demo_flag_opens_sim_without_banner(tmp_path: Path) -> None:
-    from amdtop.runtime import open_node
+    from amdtop.runtime.node import open_node
 
     node = open_node(node_spec(_args(tmp_path, demo=True)), ui=True)
     try:

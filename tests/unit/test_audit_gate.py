@@ -153,8 +153,7 @@ def write_profile(tmp: Path) -> Path:
 def test_supervisor_refuses_then_force_overrides_and_records(tmp_path: Path, sim: SimBackend) -> None:
     sim.add_ecc_errors(1, "umc", uncorrectable=1)
     sim.throttle(0, "power_cap")
-    sup = Supervisor(write_profile(tmp_path), tmp_path / "state", topology=sim.topology(), grace_s=1.0)
-    sup.gate = gate(sim)
+    sup = Supervisor(write_profile(tmp_path), tmp_path / "state", gate=gate(sim), topology=sim.topology(), grace_s=1.0)
     try:
         with pytest.raises(GateRefused) as err:
             sup.launch("llama")
@@ -223,8 +222,7 @@ def test_restart_does_not_count_the_workers_own_ranks(tmp_path: Path, sim: SimBa
         f'[[worker]]\nname = "llama"\nmodel = "{tmp_path / "rank.pid"}"\ngpus = [0, 1]\nnuma_node = "none"\n'
         f'port = 18735\ncommand = ["{sys.executable}", "{tmp_path / "prog.py"}"]\n'
     )
-    sup = Supervisor(cfg, tmp_path / "state", topology=sim.topology(), grace_s=1.0)
-    sup.gate = gate(sim)
+    sup = Supervisor(cfg, tmp_path / "state", gate=gate(sim), topology=sim.topology(), grace_s=1.0)
     try:
         sup.launch("llama")
         pid_file = tmp_path / "rank.pid"

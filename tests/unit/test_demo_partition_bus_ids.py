@@ -24,6 +24,7 @@ from amdtop.simserver.logs import rccl_init_lines
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.demo import demo_profiles_text, ensure_demo_profiles
 from amdtop.telemetry.sim import PARTITION_ENV, SimBackend
+from tests.gates import PASS
 from tests.unit.test_rccl_demo_workers import PROFILE, _free_ports
 from widgets.log_summary import render_logs
 
@@ -61,7 +62,7 @@ def test_supervised_sim_workers_on_a_cpx_node(tmp_path: Path) -> None:
     profile = tmp_path / "workers.toml"
     text = PROFILE.format(p0=base, p1=base + 1, py=sys.executable)
     profile.write_text(text.replace('NCCL_DEBUG = "INFO"\n', f'NCCL_DEBUG = "INFO"\n{PARTITION_ENV} = "CPX/NPS4"\n'))
-    sup = Supervisor(profile, tmp_path / "state", topology=sim.topology(), grace_s=5)
+    sup = Supervisor(profile, tmp_path / "state", gate=PASS, topology=sim.topology(), grace_s=5)
     try:
         for name in sup.names():
             sup.launch(name)

@@ -19,6 +19,7 @@ from amdtop.report import frame_json
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.demo import DEMO_LAYOUT_ENV, demo_profiles_text
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 PORT_BASE = 18460
 
@@ -27,7 +28,7 @@ PORT_BASE = 18460
 def dp_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Supervisor, SimBackend]]:
     monkeypatch.setenv(DEMO_LAYOUT_ENV, "dp")
     sim = SimBackend()
-    sup = Supervisor(tmp_path / "x.toml", tmp_path / "st", topology=sim.topology(), demo=True, sim=sim,
+    sup = Supervisor(tmp_path / "x.toml", tmp_path / "st", gate=PASS, topology=sim.topology(), demo=True, sim=sim,
                      demo_port_base=PORT_BASE)  # fmt: skip
     try:
         yield sup, sim
@@ -117,7 +118,7 @@ def _tokens(sup: Supervisor) -> float:
 
 def test_sleep_says_dev_mode_is_off(tmp_path: Path) -> None:
     sim = SimBackend()
-    sup = Supervisor(tmp_path / "x.toml", tmp_path / "st", topology=sim.topology(), demo=True, sim=sim,
+    sup = Supervisor(tmp_path / "x.toml", tmp_path / "st", gate=PASS, topology=sim.topology(), demo=True, sim=sim,
                      demo_port_base=PORT_BASE + 5)  # fmt: skip
     try:
         sup.launch("mistral-7b")  # the default demo: no VLLM_SERVER_DEV_MODE
@@ -125,7 +126,9 @@ def test_sleep_says_dev_mode_is_off(tmp_path: Path) -> None:
         while sup.status_one("mistral-7b").state is not WorkerState.READY:
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        with pytest.raises(AmdtopError, match=r"worker\[mistral-7b\]: the server does not expose /sleep \(404\).*dev mode is off"):
+        with pytest.raises(
+            AmdtopError, match=r"worker\[mistral-7b\]: the server does not expose /sleep \(404\).*dev mode is off"
+        ):
             sup.sleep("mistral-7b")
     finally:
         sup.stop("mistral-7b", grace=5)

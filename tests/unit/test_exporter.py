@@ -434,14 +434,14 @@ def test_a_runtime_exporter_polls_on_the_runtime_clock_whoever_scrapes(tmp_path:
     try:
         exp = runtime_exporter(node.runtime, "127.0.0.1:0")
         node.runtime.tick()
-        sampled = node.backend.sample
+        sampled = node._node.backend.sample
         calls = [0]
 
         def counting_sample() -> Any:
             calls[0] += 1
             return sampled()
 
-        node.backend.sample = counting_sample  # type: ignore[method-assign]
+        node._node.backend.sample = counting_sample  # type: ignore[method-assign]
         bodies = [exp.render() for _ in range(10)]
         assert calls[0] == 0 and len(set(bodies)) == 1  # the scrapes served the one frame; nothing polled
         assert scrape(exp)["amdtop_exporter_polls"].samples[0].value == 1
@@ -450,4 +450,4 @@ def test_a_runtime_exporter_polls_on_the_runtime_clock_whoever_scrapes(tmp_path:
         assert calls[0] == 2
         assert scrape(exp)["amdtop_exporter_polls"].samples[0].value == 3  # the runtime's polls, not 12 scrapes
     finally:
-        node.close()
+        node.shutdown()

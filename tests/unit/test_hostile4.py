@@ -407,23 +407,23 @@ def broken_with_a_running_worker(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_item8_a_broken_profile_hides_no_running_worker(
     broken_with_a_running_worker: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], ui: bool
 ) -> None:
+    from amdtop import runtime
     from amdtop.cli.common import node_spec
-    from amdtop.runtime import open_node
 
     cfg, state = broken_with_a_running_worker
     args = build_parser().parse_args(["--backend", "sim", "--config", str(cfg), "--state-dir", str(state)])
-    node = open_node(node_spec(args), ui=ui)
+    node = runtime.open(node_spec(args), ui=ui)
     try:
         frame = node.runtime.tick()
         assert [w.name for w in frame.workers if w.pid is not None] == ["w"], "the running worker is hidden"
         shown = " ".join(node.notes) + capsys.readouterr().err
         assert shown.count("line") >= 1 and shown.count(str(cfg)) == 1, shown  # the parse error, once
         if ui:
-            assert node.control is not None
-            node.control.stop("w", grace=0.2)
+            assert node._node.control is not None
+            node._node.control.stop("w", grace=0.2)
             assert not alive({int(p.suffix[1:]) for p in tmp_path.glob("out.*")})
     finally:
-        node.close()
+        node.shutdown()
 
 
 def test_item14_the_serve_names_the_broken_profile_not_read_only(
@@ -469,7 +469,7 @@ def test_item4_an_audit_fix_the_gate_refuses_leaves_the_profile_byte_identical(
     from amdtop.audit.fix import apply_fix, plan_fix
     from amdtop.audit.gate import GateRefused
     from amdtop.audit.model import Finding, Fix
-    from amdtop.cli.workers import open_supervisor
+    from amdtop.cli.workers import Workers
 
     argv, cfg, root = _gate_node(tmp_path)
     cleanup.append(tmp_path / "state")
@@ -478,7 +478,8 @@ def test_item4_an_audit_fix_the_gate_refuses_leaves_the_profile_byte_identical(
     (root / "devices/pci0000:00/0000:26:00.0/ras").mkdir(parents=True, exist_ok=True)
     (root / "devices/pci0000:00/0000:26:00.0/ras/umc_err_count").write_text("ue: 4\nce: 0\n")
     before = cfg.read_bytes()
-    sup = open_supervisor(build_parser().parse_args([*argv, "workers", "status"]))
+    workers = Workers(build_parser().parse_args([*argv, "workers", "status"]))
+    sup = workers.control
     try:
         finding = Finding(
             "vllm_max_num_seqs", "warn", "worker", "built finding", (), "", "", Fix("retune", (("max-num-seqs", "32"),)),
@@ -490,4 +491,4 @@ def test_item4_an_audit_fix_the_gate_refuses_leaves_the_profile_byte_identical(
         assert alive(pids) == pids
     finally:
         sup.stop("llama", grace=0.2)
-        sup.close()
+        workers.close()

@@ -56,11 +56,11 @@ def _args(tmp_path: Path, root: Path, **kw: Any) -> NodeSpec:
 
 
 def test_a_bus_of_failed_gpus_never_opens_the_demo(tmp_path: Path) -> None:
-    from amdtop.runtime import open_node
+    from amdtop import runtime
 
     root = build_pci_bus(tmp_path, mi300x_on_bus())
     with pytest.raises(GpusFailedInit) as info:
-        open_node(_args(tmp_path, root), ui=True)
+        runtime.open(_args(tmp_path, root), ui=True)
     assert "8 AMD GPUs on the PCI bus failed driver init" in str(info.value)
     assert info.value.incident.evidence
 

@@ -187,7 +187,7 @@ def test_the_launch_gate_judges_process_lists_read_for_it(tmp_path: Path) -> Non
     runtime = NodeRuntime(pipeline, 1.0)
     runtime.tick()
     assert nvml.calls["n"] == 1  # type: ignore[attr-defined]
-    gate = frame_gate(runtime, backend.topology(), NodeSpec(config=tmp_path / "c.toml", state_dir=tmp_path))
+    gate = frame_gate(lambda: runtime, backend.topology(), NodeSpec(config=tmp_path / "c.toml", state_dir=tmp_path))
     gate.sample()
     assert nvml.calls["n"] == 2  # type: ignore[attr-defined]
     pipeline.close()

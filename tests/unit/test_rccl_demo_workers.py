@@ -13,6 +13,7 @@ from amdtop.model import FlagKind
 from amdtop.rccl.monitor import LogMonitor, LogUpdate
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 from widgets.log_summary import render_logs
 
 
@@ -55,7 +56,7 @@ def test_supervised_sim_workers_feed_the_logs_pane(tmp_path: Path) -> None:
     base = _free_ports(2)
     profile = tmp_path / "workers.toml"
     profile.write_text(PROFILE.format(p0=base, p1=base + 1, py=sys.executable))
-    sup = Supervisor(profile, tmp_path / "state", topology=sim.topology(), grace_s=5)
+    sup = Supervisor(profile, tmp_path / "state", gate=PASS, topology=sim.topology(), grace_s=5)
     try:
         for name in sup.names():
             sup.launch(name)

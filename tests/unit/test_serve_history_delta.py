@@ -18,19 +18,10 @@ from amdtop.model import NodeSnapshot, Topology
 from amdtop.pipeline.frame import GpuHistory, NodeFrame
 from amdtop.pipeline.series import Series
 from amdtop.serve.client import ServeClient
+from amdtop.serve.delta import Held, apply_history_delta, held_back, history_delta, kept_parts
 from amdtop.serve.server import Serve
 from amdtop.serve.viewers import FramePacket, ViewerLink
-from amdtop.serve.wire import (
-    Held,
-    WireError,
-    apply_history_delta,
-    decode,
-    encode,
-    held_back,
-    history_delta,
-    kept_parts,
-    read_message,
-)
+from amdtop.serve.wire import WireError, decode, encode, read_message
 from tests.unit.test_serve import _wait, serve  # noqa: F401  (the fixture)
 
 
@@ -187,7 +178,7 @@ def test_a_link_sends_whole_frames_unless_its_viewer_holds_the_one_before() -> N
 
 def test_viewers_rebuild_the_serves_frames(serve: Serve) -> None:  # noqa: F811
     published: dict[int, NodeFrame] = {}
-    unsubscribe = serve.node.runtime.subscribe(lambda f: published.__setitem__(f.tick, f))
+    unsubscribe = serve.runtime.subscribe(lambda f: published.__setitem__(f.tick, f))
     client = ServeClient(Path(serve.state_dir))
     got: list[NodeFrame] = []
     try:

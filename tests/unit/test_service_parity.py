@@ -23,13 +23,13 @@ from amdtop.audit.gate import GateRefused
 from amdtop.errors import AmdtopError
 from amdtop.model import WorkerState
 from amdtop.pipeline.frame import NodeFrame
-from amdtop.runtime import Node, NodeSpec
+from amdtop.runtime import LocalService, NodeSpec
+from amdtop.runtime.node import Node
 from amdtop.serve import client as client_module
 from amdtop.serve.client import RemoteService, ServeClient
 from amdtop.serve.server import SERVE_OPS, Serve
 from amdtop.service import CONTROL_OPS, WIRE_OPS, NodeService
 from amdtop.service.api import READ_ONLY
-from amdtop.service.local import LocalService
 from tests.fixtures.demo_node import port_holder, write_demo_profiles
 
 SECRET_KEY = "sk-parity-0123456789abcdef"
@@ -38,25 +38,24 @@ LOCAL_ONLY = {"subscribe", "latest", "deliver_in", "on_ramp", "close", "api_key"
 """The stream and the lifetime (frames and ramp updates come to a subscriber without a request, on the thread the
 view names), and the API key, which is never a request: nothing else is local-only."""
 W = "mistral-7b"
-ARGS: dict[str, tuple[Any, ...]] = {
-    "wake": (),
-    "request_state_files": (),
-    "status": (),
-    "launch": (W,),
-    "restart": (W,),
-    "stop": (W,),
-    "retune_diff": (W, {"max-num-seqs": "8"}),
-    "retune": (W, {"max-num-seqs": "8"}),
-    "sleep": (W,),
-    "stacks": (W,),
-    "signal_process": (999_999_999,),
-    "audit_fix": ("no-such-fix",),
-    "ramp_start": (W, "http://127.0.0.1:1", None, {}),
-    "ramp_abort": (W,),
-    "ramps": (),
-    "profile_words": (W,),
-    "adopt": (W,),
-}
+BY_NAME: dict[str, Any] = {"url": "http://127.0.0.1:1", "fix_id": "no-such-fix", "pid": 999_999_999}
+"""A value for the parameters whose name says more than their type (a URL, a finding's id, a pid that is no one's)."""
+BY_TYPE: dict[str, Any] = {"str": W, "Mapping[str, str]": {"max-num-seqs": "8"}, "dict[str, Any]": {}, "tuple[int, ...]": (0,)}
+
+
+def _sample(op: str) -> tuple[Any, ...]:
+    """One call of ``op``, its required parameters filled from their declared types: the op table is the protocol's."""
+    sig = inspect.signature(getattr(NodeService, op))
+    out: list[Any] = []
+    for p in list(sig.parameters.values())[1:]:
+        if p.default is not inspect.Parameter.empty:
+            break
+        hint = str(p.annotation)
+        out.append(BY_NAME[p.name] if p.name in BY_NAME else None if hint.endswith("| None") else BY_TYPE[hint])
+    return tuple(out)
+
+
+ARGS: dict[str, tuple[Any, ...]] = {op: _sample(op) for op in sorted(WIRE_OPS)}
 """One call of every wire op (a new op without one fails the first test)."""
 
 
@@ -77,8 +76,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     keyed = (f'api-key = "{SECRET_KEY}"\n', f'HF_TOKEN = "{SECRET_TOKEN}"\nVLLM_SERVER_DEV_MODE = "1"\n')
     write_demo_profiles(state, {W: keyed})
     spec = NodeSpec(config=tmp / "none.toml", state_dir=state, demo=True, interval=0.2)
-    node = runtime.open(spec, ui=True)
-    serve = Serve(node, state).start()
+    local = runtime.open(spec, ui=True)
+    node = local._node
+    serve = Serve(local, state).start()
     node.runtime.start()
     received: list[bytes] = []
     real_read = client_module.read_message
@@ -91,7 +91,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     client_module.read_message = recording_read  # type: ignore[assignment]
     client = ServeClient(state)
     client.wait_first_frame(10)
-    local = LocalService(node, state)
     remote = RemoteService(client)
     try:
         yield Stack(node, serve, local, remote, client, received)
@@ -186,6 +185,8 @@ def test_wrong_names_give_the_same_one_line_errors(stack: Stack) -> None:
         ("signal_process", (999_999_999,)),
         ("ramp_abort", ("nope",)),
         ("retune", ("mistral-7b", {"max-num-seqs": "-3"})),
+        ("probe_links", ((0, 1), (1 << 20,))),  # no PyTorch (or no GPU of its own) here: one line, alike
+        ("probe_links", ((99,), (1 << 20,))),  # not this node's GPU
     ]
     for op, args in calls:
         here = _outcome(stack.local, op, *args)
@@ -195,7 +196,7 @@ def test_wrong_names_give_the_same_one_line_errors(stack: Stack) -> None:
 
 
 def test_read_only_refuses_every_control_op_the_same_way(stack: Stack, tmp_path: Path) -> None:
-    local = LocalService(stack.node, stack.serve.state_dir, readonly=True)
+    local = stack.local.read_only()
     viewer = ServeClient(stack.serve.state_dir, readonly=True)
     try:
         remote = RemoteService(viewer)
@@ -203,9 +204,10 @@ def test_read_only_refuses_every_control_op_the_same_way(stack: Stack, tmp_path:
             fn_args = ARGS[op]
             here = _outcome(local, op, *fn_args)
             there = _outcome(remote, op, *fn_args)
-            assert here == there == ("AmdtopError", f"{op}: {READ_ONLY}"), op
-            # The serve refuses the read-only viewer's request itself too (a viewer that skips the check).
-            with pytest.raises(AmdtopError, match=f"{op}: refused: this viewer is read-only"):
+            assert here == there == ("InputError", f"{op}: {READ_ONLY}"), op
+            # The serve refuses the read-only viewer's request itself too (a viewer that skips the check): the
+            # service's one read-only check, the same line.
+            with pytest.raises(AmdtopError, match=f"{op}: refused: read-only"):
                 viewer.call(op, *fn_args, timeout=10)
     finally:
         viewer.close()
@@ -349,9 +351,13 @@ def test_ramps_start_list_refuse_and_abort_the_same_way(stack: Stack, silent_por
     remote.ramp_start(q, url, None, settings)
     try:
         again = (url, None, settings)
-        assert _outcome(local, "ramp_start", q, *again) == _outcome(remote, "ramp_start", q, *again) == (
-            "InputError",
-            f"ramp: one already runs against {q}; abort it first",
+        assert (
+            _outcome(local, "ramp_start", q, *again)
+            == _outcome(remote, "ramp_start", q, *again)
+            == (
+                "InputError",
+                f"ramp: one already runs against {q}; abort it first",
+            )
         )
         assert [(w, running) for w, _doc, _st, running in remote.ramps()] == [
             (w, running) for w, _doc, _st, running in local.ramps()
@@ -360,9 +366,13 @@ def test_ramps_start_list_refuse_and_abort_the_same_way(stack: Stack, silent_por
     finally:
         local.ramp_abort(q)
     _until(lambda: not any(w == q and running for w, _d, _s, running in local.ramps()))
-    assert _outcome(local, "ramp_abort", q) == _outcome(remote, "ramp_abort", q) == (
-        "InputError",
-        f"ramp: none runs against {q}",
+    assert (
+        _outcome(local, "ramp_abort", q)
+        == _outcome(remote, "ramp_abort", q)
+        == (
+            "InputError",
+            f"ramp: none runs against {q}",
+        )
     )
 
 
@@ -398,15 +408,16 @@ def test_a_node_without_profiles_refuses_control_alike_and_still_signals(tmp_pat
 
     state = tmp_path / "state"
     spec = NodeSpec(config=tmp_path / "none.toml", state_dir=state, interval=0.2)
-    node = runtime.open(spec, ui=True, parts=NodeParts(backend=SimBackend(seed=3), discover=False))
+    local = runtime.open(spec, ui=True, parts=NodeParts(backend=SimBackend(seed=3), discover=False))
+    node = local._node
     assert node.control is None
-    serve = Serve(node, state).start()
+    serve = Serve(local, state).start()
     node.runtime.start()
     client = ServeClient(state)
     try:
         client.wait_first_frame(10)
         assert client.hello["readonly"] is False
-        local, remote = LocalService(node, state), RemoteService(client)
+        remote = RemoteService(client)
         assert remote.readonly is local.readonly is False
         for op in ("launch", "restart", "stop", "sleep", "retune"):
             args = (W, {"max-num-seqs": "8"}) if op == "retune" else (W,)
@@ -414,7 +425,9 @@ def test_a_node_without_profiles_refuses_control_alike_and_still_signals(tmp_pat
             assert here == there, op
             assert here[0] == "AmdtopError" and "no worker profiles on this node" in here[1], (op, here)
         # Stacks read discovered servers too: no such worker, alike.
-        assert _outcome(local, "stacks", W) == _outcome(remote, "stacks", W) == ("InputError", f"stacks: no worker '{W}'")
+        assert (
+            _outcome(local, "stacks", W) == _outcome(remote, "stacks", W) == ("InputError", f"stacks: no worker '{W}'")
+        )
         # A GPU process that is gone: refused alike by the signal's own check, not by a read-only viewer.
         here, there = _outcome(local, "signal_process", 999_999_999), _outcome(remote, "signal_process", 999_999_999)
         assert here == there and "read-only" not in here[1], here

@@ -110,7 +110,7 @@ def test_first_release_names_and_name_label() -> None:
     # PR #1461: sglang:num_requests_running / _waiting, label name=, the hit rate in percent.
     page = Scrape.parse(_read("sglang-pr1461-name-excerpt.txt"))
     assert page.name_of("running") == "vllm:num_requests_running"
-    assert page.labels_of("vllm:num_requests_running") == {"engine": "0", "model_name": "google/gemma-2-9b-it"}
+    assert dict(page.series["vllm:num_requests_running"][0][0]) == {"engine": "0", "model_name": "google/gemma-2-9b-it"}
     stats = EngineMeter().update(_read("sglang-pr1461-name-excerpt.txt"))
     assert stats.running == 0.0 and stats.waiting == 0.0 and stats.kv_cache_usage == 0.0
     assert stats.cache_hit_rate == pytest.approx(0.8758777633289988)

@@ -24,6 +24,7 @@ from amdtop.supervisor import Supervisor
 from amdtop.supervisor.procs import mapped_shm as procs_shm
 from amdtop.supervisor.procs import scan, shm_for_pids, title
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 TOPO = SimBackend().topology()
 PAGE = Path(__file__).resolve().parents[1] / "fixtures" / "sglang_metrics" / "sglang-docs-overloaded.txt"
@@ -60,7 +61,7 @@ def test_sglang_worker_launches_reads_judges_and_stops_clean(
 
     before = sglang_titled()
     cfg = profile(tmp_path, port)
-    sup = Supervisor(cfg, tmp_path / "state", topology=TOPO, grace_s=2.0)
+    sup = Supervisor(cfg, tmp_path / "state", gate=PASS, topology=TOPO, grace_s=2.0)
     try:
         sup.launch("sg")
         st = sup.wait_ready("sg", timeout=30, poll=0.1)
@@ -175,7 +176,7 @@ def test_crashed_sglang_worker_is_swept_with_its_shared_memory(tmp_path: Path, p
     # Every process of the worker SIGKILLed (a crash: nothing unlinks its segments), then stop: the segments the
     # schedulers held, named as SGLang names its own (sgl_shm_<kind>_<pid>_<hex>), are removed.
     cfg = profile(tmp_path, port)
-    sup = Supervisor(cfg, tmp_path / "state", topology=TOPO, grace_s=2.0)
+    sup = Supervisor(cfg, tmp_path / "state", gate=PASS, topology=TOPO, grace_s=2.0)
     try:
         sup.launch("sg")
         sup.wait_ready("sg", timeout=30, poll=0.1)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from amdtop.flag_json import flag_json
 from amdtop.health.rankproc import read_rank, read_ranks
 from amdtop.health.stall import (
     StallTracker,
@@ -32,7 +33,6 @@ from amdtop.model import (
     WorkerState,
     WorkerStatus,
 )
-from amdtop.report import flag_json
 from amdtop.supervisor.crashlog import crash_summary, error_line, rank_death
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_crash"

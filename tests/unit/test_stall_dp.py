@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from amdtop.flag_json import flag_json
 from amdtop.health.rankproc import read_rank
 from amdtop.health.stall import StallTracker, replicas
 from amdtop.layout import WorkerLayout
 from amdtop.model import EngineSample, EngineStats, Flag, FlagKind, RankSample, WorkerHealth, WorkerState, WorkerStatus
-from amdtop.report import flag_json
 from amdtop.supervisor.metrics import EngineMeter
 
 METRICS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_metrics"

@@ -24,6 +24,7 @@ import pytest
 from amdtop.cli.main import main
 from amdtop.model import WorkerState
 from amdtop.supervisor import Supervisor
+from tests.gates import PASS
 from tests.unit import test_supervisor_hostile as hostile
 from tests.unit.test_supervisor_hostile import one_error_line, run, status_of
 from tests.unit.test_supervisor_procs import FAMILY, STUBBORN, TOPO, alive, wait_files, write_profile
@@ -215,7 +216,7 @@ def test_a_state_file_with_a_nan_time_counts_as_torn(tmp_path: Path) -> None:
 
 def test_stop_has_a_hard_ceiling_whatever_grace_it_is_given(tmp_path: Path) -> None:
     cfg = write_profile(tmp_path, STUBBORN)
-    sup = Supervisor(cfg, tmp_path / "state", topology=TOPO)
+    sup = Supervisor(cfg, tmp_path / "state", gate=PASS, topology=TOPO)
     try:
         sup.launch("w")
         pids = wait_files(tmp_path, 2)
@@ -248,8 +249,8 @@ time.sleep(600)
 def test_a_worker_that_execs_through_wrappers_is_never_seen_crashed(tmp_path: Path, cleanup: list[Path]) -> None:
     cfg, state = write_profile(tmp_path, REEXEC), tmp_path / "state"
     cleanup.append(state)
-    sup = Supervisor(cfg, state, topology=TOPO, grace_s=2.0)
-    other = Supervisor(cfg, state, topology=TOPO, grace_s=2.0)  # another amdtop: it did not spawn the worker
+    sup = Supervisor(cfg, state, gate=PASS, topology=TOPO, grace_s=2.0)
+    other = Supervisor(cfg, state, gate=PASS, topology=TOPO, grace_s=2.0)  # another amdtop: it did not spawn the worker
     try:
         sup.launch("w")
         seen: dict[str, list[WorkerState]] = {"launcher": [], "other": []}
@@ -448,7 +449,7 @@ def test_one_api_key_travels_in_the_environment_and_amdtop_sends_it(
     url = f"http://127.0.0.1:{port}"
     assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401  # the key is in force
     # amdtop's own clients: the prober (health, metrics) and the ramp send it as a Bearer token.
-    sup = Supervisor(cfg, state, topology=TOPO)
+    sup = Supervisor(cfg, state, gate=PASS, topology=TOPO)
     try:
         assert sup.prober.keys == {url: "sk-only-mine"} and sup.api_key("w") == "sk-only-mine"
         assert sup.status_one("w").engine is not None

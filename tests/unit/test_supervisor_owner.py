@@ -26,6 +26,7 @@ from amdtop.supervisor import Supervisor
 from amdtop.supervisor.owner import SupervisorOwner
 from amdtop.supervisor.procs import scan
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 TOPO = SimBackend().topology()
 NAMES = ("w0", "w1", "w2")
@@ -124,7 +125,7 @@ def _ours(state_dir: Path) -> set[int]:
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_status_launch_stop_retune_from_many_threads(tmp_path: Path, round_: int) -> None:
     cfg = _profiles(tmp_path, 18700 + 10 * (round_ % 20))
-    sup = Recording(cfg, tmp_path / "state", topology=TOPO, grace_s=5.0)
+    sup = Recording(cfg, tmp_path / "state", gate=PASS, topology=TOPO, grace_s=5.0)
     owner = SupervisorOwner(sup)
     rng = random.Random(round_)
     futures: list[Future[Any]] = []

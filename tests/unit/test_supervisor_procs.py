@@ -17,6 +17,7 @@ from amdtop.procinfo import read_environ
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.procs import scan
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 TOPO = SimBackend().topology()
 
@@ -100,7 +101,7 @@ def sup_for(tmp_path: Path):  # type: ignore[no-untyped-def]
     made: list[Supervisor] = []
 
     def make(cfg: Path, **kw: object) -> Supervisor:
-        sup = Supervisor(cfg, tmp_path / "state", topology=TOPO, grace_s=2.0, **kw)  # type: ignore[arg-type]
+        sup = Supervisor(cfg, tmp_path / "state", gate=PASS, topology=TOPO, grace_s=2.0, **kw)  # type: ignore[arg-type]
         made.append(sup)
         return sup
 
@@ -215,7 +216,13 @@ def test_crash_shows_last_log_lines(tmp_path: Path, sup_for) -> None:  # type: i
 def test_demo_worker_runs_simserver_and_drives_sim_gpus(tmp_path: Path) -> None:
     sim = SimBackend()
     sup = Supervisor(
-        tmp_path / "none.toml", tmp_path / "st", topology=sim.topology(), demo=True, sim=sim, demo_port_base=18060
+        tmp_path / "none.toml",
+        tmp_path / "st",
+        gate=PASS,
+        topology=sim.topology(),
+        demo=True,
+        sim=sim,
+        demo_port_base=18060,
     )
     try:
         launched = sup.launch("qwen-32b")

@@ -15,6 +15,7 @@ from amdtop.supervisor.demo import DEMO_FILE, feed_demand
 from amdtop.supervisor.metrics import EngineMeter, parse_samples
 from amdtop.supervisor.state import StateStore, WorkerRecord, mask_env, rotate_log, tail_lines
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 TOPO = SimBackend().topology()
 CAPTURE = Path("/work/shared/data/vllm-cpu/metrics-tp1.txt")
@@ -108,7 +109,7 @@ def test_metrics_capture_and_old_names() -> None:
 def test_retune_diff_writeback_keeps_comments(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(PROFILE)
-    sup = Supervisor(cfg, tmp_path / "st", topology=TOPO)
+    sup = Supervisor(cfg, tmp_path / "st", gate=PASS, topology=TOPO)
     diff = sup.retune_diff(
         "a", {"max_num_seqs": "64", "block-size": "32", "numa_node": "1", "env.HF_TOKEN": "hf_secret"}
     )
@@ -124,7 +125,7 @@ def test_retune_diff_writeback_keeps_comments(tmp_path: Path) -> None:
     assert "max-num-seqs = 64" in text and 'NCCL_DEBUG = "INFO"' in text
     assert text.index('name = "a"') < text.index('name = "b"')
     assert sup.profile("a").arg("max-num-seqs") == 64
-    reloaded = Supervisor(cfg, tmp_path / "st", topology=TOPO)
+    reloaded = Supervisor(cfg, tmp_path / "st", gate=PASS, topology=TOPO)
     assert dict(reloaded.profile("a").env) == {"NCCL_DEBUG": "INFO"}
 
 
@@ -164,7 +165,7 @@ def test_retune_diff_writeback_keeps_comments(tmp_path: Path) -> None:
 def test_retune_rejects(tmp_path: Path, changes: dict[str, str], message: str) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(PROFILE)
-    sup = Supervisor(cfg, tmp_path / "st", topology=TOPO)
+    sup = Supervisor(cfg, tmp_path / "st", gate=PASS, topology=TOPO)
     with pytest.raises(InputError) as exc:
         sup.retune("a", changes)
     assert str(exc.value) == message
@@ -174,7 +175,7 @@ def test_retune_rejects(tmp_path: Path, changes: dict[str, str], message: str) -
 def test_readonly_refuses_control(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(PROFILE)
-    sup = Supervisor(cfg, tmp_path / "st", topology=TOPO, readonly=True)
+    sup = Supervisor(cfg, tmp_path / "st", gate=PASS, topology=TOPO, readonly=True)
     for call in (lambda: sup.launch("a"), lambda: sup.stop("a"), lambda: sup.retune("a", {"max-num-seqs": "2"})):
         with pytest.raises(InputError, match="--readonly"):
             call()
@@ -185,7 +186,7 @@ def test_readonly_refuses_control(tmp_path: Path) -> None:
 
 def test_demo_profiles_and_demand(tmp_path: Path) -> None:
     sim = SimBackend()
-    sup = Supervisor(tmp_path / "ignored.toml", tmp_path / "st", topology=sim.topology(), demo=True, sim=sim)
+    sup = Supervisor(tmp_path / "ignored.toml", tmp_path / "st", gate=PASS, topology=sim.topology(), demo=True, sim=sim)
     assert (tmp_path / "st" / DEMO_FILE).exists()
     assert sup.names() == ["llama-70b", "qwen-32b", "mistral-7b"]
     p = sup.profile("llama-70b")

@@ -15,7 +15,8 @@ from amdtop import runtime
 from amdtop.runtime import NodeSpec
 from amdtop.serve import server as server_module
 from amdtop.serve.server import Serve
-from amdtop.serve.wire import WIRE_PROTOCOL, WIRE_VERSION, field_fingerprint
+from amdtop.serve.wire import WIRE_PROTOCOL, WIRE_VERSION
+from amdtop.service.protocol import fingerprint as field_fingerprint
 
 
 class Mode(enum.Enum):
@@ -72,7 +73,7 @@ def test_a_viewer_and_an_older_serve_refuse_with_one_line(tmp_path: Path, monkey
         )
     finally:
         serve.close()
-        node.close()
+        node.shutdown()
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert lines == [f"amdtop: error: serve is {old}, viewer {WIRE_VERSION}: restart serve"]

@@ -16,8 +16,9 @@ from amdtop import runtime
 from amdtop.audit.auditor import Auditor
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.runtime import NodeSpec
+from amdtop.serve.reducers import by_fields
 from amdtop.serve.viewers import FramePacket
-from amdtop.serve.wire import WireError, _by_fields, decode, encode
+from amdtop.serve.wire import WireError, decode, encode
 
 
 def _frame_classes(tp: object, seen: set[type]) -> None:
@@ -38,7 +39,7 @@ def test_every_slotted_dataclass_of_the_frame_takes_the_fast_path() -> None:
     _frame_classes(NodeFrame, seen)
     slotted = sorted((c for c in seen if "__slots__" in c.__dict__), key=lambda c: c.__qualname__)
     assert len(slotted) > 20  # the walk reached the frame's tree, not just its root
-    slow = [c.__qualname__ for c in slotted if _by_fields(c) is None]
+    slow = [c.__qualname__ for c in slotted if by_fields(c) is None]
     # A field with init=False or kw_only, or a __post_init__, sends a class back to dataclasses' Python
     # __getstate__/__setstate__: correct, but twice the cost of every frame it rides in.
     assert slow == []
@@ -49,9 +50,9 @@ def demo_frames() -> list[NodeFrame]:
     tmp = Path(tempfile.mkdtemp(prefix="amdtop-wire-"))
     node = runtime.open(NodeSpec(config=tmp / "none.toml", state_dir=tmp, demo=True), ui=True, kernel=False)
     try:
-        return [node.pipeline.tick() for _ in range(4)]
+        return [node._node.pipeline.tick() for _ in range(4)]
     finally:
-        node.close()
+        node.shutdown()
 
 
 def test_whole_and_delta_frames_come_back_equal(demo_frames: list[NodeFrame]) -> None:

@@ -1,4 +1,5 @@
-"""Ramps run by the serve: started by a viewer, they outlive it; every viewer sees their progress and result.
+"""Ramps run by the node service: started by a view (the dashboard, a viewer of the serve), they outlive it; every
+view sees their progress and result.
 
 One ramp per worker at a time. The newest document of each worker's last ramp is kept, so a viewer that attaches
 later (or re-attaches after its terminal closed) draws the live plot or the result at once.
@@ -21,8 +22,8 @@ RampUpdate = Callable[[str, dict[str, Any], str], None]
 """(worker, ramp document, status) to every viewer."""
 
 
-class ServeRamps:
-    """The ramps of one serve."""
+class NodeRamps:
+    """The ramps of one node service."""
 
     def __init__(self, state_dir: Path, latest: Callable[[], NodeFrame], publish: RampUpdate) -> None:
         self.state_dir = state_dir
@@ -57,7 +58,7 @@ class ServeRamps:
             self._running[worker] = ramp
         # Published at once: a viewer attaching before the first step ends sees the ramp running.
         self._update(worker, ramp.result.to_json(), "starting")
-        threading.Thread(target=self._run, args=(worker, ramp), name=f"serve-ramp-{worker}", daemon=True).start()
+        threading.Thread(target=self._run, args=(worker, ramp), name=f"node-ramp-{worker}", daemon=True).start()
         return f"ramp {worker}: started in the serve"
 
     def _run(self, worker: str, ramp: Ramp) -> None:
