@@ -27,6 +27,10 @@ _NCCL = re.compile(
 _NCCL_SHORT = re.compile(
     r"(?:^|[\s)\]>]|(?<=<stdout>):|(?<=<stderr>):)(?P<host>[^\s:\[\]()]+) \[(?P<dev>\d+)\] (?:\S+ )?NCCL (?:INFO|WARN|TRACE|ERROR) "
 )
+_NCCL_BARE = re.compile(r"^(?:[\w.<>~-]+:\d+ )?NCCL (?:INFO|WARN|TRACE|ERROR) ")
+"""NCCL's level word without the ``host:pid:tid [dev]`` head: the message pasted alone (an issue title, a quoted
+line) or after another tool's prefix, with or without the ``func:line`` that ``ncclDebugLog`` puts before ``NCCL WARN``
+for WARNs (src/debug.cc: ``"%s:%d:%d [%d] %s:%d NCCL WARN "``). The host, pid and device it would name are unknown."""
 _RAY = re.compile(
     r"^\((?:(?P<actor>[^()=,]+?)\s+)?pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[^)\s,]+))?[^)]*\)\s*"
     r"|^\((?P<actor2>raylet|gcs_server|dashboard[\w-]*|autoscaler|monitor)(?:,\s*ip=(?P<ip2>[^)\s,]+))?\)\s*"
@@ -168,7 +172,7 @@ def read_head(line: str) -> Head:
             pid = int(m.group("pid"))
         text = text[m.end() :]
     else:
-        m = _LEVEL.match(text)
+        m = _NCCL_BARE.match(text) or _LEVEL.match(text)
         if m:
             text = text[m.end() :]
     return Head(text=text, time=t, host=host, pid=pid, rank=rank, dev=dev, actor=actor, group=group)
