@@ -57,3 +57,28 @@ def test_ofi_resource_family_from_ofiutils() -> None:
         # built from src/nccl_ofi_ofiutils.cpp's "Couldn't %s. RC: %d, ERROR: %s"
         line = f"host:1:2 [0] NCCL WARN NET/OFI Couldn't {what}. RC: -22, ERROR: Invalid argument"
         assert _entry_of(line) == "nccl.plugin.ofi_resource_failed", line
+
+
+# -- 3. NVRM Xid lines whose PCI address was cut ---------------------------------------------------------------------
+def test_xid_with_elided_pci_address_is_read_device_unknown_nccl_2241() -> None:
+    from amdtop.kernel.parser import parse_lines
+
+    log = CORPUS / "nvidia" / "nccl_2241_xid145_xid137_nvlink_b200.log"
+    events = parse_lines(log.read_text().splitlines())
+    assert [e.xid for e in events] == [145, 137]
+    assert all(e.bdf is None for e in events)  # the address is elided: stated unknown, never guessed
+    incidents = _incidents(log)
+    assert [i.kind for i in incidents] == ["xid", "xid"]
+    assert "does not name" in incidents[0].summary and "145" in incidents[0].summary
+    assert incidents[0].devices == ()
+
+
+def test_xid_with_full_pci_address_still_names_it() -> None:
+    from amdtop.kernel.parser import parse_lines
+
+    # built from the driver's "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..." with and without the function
+    (a,) = parse_lines(["NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."])
+    (b,) = parse_lines(["NVRM: Xid (PCI:0000:3B:00.1): 13, Graphics Exception"])
+    (c,) = parse_lines(["NVRM: Xid (PCI:<redacted>): 48, An uncorrectable double bit error"])
+    assert (a.bdf, b.bdf, c.bdf) == ("0000:3b:00.0", "0000:3b:00.1", None)
+    assert c.xid == 48
