@@ -82,3 +82,25 @@ def test_xid_with_full_pci_address_still_names_it() -> None:
     (c,) = parse_lines(["NVRM: Xid (PCI:<redacted>): 48, An uncorrectable double bit error"])
     assert (a.bdf, b.bdf, c.bdf) == ("0000:3b:00.0", "0000:3b:00.1", None)
     assert c.xid == 48
+
+
+# -- 4. PyTorch's heartbeat monitor losing the TCPStore ----------------------------------------------------------------
+def test_dump_flag_store_read_failure_is_peer_lost_on_rank_1_pytorch_128680() -> None:
+    (i,) = _incidents(CORPUS / "pytorch" / "pytorch_128680_dump_flag_store_connection_reset.log")
+    assert i.kind == "peer_lost"
+    assert i.ranks == (1,)
+    assert "Connection reset by peer" in i.summary
+    assert "no first cause was printed" in i.cause  # a consequence: the store's host died first, unseen
+
+
+def test_every_monitor_store_read_form_is_one_entry() -> None:
+    for line in (  # built from ProcessGroupNCCL.cpp's heartbeat monitor strings, v2.3 .. HEAD
+        "[rank1]:[E614 11:14:03.086670611 ProcessGroupNCCL.cpp:1319] [PG 0 Rank 1] Failed to get timeout rank ID "
+        "from the global store.Connection reset by peer",
+        "[rank3]:[W825 07:38:02.806977494 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0(default_pg) Rank 3] Failed to "
+        'check the "should dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: '
+        "failed to recv, got 0 bytes",
+        "[PG ID 0 PG GUID 0 Rank 2] Failed to get timeout rank ID from TCPStore.Broken pipe",
+        "[PG ID 0 PG GUID 0 Rank 2] Failed to check the signal remote_error:0 on TCPStore, Broken pipe",
+    ):
+        assert _entry_of(line) == "pytorch.heartbeat.store_read_failed", line
