@@ -104,3 +104,20 @@ def test_every_monitor_store_read_form_is_one_entry() -> None:
         "[PG ID 0 PG GUID 0 Rank 2] Failed to check the signal remote_error:0 on TCPStore, Broken pipe",
     ):
         assert _entry_of(line) == "pytorch.heartbeat.store_read_failed", line
+
+
+# -- 5. HIP's missing code object, every ROCm's form -----------------------------------------------------------------
+def test_old_hip_no_binary_guarantee_is_a_startup_failure_tf_upstream_1106() -> None:
+    (i,) = _incidents(CORPUS / "runtime" / "tf_upstream_1106_no_binary_for_gpu_title.log")
+    assert i.kind == "startup_failed" and "hipErrorNoBinaryForGpu" in i.summary
+
+
+def test_every_no_binary_form_is_one_entry() -> None:
+    for line in (  # ROCm 3.x-4.0 guarantee (sic), ROCm 4.x DevLogError, ROCm 5+ LogPrintfError (built)
+        '/src/external/hip-on-vdi/rocclr/hip_code_object.cpp:120: guarantee(false && "hipErrorNoBinaryForGpu: '
+        "Coudn't find binary for current devices!\")",
+        ":1:hip_code_object.cpp      :120 : 42 us: hipErrorNoBinaryForGpu: Coudn't find binary for current devices!",
+        ":1:hip_fatbin.cpp           :456 : 42 us: hipErrorNoBinaryForGpu: Unable to find code object for all "
+        "current devices!",
+    ):
+        assert _entry_of(line) == "runtime.hip.no_binary", line
