@@ -121,3 +121,17 @@ def test_every_no_binary_form_is_one_entry() -> None:
         "current devices!",
     ):
         assert _entry_of(line) == "runtime.hip.no_binary", line
+
+
+# -- 6. SGLang's sigquit line, every version's spelling ----------------------------------------------------------------
+def test_old_sigquit_spelling_is_the_engine_dying_sglang_3685() -> None:
+    (i,) = _incidents(CORPUS / "serving" / "sglang_3685_sigquit_from_child_logging_error.log")
+    assert i.kind == "engine_dead"
+
+
+def test_both_sigquit_spellings_are_one_entry() -> None:
+    for line in (  # sglang v0.4.x server.py (sic) and later engine.py, built from the logger.error strings
+        "[2025-01-20 19:10:07] Received sigquit from a child proces. It usually means the child failed.",
+        "[2026-04-15 07:45:17] Received sigquit from a child process. It usually means the child failed.",
+    ):
+        assert _entry_of(line) == "serving.sglang.sigquit", line
