@@ -135,3 +135,28 @@ def test_both_sigquit_spellings_are_one_entry() -> None:
         "[2026-04-15 07:45:17] Received sigquit from a child process. It usually means the child failed.",
     ):
         assert _entry_of(line) == "serving.sglang.sigquit", line
+
+
+# -- 7. SGLang's scope head as printed ---------------------------------------------------------------------------------
+def test_bare_sglang_tp_head_names_the_scope_and_rank_sglang_26265() -> None:
+    (i,) = _incidents(CORPUS / "serving" / "sglang_26265_scheduler_exception_kv_pool_tp0.log")
+    assert i.kind == "engine_dead"
+    assert "TP0" in i.summary and i.ranks == (0,)
+
+
+def test_dated_sglang_tp_head_names_the_scope_recall_43() -> None:
+    (i,) = _incidents(CORPUS / "serving" / "recall_43_sglang_scheduler_exception_tp2.log")
+    assert "TP2" in i.summary and i.ranks == (2,)
+
+
+def test_sglang_head_forms() -> None:
+    # built from configure_logger's "[%(asctime)s{prefix}] %(message)s", both datefmts, and the bare head
+    dated = read_head("[2025-04-23 21:31:41 TP2] Scheduler hit an exception: Traceback (most recent call last):")
+    short = read_head("[12-05 10:00:01 DP0 TP2 EP2] Scheduler hit an exception: Traceback (most recent call last):")
+    bare = read_head("[TP0] Scheduler hit an exception: Traceback (most recent call last):")
+    main = read_head("[12-05 10:00:01] Received sigquit from a child process. It usually means the child failed.")
+    assert (dated.label, dated.rank, dated.time is not None) == ("TP2", 2, True)
+    assert (short.label, short.rank, short.time is not None) == ("DP0 TP2 EP2", 2, True)
+    assert (bare.label, bare.rank, bare.time) == ("TP0", 0, None)
+    assert (main.label, main.rank, main.text[:8]) == (None, None, "Received")
+    assert read_head("[1] not a scope").text == "[1] not a scope"
