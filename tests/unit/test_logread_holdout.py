@@ -160,3 +160,27 @@ def test_sglang_head_forms() -> None:
     assert (bare.label, bare.rank, bare.time) == ("TP0", 0, None)
     assert (main.label, main.rank, main.text[:8]) == (None, None, "Received")
     assert read_head("[1] not a scope").text == "[1] not a scope"
+
+
+# -- 8. amdgpu init failures name the IP block and its code ------------------------------------------------------------
+def test_ip_block_hw_init_failure_names_the_block_and_code_drm_kmod_211() -> None:
+    (i,) = _incidents(CORPUS / "amdgpu" / "drm_kmod_211_uvd_hw_init_failed.log")
+    assert i.kind == "gpu_init_failed"
+    assert "hw_init of IP block <uvd_v6_0> failed -60" in i.summary
+    assert "uvd_v6_0" in i.cause and "-60" in i.cause
+    assert dict(i.detail)["ip_blocks"] == ("hw_init of IP block <uvd_v6_0> failed -60",)
+
+
+def test_ip_block_family_entries() -> None:
+    lines = {  # built from amdgpu_device.c's "%s of IP block <%s> failed %d\n" per phase
+        "[drm:amdgpu_device_init [amdgpu]] *ERROR* sw_init of IP block <gmc_v8_0> failed -2": "amdgpu.init.ip_block",
+        "amdgpu 0000:03:00.0: amdgpu: late_init of IP block <smu> failed -62": "amdgpu.init.ip_block",
+        "[drm:amdgpu_device_fw_loading [amdgpu]] *ERROR* resume of IP block <psp> failed -62": (
+            "amdgpu.reset.ip_block_resume_failed"
+        ),
+        "[drm:amdgpu_device_ip_suspend_phase2 [amdgpu]] *ERROR* suspend of IP block <smu> failed -62": (
+            "amdgpu.reset.ip_block_suspend_failed"
+        ),
+    }
+    for line, want in lines.items():
+        assert _entry_of(line) == want, line
