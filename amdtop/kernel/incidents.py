@@ -17,6 +17,7 @@ from typing import Any
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
 from amdtop.kernel.events import LOST_ADVICE
 from amdtop.kernel.parser import _RESET_FAILED, _SXID
+from amdtop.kernel.pcie_corrected import CorrectedPcie
 from amdtop.kernel.xid import xid_cause
 
 _DEV = re.compile(r"\b(?:amdgpu|nvidia) (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):")
@@ -237,9 +238,12 @@ class KernelVerdicts:
 
     def __init__(self) -> None:
         self._s = _State()
+        self._pcie = CorrectedPcie()
 
     def feed(self, line: str) -> None:
         """Read one line (cheap substring tests decide whether it matters)."""
+        if self._pcie.wants(line):
+            self._pcie.feed(line)  # corrected PCIe reports (AER, APEI GHES); the fatal ones are read below too
         if "NVRM" in line:
             self._nvrm(line)
             return
@@ -517,6 +521,8 @@ class KernelVerdicts:
         out += self._ecc(place)
         out += self._gsp(place)
         out += self._aer_incidents(place)
+        if (pcie := self._pcie.incident()) is not None:
+            out.append(pcie)
         dropped = self._s.dropped + max(0, len(out) - MAX_INCIDENTS)
         out = out[:MAX_INCIDENTS]
         if dropped and out:

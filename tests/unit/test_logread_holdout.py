@@ -184,3 +184,35 @@ def test_ip_block_family_entries() -> None:
     }
     for line, want in lines.items():
         assert _entry_of(line) == want, line
+
+
+# -- 9. corrected PCIe errors, AER and APEI GHES -----------------------------------------------------------------------
+def test_corrected_pcie_errors_name_each_port_rocm_2927() -> None:
+    (i,) = _incidents(CORPUS / "amdgpu" / "rocm_2927_aer_corrected_root_port_mi100.log")
+    assert i.kind == "correctable_errors"
+    assert dict(i.detail)["devices"] == ("0000:00:01.1", "0000:20:03.1")
+    assert "APEI GHES: root port" in i.summary and "AER: Data Link Layer, Receiver ID" in i.summary
+
+
+def test_corrected_aer_beside_a_failed_init_coreboot_4() -> None:
+    kinds = {i.kind: i for i in _incidents(CORPUS / "amdgpu" / "aer_corrected_then_mes_kiq_init_failed_coreboot_4.log")}
+    assert set(kinds) == {"gpu_init_failed", "correctable_errors"}
+    assert dict(kinds["correctable_errors"].detail)["devices"] == ("0000:01:00.0", "0000:00:01.0")
+    assert dict(kinds["correctable_errors"].detail)["reports"] == (1, 1)  # "received from" + its own lines: one
+
+
+def test_an_uncorrectable_cper_aer_report_is_not_counted() -> None:
+    from amdtop.kernel.pcie_corrected import CorrectedPcie
+
+    c = CorrectedPcie()
+    for line in (  # built from cper_print_aer's lines: aer_uncor_severity follows only an uncorrectable report
+        "pcieport 0000:00:01.1: AER: aer_status: 0x00004000, aer_mask: 0x00000000",
+        "pcieport 0000:00:01.1: AER: aer_layer=Transaction Layer, aer_agent=Requester ID",
+        "pcieport 0000:00:01.1: AER: aer_uncor_severity: 0x00462030",
+        "{7}[Hardware Error]: event severity: fatal",
+        "{7}[Hardware Error]:  Error 0, type: fatal",
+        "{7}[Hardware Error]:   section_type: PCIe error",
+        "{7}[Hardware Error]:   device_id: 0000:20:03.1",
+    ):
+        c.feed(line)
+    assert c.incident() is None
