@@ -17,6 +17,7 @@ from typing import Any
 from amdtop.incidents.model import MAX_EVIDENCE, Incident
 from amdtop.kernel.events import LOST_ADVICE
 from amdtop.kernel.parser import _RESET_FAILED, _SXID
+from amdtop.kernel.pcie_corrected import CorrectedPcie
 from amdtop.kernel.xid import xid_cause
 
 _DEV = re.compile(r"\b(?:amdgpu|nvidia) (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):")
@@ -37,6 +38,7 @@ _INIT_FAIL = (
     "early_init of IP block",
     "sw_init of IP block",
     "hw_init of IP block",
+    "late_init of IP block",
     "ip discovery",
     "amdgpu_discovery_init failed",
 )
@@ -45,6 +47,12 @@ _INIT_FAIL = (
 _PROBE = re.compile(
     r"\b(?:amdgpu|nvidia): probe of (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) "
     r"failed with error (?P<err>-?\d+)"
+)
+# amdgpu_device.c amdgpu_device_ip_early_init / _ip_init / _ip_hw_init_phase1/2 / _ip_late_init:
+# DRM_ERROR (dev_err since 6.x) "%s of IP block <%s> failed %d\n" with early_init, sw_init, hw_init, late_init; the
+# BSDs' drm-kmod prints the same through "[drm ERROR :func]". The block and the code are the answer: a person names them.
+_IP_BLOCK = re.compile(
+    r"\b(?P<phase>early_init|sw_init|hw_init|late_init) of IP block <(?P<block>[^>]+)> failed (?P<err>-?\d+)"
 )
 _RESET_OK = re.compile(r"\bGPU reset\(\d+\) succeeded!")
 # smu_cmn.c / smu_v11_0.c / the powerplay hwmgrs: the SMU (the GPU's power-management firmware) not answering. After
@@ -230,9 +238,12 @@ class KernelVerdicts:
 
     def __init__(self) -> None:
         self._s = _State()
+        self._pcie = CorrectedPcie()
 
     def feed(self, line: str) -> None:
         """Read one line (cheap substring tests decide whether it matters)."""
+        if self._pcie.wants(line):
+            self._pcie.feed(line)  # corrected PCIe reports (AER, APEI GHES); the fatal ones are read below too
         if "NVRM" in line:
             self._nvrm(line)
             return
@@ -510,6 +521,8 @@ class KernelVerdicts:
         out += self._ecc(place)
         out += self._gsp(place)
         out += self._aer_incidents(place)
+        if (pcie := self._pcie.incident()) is not None:
+            out.append(pcie)
         dropped = self._s.dropped + max(0, len(out) - MAX_INCIDENTS)
         out = out[:MAX_INCIDENTS]
         if dropped and out:
@@ -618,6 +631,15 @@ class KernelVerdicts:
         where = ", ".join(_name(b, gpus) + (f" (probe error {codes[b]})" if b in codes else "") for b in bdfs)
         n = len(bdfs)
         summary = f"{n} GPU{'s' if n != 1 else ''} failed driver init: {where}" if bdfs else "a GPU failed driver init"
+        blocks = tuple(
+            dict.fromkeys(
+                f"{m.group('phase')} of IP block <{m.group('block')}> failed {m.group('err')}"
+                for ln in lines
+                if (m := _IP_BLOCK.search(ln))
+            )
+        )
+        if blocks:
+            summary += ("; " if bdfs else ": ") + ", ".join(blocks[:4])
         text = "\n".join(lines)
         if "ip discovery" in text or "discovery_init" in text:
             cause = (
@@ -640,6 +662,18 @@ class KernelVerdicts:
         elif "<psp>" in text or "PSP" in text:
             cause = "the GPU's firmware (PSP) did not come up: its init failed in the driver"
             fix = "a full power cycle of the node (power off, wait, power on), not a warm reboot"
+        elif blocks:
+            first = _IP_BLOCK.search(next(ln for ln in lines if _IP_BLOCK.search(ln)))
+            assert first is not None
+            cause = (
+                f"the {first.group('phase')} of the GPU's {first.group('block')} IP block failed with error "
+                f"{first.group('err')} (a negative errno), so the driver did not bring the GPU up"
+            )
+            fix = (
+                "look up the block and the error (-2: its firmware file is missing; a timeout: the block did not "
+                "answer): install the firmware for this GPU, or disable the block if it is optional (e.g. "
+                "amdgpu.ip_block_mask); power-cycle the node if it follows a hang"
+            )
         else:
             cause = "the driver's init of the GPU failed" + (
                 f" (error {', '.join(sorted(set(codes.values())))})" if codes else ""
@@ -653,7 +687,7 @@ class KernelVerdicts:
                 fix=fix,
                 evidence=tuple(dict.fromkeys(lines))[:MAX_EVIDENCE],
                 devices=tuple(sorted(g for g in gpus.values() if g is not None)),
-                detail=(("bdfs", tuple(bdfs)), ("errors", tuple(codes.get(b) for b in bdfs))),
+                detail=(("bdfs", tuple(bdfs)), ("errors", tuple(codes.get(b) for b in bdfs)), ("ip_blocks", blocks)),
             )
         ]
 

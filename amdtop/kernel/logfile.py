@@ -91,6 +91,8 @@ class KernelLineReader:
             or "SXid" in line
             or "AER" in line
             or "PCIe Bus Error" in line
+            or "[Hardware Error]" in line  # APEI GHES records (ghes.c, cper.c): corrected PCIe errors among them
+            or "aer_" in line  # cper_print_aer's lines on kernels whose aer.c printed no "AER: " prefix
             or (
                 self._verdicts.expects_unnamed
                 and ("essage" in line or "mu" in line or "MU" in line or "(First)" in line)

@@ -92,7 +92,13 @@ def _key(event: KernelEvent, owner: Owner) -> tuple[object, ...]:
 
 def _message(f: _Fault) -> str:
     e, o = f.event, f.owner
-    where = f"GPU {o.gpu}" if o.gpu is not None else "a GPU not in this node's list"
+    named = o.bdf or e.bdf or e.kfd_node is not None
+    # a line whose PCI address was cut ("Xid (PCI:...)") names no GPU: say so, never "not in this node's list"
+    where = (
+        f"GPU {o.gpu}"
+        if o.gpu is not None
+        else ("a GPU not in this node's list" if named else "a GPU the line does not name")
+    )
     if o.partition is not None:
         where += f" partition {o.partition}"
     bdf = o.bdf or e.bdf

@@ -61,8 +61,11 @@ _ACCESS_FAULT = re.compile(
     r"Memory access fault by GPU node-(?P<node>\d+) \(Agent handle: 0x[0-9a-fA-F]+\) on address "
     r"(?P<addr>0x[0-9a-fA-F]+)\.?(?:\s*Reason: (?P<reason>.*?))?\s*$"
 )
+# NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/gpu.c / nv.c: "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..."
+# (the address as the driver printed it). A log pasted with the address cut or elided ("(PCI:...)", "(PCI:<bdf>)",
+# redacted) still says which Xid happened: the line is read and the device is stated unknown, never guessed.
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?\): "
+    r"NVRM: Xid \((?:PCI:)?(?:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?|[^()]{0,40})\): "
     r"(?P<xid>\d+),\s*(?P<rest>.*?)\s*$"
 )
 _XID_PID = re.compile(r"pid=(?:(?P<pid>\d+)|'?<unknown>'?),\s*(?:name=(?P<name>[^,]*),\s*)?")
@@ -285,7 +288,7 @@ class KernelLogParser:
                 KernelEvent(
                     cause,
                     line,
-                    bdf=_bdf(m.group("bus"), m.group("fn")),
+                    bdf=_bdf(m.group("bus"), m.group("fn")) if m.group("bus") else None,
                     pid=pid,
                     process=process,
                     detail=f"Xid {code} ({name}): {rest}" if rest else f"Xid {code} ({name})",

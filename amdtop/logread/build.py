@@ -182,7 +182,9 @@ def _scope(causes: Sequence[Sighting], rank_of: RankOf | None = None) -> dict[st
     what = tuple(dict.fromkeys(v for s in causes if (v := s.match.field("what")) is not None))
     procs = tuple(dict.fromkeys(p for s in causes if (p := _process(s))))
     from_ranks = _ints([s.match.field("from_rank") for s in causes])
+    labels = tuple(dict.fromkeys(v for s in causes if (v := s.head.label)))
     return {
+        "labels": labels,
         "from_ranks": from_ranks,
         "ranks": ranks,
         "devices": devices,
@@ -244,6 +246,9 @@ def _where(sc: dict[str, tuple[str, ...] | tuple[int, ...]]) -> str:
         parts.append(f"peer{'s' if len(sc['peers']) > 1 else ''} {', '.join(map(str, sc['peers'][:4]))}")
     if sc["nic_ports"]:
         parts.append(f"NIC port{'s' if len(sc['nic_ports']) > 1 else ''} {', '.join(map(str, sc['nic_ports']))}")
+    if sc["labels"]:
+        # the scope as the emitter printed it (SGLang's "TP2"): a person reads the line's own words
+        parts.append(", ".join(map(str, sc["labels"][:4])))
     ranks = sc["ranks"]
     if ranks:
         # one reporting rank is one rank: the count is of the ranks whose lines say it, never "every rank"

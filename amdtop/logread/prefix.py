@@ -27,6 +27,10 @@ _NCCL = re.compile(
 _NCCL_SHORT = re.compile(
     r"(?:^|[\s)\]>]|(?<=<stdout>):|(?<=<stderr>):)(?P<host>[^\s:\[\]()]+) \[(?P<dev>\d+)\] (?:\S+ )?NCCL (?:INFO|WARN|TRACE|ERROR) "
 )
+_NCCL_BARE = re.compile(r"^(?:[\w.<>~-]+:\d+ )?NCCL (?:INFO|WARN|TRACE|ERROR) ")
+"""NCCL's level word without the ``host:pid:tid [dev]`` head: the message pasted alone (an issue title, a quoted
+line) or after another tool's prefix, with or without the ``func:line`` that ``ncclDebugLog`` puts before ``NCCL WARN``
+for WARNs (src/debug.cc: ``"%s:%d:%d [%d] %s:%d NCCL WARN "``). The host, pid and device it would name are unknown."""
 _RAY = re.compile(
     r"^\((?:(?P<actor>[^()=,]+?)\s+)?pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[^)\s,]+))?[^)]*\)\s*"
     r"|^\((?P<actor2>raylet|gcs_server|dashboard[\w-]*|autoscaler|monitor)(?:,\s*ip=(?P<ip2>[^)\s,]+))?\)\s*"
@@ -42,6 +46,15 @@ _ISO = re.compile(
     r"^\[?(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
     r"(?: (?P<tp>(?:TP|DP|PP|EP)\d+[^\]]*))?\]?\s*(?:[-|:]\s*)?"
 )
+_SGLANG_SCOPE = r"(?:TP|DP|PP|EP|CP|[A-Z]+_(?:DP|TP|CP))\d+(?: (?:TP|DP|PP|EP|CP|[A-Z]+_(?:DP|TP|CP))\d+)*"
+_SGLANG = re.compile(
+    r"^\[(?:(?P<mo>\d\d)-(?P<d>\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?(?: (?P<tp>" + _SGLANG_SCOPE + r"))?"
+    r"|(?P<tp2>" + _SGLANG_SCOPE + r"))\]\s*"
+)
+"""SGLang's ``configure_logger`` head (python/sglang/srt/utils/common.py: ``f"[%(asctime)s{prefix}] %(message)s"``,
+the prefix built in scheduler.py ``run_scheduler_process`` as `` DP{dp_rank}`` `` TP{tp_rank}`` `` EP{ep_rank}``
+`` PP{pp_rank}``): ``datefmt="%m-%d %H:%M:%S"`` since 2025 (the dated form is :data:`_ISO`'s), or the bare ``[TP0]``
+where the time was cut or a logging config printed none."""
 _VLLM = re.compile(
     r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mo>\d\d)-(?P<d>\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
     r"(?:\[[^\]]*\]\s*)?"
@@ -73,6 +86,8 @@ class Head:
     """Ray actor / process name of a Ray or vLLM prefix (``RayWorkerWrapper``, ``raylet``, ``VllmWorker TP1``)."""
     group: str | None = None
     """Process group of a ProcessGroupNCCL prefix (``0(default_pg)``)."""
+    label: str | None = None
+    """The parallel scope as the emitter printed it (SGLang's ``TP2``, ``DP0 TP2 EP2``): a verdict names it as is."""
 
 
 def _hms(hms: str) -> float:
@@ -89,7 +104,7 @@ def read_head(line: str) -> Head:
     """Strip the known prefixes of ``line`` (any order, any nesting of launchers) and say what they named."""
     text = line.strip()
     t: float | None = None
-    host = actor = group = None
+    host = actor = group = label = None
     pid = rank = dev = None
     for _ in range(8):  # a prefix per launcher: Ray over vLLM over PyTorch over NCCL, at most a handful
         c = text[:1]
@@ -114,12 +129,24 @@ def read_head(line: str) -> Head:
                 except ValueError:
                     pass
                 if m.group("tp"):
+                    label = label or m.group("tp").strip()
                     tp = _TP.search(m.group("tp"))
                     if tp and rank is None:
                         rank = int(tp.group(1))
                 text = text[m.end() :]
                 continue
         if c == "[" or c == "<":
+            m = _SGLANG.match(text)
+            if m:
+                if m.group("hms"):
+                    t = _yearless(int(m.group("mo")), int(m.group("d")), m.group("hms"))
+                scope = m.group("tp") or m.group("tp2")
+                label = label or scope
+                tp = _TP.search(scope or "")
+                if tp and rank is None:
+                    rank = int(tp.group(1))
+                text = text[m.end() :]
+                continue
             m = _TORCH_RANK.match(text)
             if m:
                 rank = int(m.group("rank"))
@@ -168,7 +195,7 @@ def read_head(line: str) -> Head:
             pid = int(m.group("pid"))
         text = text[m.end() :]
     else:
-        m = _LEVEL.match(text)
+        m = _NCCL_BARE.match(text) or _LEVEL.match(text)
         if m:
             text = text[m.end() :]
-    return Head(text=text, time=t, host=host, pid=pid, rank=rank, dev=dev, actor=actor, group=group)
+    return Head(text=text, time=t, host=host, pid=pid, rank=rank, dev=dev, actor=actor, group=group, label=label)
