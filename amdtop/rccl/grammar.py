@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from amdtop.logread.catalog import Catalog, load_catalog
+from amdtop.logread.match import Match, Matcher
+
 INFO_MARK = " NCCL INFO "
 WARN_MARK = " NCCL WARN "
 TRACE_MARK = " NCCL TRACE "
@@ -39,7 +42,6 @@ NCCL_VERSION = re.compile(r"NCCL version:? ?(\d+\.\d+\.\d+)")
 RCCL_VERSION = re.compile(r"RCCL version\s*:?\s*(\d+\.\d+\.\d+)")
 BANNER_CONT = re.compile(r"^(HIP|ROCm) version\s*:\s*(\S+)")
 TRAIL = re.compile(r"(\S+?):(\d+) -> (\d+)(?: \[Async thread\])?\s*$")
-NCCL_ERROR = re.compile(r"NCCL Error (\d+): (.*)$")
 WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
     r"(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
@@ -58,19 +60,29 @@ INIT_NIC = re.compile(r"^(?:(NET/[^:]+?) ?: ?)?Initializing NIC:? (?:#?\d+:? )?(
 (issue 27 names it); the form is assumed, so only the device token after an optional index is taken."""
 USING_NETWORK = re.compile(r"^Using network (.+?)\s*$")
 FATAL_MARK = "[FATAL ERROR]"
-FATAL_WARNS = (
-    "IpcGetMemHandle failed",
-    "IpcOpenMemHandle failed",
-    "failed to open CUDA IPC handle",
-    "Failed to find reverse path",
-    "Proxy Call",
-    "Failed to execute operation",
-    "proxy call failed",
-    "HIP failure",
-    "Cuda failure",
-    "unhandled cuda error",
-)
-"""WARN texts that end the communicator: errors even when no return-code trail follows them."""
+
+
+@lru_cache(maxsize=1)
+def _fatal_matcher() -> Matcher:
+    return Matcher(Catalog(tuple(e for e in load_catalog().entries if e.ends_communicator)))
+
+
+@lru_cache(maxsize=1)
+def _torch_nccl_error() -> Matcher:
+    return Matcher(Catalog((load_catalog().by_id("pytorch.cuda_nccl_error"),)))
+
+
+def torch_nccl_error(text: str) -> Match | None:
+    """PyTorch's ``NCCL Error <result>: <text>`` (torch.cuda.nccl's throw_nccl_error), read by its catalog entry."""
+    return _torch_nccl_error().match(text)
+
+
+def ends_communicator(text: str) -> bool:
+    """Whether a WARN's text is one after which the communicator cannot work, even when no return-code trail
+    follows it: the catalog entries marked ``ends_communicator`` (IPC handles, reverse paths, proxy calls, GPU
+    runtime calls in nccl.toml) say which."""
+    return _fatal_matcher().match(text) is not None
+
 
 RESULTS = {
     "1": "unhandled cuda error",
