@@ -155,18 +155,21 @@ IB_COMPLETION = re.compile(
 )
 """``NET/IB : Got completion from peer 10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...``
 (NCCL 2.19+) and the older ``Got completion with error 12, opcode 1, len 0, vendor err 129``."""
-SIGNAL_LINES = (
-    re.compile(r"\*\*\* (?P<sig>SIG[A-Z]+) received"),
-    re.compile(r"Signal \d+ \((?P<sig>SIG[A-Z]+)\) received by PID (?P<pid>\d+)"),
-    re.compile(
-        r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
-    ),
-    re.compile(r"(?:terminated|killed|died) (?:by|with|from) signal (?P<sig>SIG[A-Z]+)"),
-    re.compile(r"!{3,} (?P<what>Segfault) encountered !{3,}"),
-)
-"""A process that died of a signal: absl's (Ray's) failure handler, torchelastic, faulthandler, a supervisor, and
-tvm_ffi's backtrace handler (``!!!!!!! Segfault encountered !!!!!!!``: vLLM's stack loads it, and it replaces
-faulthandler's)."""
+
+
+@lru_cache(maxsize=1)
+def _signal_matcher() -> Matcher:
+    return Matcher(Catalog(tuple(e for e in load_catalog().entries if e.id.startswith("pytorch.signal."))))
+
+
+def signal_line(text: str) -> Match | None:
+    """A process that died of a signal: abseil's (Ray's) failure handler, torchelastic, faulthandler, a supervisor,
+    and tvm_ffi's backtrace handler (``!!!!!!! Segfault encountered !!!!!!!``: vLLM's stack loads it, and it replaces
+    faulthandler's). The catalog's ``pytorch.signal.*`` entries say which lines these are; the match's ``sig`` (or
+    ``what``, named by :data:`SIGNAL_OF`) and ``pid`` fields are the death's."""
+    return _signal_matcher().match(text)
+
+
 VLLM_WORKER_DIED = re.compile(
     r"Worker proc VllmWorker-(?P<rank>\d+) died unexpectedly(?: \(exit code: (?P<code>-?\d+|None)\))?"
 )
