@@ -18,7 +18,8 @@ from amdtop.incidents.model import MAX_EVIDENCE, Incident
 from amdtop.kernel.events import LOST_ADVICE
 from amdtop.kernel.parser import _RESET_FAILED, _SXID
 from amdtop.kernel.pcie_corrected import CorrectedPcie
-from amdtop.kernel.xid import xid_cause
+from amdtop.kernel.xid import xid_cause, xid_fix
+from amdtop.logread.nvidia_codes import nvidia_codes
 
 _DEV = re.compile(r"\b(?:amdgpu|nvidia) (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):")
 _XID_DEV = re.compile(
@@ -125,6 +126,14 @@ def mca_severity(bits: dict[str, bool]) -> str:
     if bits["deferred"]:
         return "deferred"
     return "corrected"
+
+
+def _opens(xid: int) -> bool:
+    """Whether Xid ``xid`` can be a GPU's first cause: the catalog's class says so (an Xid 45 cleanup, an Xid 154
+    recovery summary or an Xid 171/172 detail of an Xid 48 only follow another error; a code the catalog lacks is
+    taken as a cause)."""
+    x = nvidia_codes().xid.get(xid)
+    return x is None or x.cls == "cause"
 
 
 @dataclass(slots=True)
@@ -461,7 +470,7 @@ class KernelVerdicts:
             for ln in s.gsp_pending.seen.lines:
                 held.seen.add(ln)
             s.gsp_pending = None
-        if xid != 45 and bdf not in s.first_xid and _room(s.first_xid, bdf, s):
+        if _opens(xid) and bdf not in s.first_xid and _room(s.first_xid, bdf, s):
             s.first_xid[bdf] = (xid, line)
         prev = _CAUSED_BY.search(line)
         if prev:
@@ -696,17 +705,30 @@ class KernelVerdicts:
         for (switch, bdf, code), seen in self._s.sxids.items():
             fatal = "Non-fatal" not in seen.lines[0] and "Fatal" in seen.lines[0]
             n = seen.count
+            known = nvidia_codes().sxid.get(code)
+            # the Fabric Manager guide's row for the code where it has one: its name, impact and recovery
+            cause = f"an NVSwitch (NVLink fabric) error, SXid {code}" + (
+                f" ({known.name}): {known.impact}"
+                if known is not None
+                else ": the GPUs' NVLink traffic through that switch "
+                + ("stalls; their jobs are aborted (Xid 45)" if fatal else "may be degraded")
+            )
+            fix = (
+                f"{known.recovery} (NVIDIA Fabric Manager user guide, SXid {code})"
+                if known is not None
+                else f"look up SXid {code} in NVIDIA's NVSwitch error catalog (Fabric Manager user guide); a fatal "
+                "SXid needs the GPUs and switches reset (restart the jobs after a node reboot); a repeating one, the "
+                "switch tray checked"
+            )
             out.append(
                 Incident(
                     kind="nvswitch_error",
                     summary=f"NVSwitch {switch} ({bdf}): SXid {code}"
+                    + (f" ({known.name})" if known is not None else "")
                     + (f" x{n}" if n > 1 else "")
                     + (" (fatal)" if fatal else ""),
-                    cause=f"an NVSwitch (NVLink fabric) error, SXid {code}: the GPUs' NVLink traffic through that "
-                    "switch " + ("stalls; their jobs are aborted (Xid 45)" if fatal else "may be degraded"),
-                    fix=f"look up SXid {code} in NVIDIA's NVSwitch error catalog (Fabric Manager user guide); a "
-                    "fatal SXid needs the GPUs and switches reset (restart the jobs after a node reboot); a "
-                    "repeating one, the switch tray checked",
+                    cause=cause,
+                    fix=fix,
                     evidence=tuple(seen.lines[:MAX_EVIDENCE]),
                     detail=(("switch", switch), ("bdf", bdf), ("sxid", code), ("count", n)),
                 )
@@ -889,8 +911,10 @@ class KernelVerdicts:
                     + f"the Xid 45 only cleaned up the channels of {len(pids)} process{'es' if len(pids) != 1 else ''}",
                     cause=f"Xid {code} ({name})"
                     + (": an NVLink error, a hardware/fabric fault" if 144 <= code <= 150 or code == 74 else ""),
-                    fix=f"follow NVIDIA's resolution for Xid {code} (NVLink: check the links with nvidia-smi nvlink "
-                    "-s/-e, reset the GPUs, drain and test if it repeats); the killed processes need a restart",
+                    fix=f"for Xid {code}, NVIDIA's resolution: "
+                    + (xid_fix(code) or "none published; contact NVIDIA support if it repeats")
+                    + (" (check the links with nvidia-smi nvlink -s/-e)" if 144 <= code <= 150 or code == 74 else "")
+                    + "; the killed processes need a restart",
                     evidence=tuple(lines[:MAX_EVIDENCE]),
                     devices=tuple(sorted(g for g in gpus.values() if g is not None)),
                     detail=(("first_xid", code), ("bdfs", tuple(bdfs)), ("pids", tuple(pids))),

@@ -3,58 +3,33 @@
 from __future__ import annotations
 
 from amdtop.kernel.events import FaultCause
+from amdtop.logread.nvidia_codes import nvidia_codes
 
 XID_CAUSES: dict[int, tuple[FaultCause, str]] = {
-    8: (FaultCause.HANG, "GPU stopped processing"),
-    13: (FaultCause.APP_EXCEPTION, "graphics engine exception"),
-    31: (FaultCause.PAGE_FAULT, "GPU memory page fault"),
-    32: (FaultCause.APP_EXCEPTION, "invalid or corrupted push buffer stream"),
-    38: (FaultCause.DRIVER, "driver firmware error"),
-    43: (FaultCause.APP_EXCEPTION, "GPU stopped processing (the context was reset)"),
-    45: (FaultCause.CLEANUP, "preemptive cleanup, due to a previous error or a killed process"),
-    48: (FaultCause.UNCORRECTABLE, "double bit ECC error"),
-    56: (FaultCause.DRIVER, "display engine error"),
-    61: (FaultCause.DRIVER, "internal micro-controller breakpoint/warning"),
-    62: (FaultCause.DRIVER, "internal micro-controller halt"),
-    63: (FaultCause.UNCORRECTABLE, "ECC page retirement or row remapping recording event"),
-    64: (FaultCause.UNCORRECTABLE, "ECC page retirement or row remapper recording failure"),
-    68: (FaultCause.DRIVER, "NVDEC0 exception"),
-    69: (FaultCause.APP_EXCEPTION, "graphics engine class error"),
-    74: (FaultCause.NVLINK, "NVLink error"),
-    79: (FaultCause.FALLEN_OFF_BUS, "GPU has fallen off the bus"),
-    92: (FaultCause.UNCORRECTABLE, "high single-bit ECC error rate"),
-    94: (FaultCause.UNCORRECTABLE, "contained ECC error"),
-    95: (FaultCause.UNCORRECTABLE, "uncontained ECC error"),
-    109: (FaultCause.HANG, "context switch timeout"),
-    119: (FaultCause.HANG, "GSP RPC timeout"),
-    120: (FaultCause.DRIVER, "GSP error"),
-    121: (FaultCause.NVLINK, "C2C link corrected error"),
-    123: (FaultCause.DRIVER, "SPI PMU RPC write failure"),
-    136: (FaultCause.DRIVER, "link training failed"),
-    140: (FaultCause.UNCORRECTABLE, "unrecovered ECC error"),
-    143: (FaultCause.DRIVER, "GPU initialization failure"),
-    144: (FaultCause.NVLINK, "NVLink SAW error"),
-    145: (FaultCause.NVLINK, "NVLink RLW error"),
-    146: (FaultCause.NVLINK, "NVLink TLW error"),
-    147: (FaultCause.NVLINK, "NVLink TREX error"),
-    148: (FaultCause.NVLINK, "NVLink NVLPW_CTRL error"),
-    149: (FaultCause.NVLINK, "NVLink NETIR error"),
-    150: (FaultCause.NVLINK, "NVLink MSE error"),
-    154: (FaultCause.RESET, "GPU recovery action changed"),
+    code: (FaultCause(x.cause), x.name) for code, x in nvidia_codes().xid.items()
 }
+"""Every Xid of NVIDIA's Xid catalog: what amdtop suspects first and its name. Read from ``[xid_catalog]`` in
+``amdtop/logread/catalog/nvidia.toml`` (the data, with NVIDIA's resolution for each code)."""
 
 
-CHANNEL_XIDS = frozenset({13, 31, 32, 43, 45, 68, 69, 94, 95, 109})
+CHANNEL_XIDS = frozenset(code for code, x in nvidia_codes().xid.items() if x.channel)
 """Xids reported for a channel in error, whose ``pid=``/``name=`` is the channel's owner (the process whose work
-faulted). For every other Xid the driver prints the process that happened to be calling into it when the error was
-logged (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c, krcReportXid: the channel's
-``ProcessID`` when there is a channel in error, else ``osGetCurrentProcess()``): an Xid 119 (GSP RPC timeout) logged
-under ``nvidia-smi`` or a monitoring agent's thread is not that program's fault."""
+faulted): the rows marked ``channel`` in ``[xid_catalog]``. For every other Xid the driver prints the process that
+happened to be calling into it when the error was logged (NVIDIA/open-gpu-kernel-modules
+src/nvidia/src/kernel/gpu/rc/kernel_rc.c, krcReportXid: the channel's ``ProcessID`` when there is a channel in error,
+else ``osGetCurrentProcess()``): an Xid 119 (GSP RPC timeout) logged under ``nvidia-smi`` or a monitoring agent's
+thread is not that program's fault."""
 
 
 def xid_cause(code: int) -> tuple[FaultCause, str]:
-    """The cause and NVIDIA's name of Xid ``code`` (unknown codes are driver errors, named by number)."""
+    """The cause and NVIDIA's name of Xid ``code`` (a code newer than the catalog is a driver error, named by number)."""
     return XID_CAUSES.get(code, (FaultCause.DRIVER, f"Xid {code}"))
+
+
+def xid_fix(code: int) -> str | None:
+    """NVIDIA's resolution for Xid ``code``, spelled out (``None`` for a code the catalog lacks)."""
+    x = nvidia_codes().xid.get(code)
+    return x.fix if x is not None else None
 
 
 _CAUSED_BY = "caused by previous Xid "
@@ -62,7 +37,8 @@ _AFTER_SXID = "after NVSwitch SXid "
 
 
 def xid_advice(xid: int | None, detail: str | None) -> str | None:
-    """Advice that depends on the Xid itself rather than its cause (``None``: the cause's general advice holds)."""
+    """Advice that depends on the Xid itself: a chain's named cause, else NVIDIA's resolution for the code from the
+    catalog (``None``: not an Xid, or a code the catalog lacks; the cause's general advice holds)."""
     if xid == 45 and detail and _CAUSED_BY in detail:
         prev = detail[detail.find(_CAUSED_BY) + len(_CAUSED_BY) :].split()[0].rstrip(".,")
         if prev == "45":
@@ -80,4 +56,4 @@ def xid_advice(xid: int | None, detail: str | None) -> str | None:
         return "contained ECC error: only the application that used the memory was hit; restart the application"
     if xid == 95:
         return "uncontained ECC error: any application on the GPU may have read bad data; drain the GPU and reset it"
-    return None
+    return xid_fix(xid) if xid is not None else None

@@ -63,6 +63,9 @@ class Entry:
     """How a person would say one line of it, from its fields: ``{field}`` is replaced, and a ``[...]`` part whose
     fields the line did not give is left out (``tried to allocate {what}[ on GPU {device}]``)."""
     continuation: re.Pattern[str] | None = None
+    ends_communicator: bool = False
+    """An NCCL/RCCL WARN after which the communicator cannot work, whether or not a return-code trail follows it (an
+    IPC handle, a reverse path, a proxy call, a GPU runtime call): the job-log reader makes it an error by itself."""
     """Lines the emitter prints right after this one as part of the same message (Ray's ``\tpid: 20174`` under an
     ActorDiedError): matched against the raw lines that follow, their named groups add fields, the first line that
     does not match ends it."""
@@ -247,6 +250,9 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
             continuation = re.compile(raw["continuation"])
         except re.error as exc:
             raise _fail(where, "continuation", f"is not a valid regex ({exc})") from None
+    ends = raw.get("ends_communicator", False)
+    if not isinstance(ends, bool):
+        raise _fail(where, "ends_communicator", "must be true or false")
     return Entry(
         id=raw["id"],
         family=family,
@@ -264,6 +270,7 @@ def _entry(family: str, raw: dict[str, Any], n: int) -> Entry:
         examples=tuple(examples),
         continuation=continuation,
         say=raw["say"] if isinstance(raw.get("say"), str) else None,
+        ends_communicator=ends,
     )
 
 

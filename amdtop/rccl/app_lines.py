@@ -44,7 +44,7 @@ def warn(p: LogParser, line: str, i: int, j: int, file: str, lineno: int) -> Non
             seqs = p.warn_seqs[(host, pid, tid)] = Capped()
         if seqs is not None:
             seqs.append(p.seq(lineno))
-        if any(mark in text for mark in g.FATAL_WARNS):
+        if g.ends_communicator(text):
             # IPC handles, reverse paths, proxy calls: the communicator cannot work, whether or not a trail follows
             fatal = Message(file, lineno, text, "fatal_warn", rank, extra, host, pid, dev)
             p.fatal_warns.append((p.seq(lineno), (host, pid, tid), fatal))
@@ -116,9 +116,9 @@ def other(p: LogParser, s: str, file: str, lineno: int) -> None:
     if ("didn't" in s or "lagging ranks" in s) and facts.desync_laggards(p, s, file, lineno):
         return
     if "NCCL Error" in s:
-        m = g.NCCL_ERROR.search(s)
-        if m:
-            extra2 = (("result", int(m.group(1))),)
+        err = g.torch_nccl_error(s)
+        if err:
+            extra2 = (("result", int(err.field("result") or 0)),)
             p.errors.append((p.seq(lineno), Message(file, lineno, s, "nccl_error", _torch_rank(s), extra2)))
             return
     if "nccl==" in s and _vllm_nccl(p, s):

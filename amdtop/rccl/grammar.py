@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from amdtop.logread.catalog import Catalog, load_catalog
+from amdtop.logread.match import Match, Matcher
+
 INFO_MARK = " NCCL INFO "
 WARN_MARK = " NCCL WARN "
 TRACE_MARK = " NCCL TRACE "
@@ -39,7 +42,6 @@ NCCL_VERSION = re.compile(r"NCCL version:? ?(\d+\.\d+\.\d+)")
 RCCL_VERSION = re.compile(r"RCCL version\s*:?\s*(\d+\.\d+\.\d+)")
 BANNER_CONT = re.compile(r"^(HIP|ROCm) version\s*:\s*(\S+)")
 TRAIL = re.compile(r"(\S+?):(\d+) -> (\d+)(?: \[Async thread\])?\s*$")
-NCCL_ERROR = re.compile(r"NCCL Error (\d+): (.*)$")
 WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
     r"(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
@@ -58,19 +60,29 @@ INIT_NIC = re.compile(r"^(?:(NET/[^:]+?) ?: ?)?Initializing NIC:? (?:#?\d+:? )?(
 (issue 27 names it); the form is assumed, so only the device token after an optional index is taken."""
 USING_NETWORK = re.compile(r"^Using network (.+?)\s*$")
 FATAL_MARK = "[FATAL ERROR]"
-FATAL_WARNS = (
-    "IpcGetMemHandle failed",
-    "IpcOpenMemHandle failed",
-    "failed to open CUDA IPC handle",
-    "Failed to find reverse path",
-    "Proxy Call",
-    "Failed to execute operation",
-    "proxy call failed",
-    "HIP failure",
-    "Cuda failure",
-    "unhandled cuda error",
-)
-"""WARN texts that end the communicator: errors even when no return-code trail follows them."""
+
+
+@lru_cache(maxsize=1)
+def _fatal_matcher() -> Matcher:
+    return Matcher(Catalog(tuple(e for e in load_catalog().entries if e.ends_communicator)))
+
+
+@lru_cache(maxsize=1)
+def _torch_nccl_error() -> Matcher:
+    return Matcher(Catalog((load_catalog().by_id("pytorch.cuda_nccl_error"),)))
+
+
+def torch_nccl_error(text: str) -> Match | None:
+    """PyTorch's ``NCCL Error <result>: <text>`` (torch.cuda.nccl's throw_nccl_error), read by its catalog entry."""
+    return _torch_nccl_error().match(text)
+
+
+def ends_communicator(text: str) -> bool:
+    """Whether a WARN's text is one after which the communicator cannot work, even when no return-code trail
+    follows it: the catalog entries marked ``ends_communicator`` (IPC handles, reverse paths, proxy calls, GPU
+    runtime calls in nccl.toml) say which."""
+    return _fatal_matcher().match(text) is not None
+
 
 RESULTS = {
     "1": "unhandled cuda error",
@@ -143,18 +155,21 @@ IB_COMPLETION = re.compile(
 )
 """``NET/IB : Got completion from peer 10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...``
 (NCCL 2.19+) and the older ``Got completion with error 12, opcode 1, len 0, vendor err 129``."""
-SIGNAL_LINES = (
-    re.compile(r"\*\*\* (?P<sig>SIG[A-Z]+) received"),
-    re.compile(r"Signal \d+ \((?P<sig>SIG[A-Z]+)\) received by PID (?P<pid>\d+)"),
-    re.compile(
-        r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
-    ),
-    re.compile(r"(?:terminated|killed|died) (?:by|with|from) signal (?P<sig>SIG[A-Z]+)"),
-    re.compile(r"!{3,} (?P<what>Segfault) encountered !{3,}"),
-)
-"""A process that died of a signal: absl's (Ray's) failure handler, torchelastic, faulthandler, a supervisor, and
-tvm_ffi's backtrace handler (``!!!!!!! Segfault encountered !!!!!!!``: vLLM's stack loads it, and it replaces
-faulthandler's)."""
+
+
+@lru_cache(maxsize=1)
+def _signal_matcher() -> Matcher:
+    return Matcher(Catalog(tuple(e for e in load_catalog().entries if e.id.startswith("pytorch.signal."))))
+
+
+def signal_line(text: str) -> Match | None:
+    """A process that died of a signal: abseil's (Ray's) failure handler, torchelastic, faulthandler, a supervisor,
+    and tvm_ffi's backtrace handler (``!!!!!!! Segfault encountered !!!!!!!``: vLLM's stack loads it, and it replaces
+    faulthandler's). The catalog's ``pytorch.signal.*`` entries say which lines these are; the match's ``sig`` (or
+    ``what``, named by :data:`SIGNAL_OF`) and ``pid`` fields are the death's."""
+    return _signal_matcher().match(text)
+
+
 VLLM_WORKER_DIED = re.compile(
     r"Worker proc VllmWorker-(?P<rank>\d+) died unexpectedly(?: \(exit code: (?P<code>-?\d+|None)\))?"
 )

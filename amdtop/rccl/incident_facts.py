@@ -108,13 +108,10 @@ def crash_line(p: LogParser, s: str, prefix: re.Match[str] | None, file: str, li
     if not any(c in s for c in _CHEAP):
         _remember(p, key, s)
         return False
-    for rx in g.SIGNAL_LINES:
-        m = rx.search(s)
-        if m is None:
-            continue
-        found = m.groupdict()
-        sig = found.get("sig") or g.SIGNAL_OF.get(found.get("what") or "", "SIGSEGV")
-        pid_text = prefix.group("pid") if prefix else found.get("pid")
+    m = g.signal_line(s)
+    if m is not None:
+        sig = m.field("sig") or g.SIGNAL_OF.get(m.field("what") or "", "SIGSEGV")
+        pid_text = prefix.group("pid") if prefix else m.field("pid")
         pid = int(pid_text) if pid_text else None
         name = prefix.group("name").strip() if prefix else None
         rank = None

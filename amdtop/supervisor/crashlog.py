@@ -7,7 +7,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from amdtop.rccl.grammar import SIGNAL_LINES, SIGNAL_OF
+from amdtop.rccl.grammar import SIGNAL_OF, signal_line
 
 # vLLM prefixes each line of its processes with ``(APIServer pid=N) `` (``(EngineCore_DP0 pid=N)``, ``(Worker_TP1
 # pid=N)``); docker compose adds ``service  | ``. Tracebacks are recognised after these are taken off.
@@ -105,12 +105,10 @@ _FRAME = re.compile(r'^\s+File "')
 
 
 def _signal_in(line: str) -> str | None:
-    for rx in SIGNAL_LINES:
-        m = rx.search(line)
-        if m is not None:
-            found = m.groupdict()
-            return found.get("sig") or SIGNAL_OF.get(found.get("what") or "", "SIGSEGV")
-    return None
+    m = signal_line(line)  # the catalog's pytorch.signal.* entries
+    if m is None:
+        return None
+    return m.field("sig") or SIGNAL_OF.get(m.field("what") or "", "SIGSEGV")
 
 
 def _above(lines: Sequence[str], i: int) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from amdtop.errors import InputError
@@ -27,6 +29,129 @@ def test_every_entry_cites_a_source_and_its_examples_match_it() -> None:
             if e.cls != "noise":
                 # an earlier entry may claim the line only where it reads it the same way
                 assert got.entry.kind == e.kind or got.entry.id == e.id, (e.id, got.entry.id)
+
+
+_PINNED = re.compile(
+    r"\b[\w.-]+/[\w.-]+ (?:v?\d[\w.+-]*|[0-9a-f]{7,40}|HEAD|main|master|(?:release|rocm)-[\w.]+)\b"  # repo + version
+    r"|https?://\S+|docs\.nvidia\.com/\S+"  # or the document's address
+)
+_REPO_OR_DOC = re.compile(r"\b[\w.-]+/[\w.-]+\b|https?://|docs\.nvidia\.com")
+
+UNPINNED = frozenset(
+    {
+        "nccl.graph.reverse_path",
+        "nccl.plugin.ofi_register_failed",
+        "nccl.plugin.ofi_init_failed",
+        "nccl.plugin.ucx_error",
+        "runtime.hip.queue_abort",
+        "runtime.hip.no_binary",
+        "runtime.torch.device_error_fault",
+        "runtime.torch.device_error_startup",
+        "runtime.torch.device_assert",
+        "runtime.torch.out_of_memory",
+        "runtime.torch.no_gpus",
+        "pytorch.cuda_nccl_error",
+        "pytorch.collective_mismatch",
+        "pytorch.store.timeout",
+        "pytorch.elastic.child_failed",
+        "pytorch.desync.lagging_ranks",
+        "pytorch.signal.absl_failure_handler",
+        "pytorch.signal.faulthandler",
+        "serving.vllm.worker_died",
+        "serving.vllm.engine_core_died",
+        "serving.vllm.engine_dead_error",
+        "serving.vllm.engine_start_failed",
+        "serving.vllm.worker_error",
+        "serving.sglang.subprocess_exception",
+        "serving.sglang.sigquit",
+        "serving.vllm.engine_fatal",
+        "serving.vllm.dump_input",
+        "serving.sglang.req_slots",
+        "serving.sglang.scheduler_dead_at_start",
+        "ray.worker_died",
+        "ray.actor_died",
+        "ray.node_dead",
+        "ray.oom_killed",
+        "ray.raylet_died",
+        "ray.raylet_marked_dead",
+        "ray.heartbeat_lagging",
+        "ray.oom_summary",
+        "ray.oom_summary_ip",
+        "amdgpu.gmc.vm_fault",
+        "amdgpu.gmc.fault_address",
+        "amdgpu.gmc.fault_status",
+        "amdgpu.job.ring_timeout",
+        "amdgpu.job.process",
+        "amdgpu.gfx.illegal_register",
+        "amdgpu.gfx.illegal_instruction",
+        "amdgpu.gfx.illegal_opcode",
+        "amdgpu.mes.no_response",
+        "amdgpu.reset.begin",
+        "amdgpu.reset.method",
+        "amdgpu.reset.succeeded",
+        "amdgpu.reset.failed",
+        "amdgpu.reset.end_error",
+        "amdgpu.reset.asic_failed",
+        "amdgpu.reset.mode1_failed",
+        "amdgpu.reset.resume_failed",
+        "amdgpu.reset.vram_lost",
+        "amdgpu.smu.busy",
+        "amdgpu.smu.bad_response",
+        "amdgpu.smu.send_failed",
+        "amdgpu.ras.uncorrectable_block",
+        "amdgpu.ras.uncorrectable_event",
+        "amdgpu.ras.correctable_block",
+        "amdgpu.aca.status",
+        "amdgpu.init.fatal",
+        "amdgpu.init.ip_block",
+        "amdgpu.discovery.invalid",
+        "amdgpu.discovery.init_failed",
+        "amdgpu.probe.failed",
+        "amdgpu.psp.ring_failed",
+        "amdgpu.pcie.aer_fatal",
+        "amdgpu.gmc.gpu_fault_detected",
+        "amdgpu.smu.send_failed_legacy",
+        "amdgpu.pcie.aer_recovery_failed",
+        "nvidia.bus.fallen_off",
+        "nvidia.gsp.timeout_banner",
+        "nvidia.sxid.any",
+        "nvidia.init.rm_init_adapter",
+        "nvidia.gsp.heartbeat",
+    }
+)
+"""Entries whose source names the repo, file and format string but not the version or commit it was read at
+(written before the rule). A ratchet: no entry joins this list; pin one (repo + tag/commit, or a URL) and take it
+off."""
+
+
+def test_every_source_names_a_repo_or_doc_and_a_version_or_url() -> None:
+    catalog = load_catalog()
+    for e in catalog.entries:
+        if e.source.startswith("not found:"):
+            # an honest miss says what was searched
+            assert len(e.source) > len("not found: ") + 20, f"{e.id}: say what was searched"
+            continue
+        assert _REPO_OR_DOC.search(e.source), f"{e.id}: its source names no repo (owner/name) or document"
+        pinned = _PINNED.search(e.source) is not None
+        if e.id in UNPINNED:
+            assert not pinned, f"{e.id}: its source is pinned now; take it off UNPINNED"
+        else:
+            assert pinned, f"{e.id}: give the version/tag/commit the source was read at, or the document's URL"
+    assert {e.id for e in catalog.entries} >= UNPINNED, "UNPINNED names an entry the catalog no longer has"
+
+
+def test_the_code_tables_cite_their_documents() -> None:
+    from amdtop.logread.nvidia_codes import nvidia_codes
+
+    codes = nvidia_codes()
+    assert _PINNED.search(codes.xid_source) and "https://docs.nvidia.com/deploy/xid-errors" in codes.xid_source
+    assert "DU-09883-001_v1.3" in codes.sxid_source and "https://" in codes.sxid_source
+
+
+def test_only_nccl_warns_end_the_communicator() -> None:
+    ends = [e for e in load_catalog().entries if e.ends_communicator]
+    assert {e.id for e in ends} >= {"nccl.p2p.ipc_handle", "nccl.cuda_failure", "nccl.graph.reverse_path"}
+    assert all(e.family == "nccl" for e in ends)
 
 
 def test_a_malformed_entry_is_refused_with_one_line_naming_the_field() -> None:
