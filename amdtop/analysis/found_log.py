@@ -146,9 +146,12 @@ def find_log(pid: int, proc: Path = PROC) -> FoundLog:
                 (), f"in container {cid[:12]}: following its runtime's log {path} ({runtime})", container=cid,
                 follow=(path,),
             )  # fmt: skip
+        # no json-file, k8s-file or CRI file: its runtime's journald driver, if that is the one, tags each line
+        # with the container's full id (the found reader checks the journal holds any before saying it follows it)
         return FoundLog(
-            (), f"in container {cid[:12]}: stdout is {out_what}, and no runtime log file for it is readable "
-            f"(docker logs {cid[:12]} may show it)", container=cid,
+            (), f"in container {cid[:12]}: no runtime log file for it is readable: following its journal entries "
+            f"(journalctl CONTAINER_ID_FULL={cid[:12]}...)", container=cid,
+            follow=(journal_address([f"CONTAINER_ID_FULL={cid}"], start_time(pid, proc)),),
         )  # fmt: skip
     unit = systemd_unit(cgroup)
     if unit is not None and ("socket" in out_what or "socket" in err_what):

@@ -165,10 +165,18 @@ class FoundReader:
             return log
         now = self.clock()
         held = self._journals.get(address)
+        container = log.container is not None
         if held is None or now - held[0] >= REDISCOVER_EVERY_S:
-            held = self._journals[address] = (now, check_journal(address))
+            # a container's journal is only its log where its runtime's driver is journald: some line must be there
+            held = self._journals[address] = (now, check_journal(address, need_entry=container))
         if held[1] is None:
             return log
+        if log.container is not None:
+            cid = log.container[:12]
+            return replace(
+                log, follow=(), note=f"in container {cid}: no runtime log file for it is readable, and its journal "
+                f"cannot be followed: {held[1]} (docker logs {cid} may show it)",
+            )  # fmt: skip
         where = log.note.split(": following ", 1)[0] if log.note else "its output goes to the journal"
         return replace(log, follow=(), note=f"{where}, which cannot be followed: {held[1]}")
 

@@ -20,7 +20,13 @@ PREFIX = "journalctl:"
 BACKLOG_LINES = 5000
 """Lines of the journal before following (since the server started, where known): its communicator init included for
 a server up less than that many lines."""
-_TOKEN = re.compile(r"(?:_PID=\d+|_SYSTEMD_UNIT=[\w.@:\\-]+|_SYSTEMD_USER_UNIT=[\w.@:\\-]+|--since=@\d+)\Z")
+_TOKEN = re.compile(
+    r"(?:_PID=\d+|_SYSTEMD_UNIT=[\w.@:\\-]+|_SYSTEMD_USER_UNIT=[\w.@:\\-]+|CONTAINER_ID_FULL=[0-9a-f]{64}"
+    r"|--since=@\d+)\Z"
+)
+"""The tokens an address may hold: a unit's or a process's fields (systemd.journal-fields(7)), a container's full id
+(the field Docker's and podman's ``journald`` log drivers add to each line: docs.docker.com/engine/logging/drivers/
+journald), and a start time (``@`` seconds since the epoch: systemd.time(7))."""
 
 
 def journal_address(matches: Sequence[str], since: float | None = None) -> str:
@@ -59,15 +65,15 @@ def open_journal(address: str) -> JournalSource:
     return JournalSource(exe, args, name=address)
 
 
-def check_journal(address: str, timeout_s: float = 3.0) -> str | None:
+def check_journal(address: str, timeout_s: float = 3.0, *, need_entry: bool = False) -> str | None:
     """``None`` when journalctl can read the address's entries, else why not, in one line (missing, failing,
-    not answering)."""
+    not answering; with ``need_entry``, holding none: a container whose log driver is not journald)."""
     exe = shutil.which("journalctl")
     if exe is None:
         return "journalctl is not on PATH"
     try:
         done = subprocess.run(
-            [exe, *journal_args(address, follow=False, lines=0)],
+            [exe, *journal_args(address, follow=False, lines=1 if need_entry else 0)],
             stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -77,6 +83,8 @@ def check_journal(address: str, timeout_s: float = 3.0) -> str | None:
     if done.returncode != 0:
         why = done.stderr.decode("utf-8", "replace").strip().splitlines()
         return f"journalctl exited with status {done.returncode}" + (f": {why[0][:160]}" if why else "")
+    if need_entry and not done.stdout.strip():
+        return "the journal holds none of its lines"
     return None
 
 

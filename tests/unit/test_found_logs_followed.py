@@ -217,13 +217,17 @@ def test_a_docker_servers_log_reaches_the_frame(
 
 STAND_IN = """#!{python}
 # A stand-in for journalctl (this VM runs no journald): "-o cat" output of the lines in {lines}, then it keeps
-# running as journalctl -f does; without -f it prints nothing (a reachable, empty journal) or, with FAIL set, fails.
+# running as journalctl -f does; without -f it prints the last -n lines (none with STAND_IN_EMPTY), or fails with
+# STAND_IN_FAIL set.
 import os, sys, time
 open({record!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
 if os.environ.get("STAND_IN_FAIL"):
     sys.stderr.write("Failed to open journal: Permission denied\\n")
     sys.exit(1)
-if "-f" not in sys.argv:
+if "-f" not in sys.argv:  # a check: "-n 0" prints nothing, "-n N" the last N lines (none with STAND_IN_EMPTY)
+    n = int(sys.argv[sys.argv.index("-n") + 1])
+    if n and not os.environ.get("STAND_IN_EMPTY"):
+        sys.stdout.write("".join(open({lines!r}).readlines()[-n:]))
     sys.exit(0)
 with open({pidfile!r}, "a") as fh:
     fh.write(f"{{os.getpid()}}\\n")
@@ -370,3 +374,46 @@ def test_find_log_follows_a_containers_runtime_log(tmp_path: Path, monkeypatch: 
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_container_without_a_log_file_is_followed_in_the_journal_its_driver_writes(
+    tmp_path: Path, server: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Docker's and podman's journald log driver: no file under the runtime's root, each line in the journal with the
+    # container's full id in CONTAINER_ID_FULL (docs.docker.com/engine/logging/drivers/journald)
+    monkeypatch.setattr(found_log, "DOCKER_ROOT", tmp_path / "docker")
+    monkeypatch.setattr(found_log, "PODMAN_ROOT", tmp_path / "podman")
+    monkeypatch.setattr(found_log, "CRI_ROOT", tmp_path / "cri")
+    journal = tmp_path / "journal.txt"
+    journal.write_text("\n".join(captured()) + "\n")
+    monkeypatch.setenv("PATH", f"{_stand_in(tmp_path, journal)}{os.pathsep}{os.environ['PATH']}")
+    _cgroup_of(server.pid, f"0::/system.slice/docker-{CID}.scope\n", monkeypatch)
+    name = f"sglang-{server.pid}"
+    clock = Clock()
+    pipeline = NodePipeline(SimBackend(), clock=clock, follow_logs=True)
+    try:
+        frame = _tick_until(
+            pipeline, clock, name, lambda f: f.logs is not None and (v := f.logs.worker(name)) and v.incidents
+        )
+        w = frame.worker(name)  # type: ignore[attr-defined]
+        assert w.log_note == (
+            f"in container {CID[:12]}: no runtime log file for it is readable: following its journal entries "
+            f"(journalctl CONTAINER_ID_FULL={CID[:12]}...)"
+        )
+        assert w.other_logs[0].startswith(f"journalctl: CONTAINER_ID_FULL={CID} --since=@")
+        assert frame.logs.worker(name).comms  # type: ignore[attr-defined]
+    finally:
+        pipeline.close()
+    monkeypatch.setenv("STAND_IN_EMPTY", "1")  # another log driver (local, syslog...): the journal holds none
+    clock = Clock()
+    pipeline = NodePipeline(SimBackend(), clock=clock, follow_logs=True)
+    try:
+        frame = _tick_until(pipeline, clock, name, lambda f: f.worker(name) is not None and f.worker(name).log_note)
+        w = frame.worker(name)  # type: ignore[attr-defined]
+        assert w.log_note == (
+            f"in container {CID[:12]}: no runtime log file for it is readable, and its journal cannot be followed: "
+            f"the journal holds none of its lines (docker logs {CID[:12]} may show it)"
+        )
+        assert w.other_logs == ()
+    finally:
+        pipeline.close()
