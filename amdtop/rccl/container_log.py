@@ -33,6 +33,7 @@ _CRI_NAME = re.compile(r"-[0-9a-f]{64}\.log$")
 _CRI_LINE = re.compile(r"(\S+) (stdout|stderr) ([^ ]*) ?(.*)\Z", re.DOTALL)
 # control characters a JSON string may carry escaped (\u001b): shown as "?" like the file tail's raw bytes
 _CONTROL = {c: "?" for c in range(32) if c not in (9, 10)}
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f]")
 
 
 def log_format(path: PurePath) -> str | None:
@@ -59,41 +60,52 @@ class ContainerLogDecoder:
         self._sizes: dict[str, int] = {}
 
     def _join(self, stream: str, text: str, last: bool, out: list[str]) -> None:
-        parts = self._pending.setdefault(stream, [])
+        parts = self._pending.get(stream)
+        if not parts:
+            if last:  # the common case: a whole line in one record
+                out.append(text)
+                return
+            parts = self._pending[stream] = []
         parts.append(text)
         size = self._sizes[stream] = self._sizes.get(stream, 0) + len(text)
         if last or size >= MAX_JOINED:
-            out.append("".join(parts)[:MAX_JOINED].translate(_CONTROL))
+            out.append("".join(parts)[:MAX_JOINED])
             parts.clear()
             self._sizes[stream] = 0
 
     def feed(self, lines: Sequence[str]) -> list[str]:
         """The container's own lines the runtime's ``lines`` complete, in order."""
         out: list[str] = []
-        for line in lines:
-            if self.format == DOCKER_JSON:
-                self._docker(line, out)
-            else:
+        if self.format == DOCKER_JSON:
+            self._docker(lines, out)
+        else:
+            for line in lines:
                 self._cri(line, out)
+        if out and _CONTROL_RE.search(joined := "\n".join(out)):
+            # a JSON string's escaped control characters (\u001b), shown as "?" as the file tail shows raw ones; a
+            # decoded line holds no newline (the runtime cut there), so the join splits back to the same lines
+            out = joined.translate(_CONTROL).split("\n")
         return out
 
-    def _docker(self, line: str, out: list[str]) -> None:
-        if not line.startswith("{"):
-            if line:
-                out.append(line)
-            return
+    def _docker(self, lines: Sequence[str], out: list[str]) -> None:
+        records = [line for line in lines if line]
         try:
-            obj = json.loads(line)
+            # one parse for the run (a C loop) rather than one per line; a run holding a line that is no object
+            # (cut by the tail's line bound, written by something else) is read line by line
+            objs = json.loads("[" + ",".join(records) + "]") if records else []
         except ValueError:
-            out.append(line)  # a cut object (the tail's line bound): shown raw rather than lost
-            return
-        if not isinstance(obj, dict) or not isinstance(obj.get("log", ""), str):
-            out.append(line)
-            return
-        text = obj.get("log", "")
-        stream = str(obj.get("stream", ""))
-        last = text.endswith("\n")
-        self._join(stream, text[:-1] if last else text, last, out)
+            objs = []
+        if len(objs) != len(records):  # (a line of two objects parses as two)
+            objs = [_loads(line) for line in records]
+        for line, obj in zip(records, objs, strict=True):
+            text = obj.get("log") if isinstance(obj, dict) else None
+            if not isinstance(text, str):
+                out.append(line)  # shown raw rather than lost
+                continue
+            last = text.endswith("\n")
+            if last:
+                text = text[:-2] if text.endswith("\r\n") else text[:-1]
+            self._join(str(obj.get("stream", "")), text, last, out)
 
     def _cri(self, line: str, out: list[str]) -> None:
         m = _CRI_LINE.match(line)
@@ -104,3 +116,10 @@ class ContainerLogDecoder:
         _time, stream, tags, text = m.groups()
         # kubelet: a missing tag reads as full (the format before tags were added)
         self._join(stream, text, tags.split(":", 1)[0] != "P", out)
+
+
+def _loads(line: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None

@@ -138,7 +138,8 @@ def test_decoder_bounds_and_keeps_what_is_not_its_format() -> None:
     out = d.feed([part, part])  # a line that never ends is handed on cut at the bound, not held
     assert len(out) == 1 and len(out[0]) == MAX_JOINED
     assert d.feed(['{"log":"cut off by the tail', "plain text"]) == ['{"log":"cut off by the tail', "plain text"]
-    assert d.feed([json.dumps({"log": "a\x1b[31mred\n", "stream": "stderr"})]) == ["a?[31mred"]
+    assert d.feed([json.dumps({"log": "a\x1b[31mred\r\n", "stream": "stderr"})]) == ["a?[31mred"]
+    assert d.feed(['{"log":"x\\n"}, {"log":"y\\n"}', '{"log":"z\\n"}']) == ['{"log":"x\\n"}, {"log":"y\\n"}', "z"]
     c = ContainerLogDecoder(CRI)
     assert c.feed([f"{STAMP} stdout P one ", f"{STAMP} stdout F two"]) == ["one two"]
     assert c.feed([f"{STAMP} stdout F", "not cri"]) == ["", "not cri"]
