@@ -4,6 +4,10 @@ In order: its stdout and stderr (``/proc/PID/fd/1``, ``/proc/PID/fd/2``) when th
 serve ... > serve.log 2>&1``); else, for a process in a container (its id from ``/proc/PID/cgroup``), the file the
 container runtime keeps its output in; else, for a systemd unit's process, its journal. A pipe, a terminal or a
 socket is named in the reason: nothing amdtop could follow holds what it writes.
+
+A container's log file and a unit's journal are followed (:attr:`FoundLog.follow`): the log tail decodes the
+runtime's format (:mod:`amdtop.rccl.container_log`) and runs ``journalctl -f -o cat`` on the unit
+(:mod:`amdtop.rccl.journal`), so their lines reach the parser as a file's do.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from amdtop.procinfo import PROC
+from amdtop.procinfo import PROC, start_time
+from amdtop.rccl.journal import journal_address
 
 _CONTAINER = re.compile(r"(?:docker|libpod|cri-containerd|crio)[-/]([0-9a-f]{64})(?:\.scope)?\b|/([0-9a-f]{64})(?:$|/)")
 """A container id in a cgroup path: ``docker-<id>.scope`` (systemd driver), ``/docker/<id>`` (cgroupfs driver),
@@ -37,6 +42,9 @@ class FoundLog:
     """The systemd unit whose journal holds the output (``journalctl _SYSTEMD_UNIT=``), where that is where it goes."""
     container: str | None = None
     """The container id (64 hex digits) from the process's cgroup."""
+    follow: tuple[str, ...] = ()
+    """Sources followed where there is no plain file: a container runtime's log file (decoded as read) or a journal
+    address (``journalctl: _SYSTEMD_UNIT=...``)."""
 
     @property
     def path(self) -> str | None:
@@ -135,16 +143,25 @@ def find_log(pid: int, proc: Path = PROC) -> FoundLog:
         path, runtime = container_log(cid)
         if path is not None:
             return FoundLog(
-                (), f"in container {cid[:12]}: its output is in {path} ({runtime}); read it with its runtime's "
-                f"logs command (docker logs {cid[:12]})", container=cid,
+                (), f"in container {cid[:12]}: following its runtime's log {path} ({runtime})", container=cid,
+                follow=(path,),
             )  # fmt: skip
+        # no json-file, k8s-file or CRI file: its runtime's journald driver, if that is the one, tags each line
+        # with the container's full id (the found reader checks the journal holds any before saying it follows it)
         return FoundLog(
-            (), f"in container {cid[:12]}: stdout is {out_what}, and no runtime log file for it is readable "
-            f"(docker logs {cid[:12]} may show it)", container=cid,
+            (), f"in container {cid[:12]}: no runtime log file for it is readable: following its journal entries "
+            f"(journalctl CONTAINER_ID_FULL={cid[:12]}...)", container=cid,
+            follow=(journal_address([f"CONTAINER_ID_FULL={cid}"], start_time(pid, proc)),),
         )  # fmt: skip
     unit = systemd_unit(cgroup)
     if unit is not None and ("socket" in out_what or "socket" in err_what):
-        return FoundLog((), f"its output goes to the journal of {unit}: journalctl _SYSTEMD_UNIT={unit}", unit=unit)
+        # a user manager's unit is logged under _SYSTEMD_USER_UNIT (systemd.journal-fields(7))
+        field = "_SYSTEMD_USER_UNIT" if "/user@" in cgroup else "_SYSTEMD_UNIT"
+        address = journal_address([f"{field}={unit}"], start_time(pid, proc))
+        return FoundLog(
+            (), f"its output goes to the journal of {unit}: following journalctl {field}={unit}", unit=unit,
+            follow=(address,),
+        )  # fmt: skip
     same = out_what if out_what == err_what else f"{out_what}, stderr is {err_what}"
     return FoundLog(
         (), f"log not readable: stdout is {same}; restart it with its output in a file (> serve.log 2>&1) or adopt it"

@@ -11,6 +11,7 @@ import re
 import shutil
 import stat
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -187,36 +188,52 @@ class JournalSource:
     boot_clock = True
     """Line stamps are seconds since this host booted (the monitor dates them)."""
 
-    def __init__(self, exe: str) -> None:
-        """Start journalctl (``SourceUnavailable`` when it cannot start)."""
+    KERNEL_ARGS = ("-k", "-b", "-f", "-n", "all", "-o", "short-monotonic", "--no-pager", "-q")
+
+    def __init__(self, exe: str, args: Sequence[str] = KERNEL_ARGS, name: str = "journalctl -k") -> None:
+        """Start journalctl with ``args`` (the kernel's by default; the log follower passes a server's unit or pids:
+        :mod:`amdtop.rccl.journal`), never through a shell (``SourceUnavailable`` when it cannot start)."""
+        self.name = name
         try:
             self._proc = subprocess.Popen(
-                [exe, "-k", "-b", "-f", "-n", "all", "-o", "short-monotonic", "--no-pager", "-q"],
+                [exe, *args],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 stdin=subprocess.DEVNULL,
             )
         except OSError as exc:
-            raise SourceUnavailable(f"journalctl -k: {os_reason(exc)}") from None
+            raise SourceUnavailable(f"{name}: {os_reason(exc)}") from None
         assert self._proc.stdout is not None
         self._fd = self._proc.stdout.fileno()
         os.set_blocking(self._fd, False)
         self._buf = b""
 
-    def read(self) -> list[str]:
-        """Lines journalctl printed since the last call (``OSError`` once journalctl has exited)."""
+    @property
+    def pid(self) -> int:
+        """journalctl's process id (the tests check it is reaped)."""
+        return self._proc.pid
+
+    def read_bytes(self, limit: int = _MAX_READ) -> bytes:
+        """What journalctl printed since the last call, at most ``limit`` bytes (journalctl waits on the pipe for
+        the rest: the next call reads it); ``OSError`` once journalctl has exited and everything was read."""
         chunks: list[bytes] = []
-        while True:
+        total = 0
+        while total < limit:
             try:
-                data = os.read(self._fd, _CHUNK)
+                data = os.read(self._fd, min(_CHUNK, limit - total))
             except BlockingIOError:
                 break
             if not data:
                 break
             chunks.append(data)
-        lines, self._buf = _lines(self._buf + b"".join(chunks))
+            total += len(data)
         if not chunks and self._proc.poll() is not None:
             raise OSError(f"exited with status {self._proc.returncode}")
+        return b"".join(chunks)
+
+    def read(self) -> list[str]:
+        """Lines journalctl printed since the last call (``OSError`` once journalctl has exited)."""
+        lines, self._buf = _lines(self._buf + self.read_bytes())
         return lines
 
     def close(self) -> None:

@@ -24,6 +24,8 @@ from amdtop.health.rankproc import read_rank
 from amdtop.health.stall import DEAD_STATES, instant_health
 from amdtop.model import EngineStats, RankSample, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.procinfo import PROC, read_cmdline, start_time
+from amdtop.rccl.container_log import ContainerLogDecoder, log_format
+from amdtop.rccl.journal import check_journal, is_journal, journal_tail
 from amdtop.secrets import mask_log_line
 from amdtop.supervisor.crashlog import crash_summary, rank_death
 from amdtop.supervisor.metrics import Prober
@@ -79,6 +81,8 @@ class FoundReader:
         self._seen: dict[str, dict[int, int]] = {}
         """Per server: rank -> pid of every rank seen, so a rank whose process vanished is still named (``gone``)."""
         self._urls: dict[int, tuple[float, str | None, str | None]] = {}
+        self._journals: dict[str, tuple[float, str | None]] = {}
+        """Per journal address: when journalctl was last checked, and why it cannot be followed (``None``: it can)."""
         self.looks = 0
         """Looks taken so far (the benchmark and the tests count them)."""
 
@@ -117,7 +121,8 @@ class FoundReader:
         died), else stopped. Its log stays followed meanwhile, so the lines it wrote as it went (vLLM's "Worker proc
         VllmWorker-1 died unexpectedly") are read, as an own crashed worker's are."""
         seen = tuple(self._seen.get(last.name, {}).items())
-        lines, error, health = crash_from_log(last.log, seen) if last.log else ((), None, None)
+        source = last.log or next(iter(last.other_logs), None)
+        lines, error, health = crash_from_log(source, seen) if source else ((), None, None)
         crashed = error is not None or health is not None
         return replace(
             last, state=WorkerState.CRASHED if crashed else WorkerState.STOPPED, pids=(), pid=None, pgid=None,
@@ -127,6 +132,7 @@ class FoundReader:
     def _look(self, w: WorkerStatus) -> WorkerStatus:
         self.looks += 1
         log = find_log(w.pid, self.proc_root) if w.pid else FoundLog(note="no API server process found")
+        log = self._checked(log)
         url, where = self._url(w)
         state, engine = w.state, None
         if self.http and url is not None:
@@ -141,14 +147,38 @@ class FoundReader:
         error: str | None = None
         lines: tuple[str, ...] = ()
         died = any(r.state in DEAD_STATES for r in ranks)
-        if (state is WorkerState.CRASHED or died) and log.path is not None:
-            lines, error, health = crash_from_log(log.path, tuple(self._seen.get(w.name, {}).items()))
+        source = log.path or next(iter(log.follow), None)
+        if (state is WorkerState.CRASHED or died) and source is not None:
+            lines, error, health = crash_from_log(source, tuple(self._seen.get(w.name, {}).items()))
         if health is None and ranks and state is not WorkerState.ASLEEP:
             health = instant_health(ranks, w.name)
         return replace(
-            w, state=state, engine=engine, ranks=ranks, health=health, log=log.path, other_logs=log.paths[1:],
+            w, state=state, engine=engine, ranks=ranks, health=health, log=log.path, other_logs=(*log.paths[1:], *log.follow),
             log_note=log.note, error_line=error, last_log_lines=lines, url=url, note=where or w.note,
         )  # fmt: skip
+
+    def _checked(self, log: FoundLog) -> FoundLog:
+        """``log`` with a journal it names checked (journalctl on PATH and reading it; again every
+        :data:`REDISCOVER_EVERY_S`): one that cannot be followed is dropped and its note says why."""
+        address = next((a for a in log.follow if is_journal(a)), None)
+        if address is None:
+            return log
+        now = self.clock()
+        held = self._journals.get(address)
+        container = log.container is not None
+        if held is None or now - held[0] >= REDISCOVER_EVERY_S:
+            # a container's journal is only its log where its runtime's driver is journald: some line must be there
+            held = self._journals[address] = (now, check_journal(address, need_entry=container))
+        if held[1] is None:
+            return log
+        if log.container is not None:
+            cid = log.container[:12]
+            return replace(
+                log, follow=(), note=f"in container {cid}: no runtime log file for it is readable, and its journal "
+                f"cannot be followed: {held[1]} (docker logs {cid} may show it)",
+            )  # fmt: skip
+        where = log.note.split(": following ", 1)[0] if log.note else "its output goes to the journal"
+        return replace(log, follow=(), note=f"{where}, which cannot be followed: {held[1]}")
 
     def _url(self, w: WorkerStatus) -> tuple[str | None, str | None]:
         """The URL the server answers at from here (a container's published port), looked up again every
@@ -184,8 +214,15 @@ def crash_from_log(
     log: str, rank_pids: Sequence[tuple[int, int]]
 ) -> tuple[tuple[str, ...], str | None, WorkerHealth | None]:
     """``(last lines, error line, health)`` a crashed server's log gives, as an own worker's crash is read
-    (:mod:`amdtop.supervisor.crashlog`: the error line, the rank vLLM says died), secrets masked."""
-    tail = tail_lines(Path(log), 400, max_bytes=256 * 1024)
+    (:mod:`amdtop.supervisor.crashlog`: the error line, the rank vLLM says died), secrets masked. ``log``: a file, a
+    container runtime's log file (decoded) or a journal address (its last entries)."""
+    if is_journal(log):
+        tail: Sequence[str] = journal_tail(log, 400)
+    else:
+        tail = tail_lines(Path(log), 400, max_bytes=256 * 1024)
+        fmt = log_format(Path(log))
+        if fmt is not None:
+            tail = ContainerLogDecoder(fmt).feed(tail)
     lines = tuple(mask_log_line(line) for line in tail[-20:])
     summary = crash_summary(tail)
     error = None if summary is None else mask_log_line(summary)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amdtop.model import Flag, Topology
+from amdtop.rccl.container_log import ContainerLogDecoder, log_format
 from amdtop.rccl.diagnose import comm_label, comm_summary, diagnose
 from amdtop.rccl.init_watch import InitWatch
 from amdtop.rccl.lines import LineRun, LogLine, LogLines
@@ -168,6 +169,9 @@ class LogMonitor:
         lines = head.decode("utf-8", "replace").split("\n")
         if nbytes > self.prime_bytes:
             lines.pop()  # cut mid-line
+        fmt = log_format(path)
+        if fmt is not None:  # a container runtime's log: the container's own lines, as the tail hands them
+            lines = ContainerLogDecoder(fmt).feed(lines)
         name = str(path)
         start = self._counts.get(name, 0) + 1
         last = max((i for i, text in enumerate(lines) if text.startswith(LAUNCH_MARK)), default=None)

@@ -1,5 +1,8 @@
 """``tail -F`` over several log files, non-blocking, with a cap so a flood turns into a dropped-lines count.
 
+A container runtime's log file (:mod:`amdtop.rccl.container_log`) is decoded to the container's own lines as it is
+read, and a journal address (:mod:`amdtop.rccl.journal`) is followed through ``journalctl -f``, under the same bounds.
+
 Semantics per file: rotation by rename (the old file is drained, then the new one is read from its start), truncation
 (read again from 0), a file that appears later (read from 0), a partial last line held until its newline, binary junk
 decoded with replacement characters. :meth:`LogFollower.poll` never blocks and never raises on file trouble.
@@ -12,6 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from amdtop.kernel.sources import JournalSource, SourceUnavailable
+from amdtop.rccl.container_log import ContainerLogDecoder, log_format
+from amdtop.rccl.journal import is_journal, open_journal
 from amdtop.rccl.lines import ERROR, WARN, LineRun, LogBatch, LogLines, classify
 
 PathSpec = Path | str | tuple[str, Path | str]
@@ -50,10 +56,19 @@ def _important(buf: bytes, limit: int = _MAX_KEEP) -> list[bytes]:
 
 
 class _Tail:
-    __slots__ = ("fh", "ident", "kept", "partial", "path", "pos", "seen", "skipped", "worker")
+    __slots__ = (
+        "broken", "decoder", "fh", "ident", "journal", "kept", "partial", "path", "pos", "seen", "skipped", "stream",
+        "worker",
+    )  # fmt: skip
 
     def __init__(self, worker: str, path: Path) -> None:
         self.worker, self.path = worker, path
+        fmt = log_format(path)
+        self.decoder = ContainerLogDecoder(fmt) if fmt else None
+        self.journal = is_journal(str(path))
+        self.stream: JournalSource | None = None
+        self.broken = False
+        """A journal that could not start or has exited: not started again while its address is wanted."""
         self.fh: BinaryIO | None = None
         self.ident: tuple[int, int] | None = None
         self.pos = 0
@@ -66,6 +81,13 @@ class _Tail:
         if self.fh is not None:
             self.fh.close()
         self.fh, self.ident, self.pos, self.partial = None, None, 0, b""
+
+    def end(self) -> None:
+        """Close for good: the file, and the journal's journalctl (stopped and reaped)."""
+        self.close()
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
 
 class LogFollower:
@@ -113,7 +135,7 @@ class LogFollower:
         total = dropped = 0
         wanted = {p for _w, p in specs}
         for path in [p for p in self._tails if p not in wanted]:
-            self._tails.pop(path).close()
+            self._tails.pop(path).end()
         for worker, path in specs:
             tail = self._tails.get(path)
             if tail is None:
@@ -143,7 +165,7 @@ class LogFollower:
     def close(self) -> None:
         """Close every file."""
         for tail in self._tails.values():
-            tail.close()
+            tail.end()
         self._tails.clear()
 
     # -- one file ----------------------------------------------------------------------------------------------
@@ -160,7 +182,27 @@ class LogFollower:
         tail.pos = fh.tell()
         tail.skipped = tail.pos  # bytes before the backlog window, never handed over
 
+    def _read_journal(self, tail: _Tail) -> tuple[LineRun | None, int]:
+        """What journalctl printed since the last poll (at most ``max_bytes``: journalctl waits on the pipe for the
+        rest). journalctl that cannot start or exits is not started again (the found reader's note says why)."""
+        if tail.stream is None and not tail.broken:
+            try:
+                tail.stream = open_journal(str(tail.path))
+            except SourceUnavailable:
+                tail.broken = True
+        data = b""
+        if tail.stream is not None:
+            try:
+                data = tail.stream.read_bytes(self.max_bytes)
+            except OSError:
+                tail.broken = True
+                tail.stream.close()
+                tail.stream = None
+        return self._split(tail, data, 0)
+
     def _read(self, tail: _Tail) -> tuple[LineRun | None, int]:
+        if tail.journal:
+            return self._read_journal(tail)
         try:
             st = os.stat(tail.path)
         except OSError:
@@ -249,7 +291,13 @@ class LogFollower:
             if body.endswith(b"\r"):
                 body = body[:-1]
         whole = body.translate(_CONTROL).decode("utf-8", "replace")
-        return LineRun(tail.worker, str(tail.path), tuple(whole.split("\n"))), dropped
+        texts: Sequence[str] = whole.split("\n")
+        if tail.decoder is not None:
+            # a runtime's log: its records decoded to the container's lines (partial ones joined) before anyone reads
+            texts = tail.decoder.feed(texts)
+            if not texts:
+                return None, dropped
+        return LineRun(tail.worker, str(tail.path), tuple(texts)), dropped
 
 
 def _cut(runs: list[LineRun], cut: int) -> tuple[list[LineRun], int]:
