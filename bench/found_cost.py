@@ -34,6 +34,7 @@ from amdtop.pipeline import NodePipeline
 from amdtop.pipeline.found import FoundReader
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 REPO = Path(__file__).resolve().parents[1]
 FAKES = REPO / "tests" / "fakes"
@@ -94,7 +95,7 @@ def own_side(root: Path, n: int) -> float:
             f'[worker.env]\nPYTHONPATH = "{FAKES}{os.pathsep}{REPO}"\n'
         )
     config.write_text("\n".join(tables))
-    sup = Supervisor(config, root / "state", topology=SimBackend().topology(), grace_s=2.0)
+    sup = Supervisor(config, root / "state", gate=PASS, topology=SimBackend().topology(), grace_s=2.0)
     try:
         for i in range(N):
             sup.launch(f"own{i}")

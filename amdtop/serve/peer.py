@@ -63,7 +63,7 @@ def check_socket_file(path: Path) -> None:
     :class:`~amdtop.errors.AmdtopError` when it is something else than a socket (a folder, a file)."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no socket there (the state dir is a file: its own error later)
         return
     if stat.S_ISLNK(st.st_mode):
         raise UntrustedPeer(f"{path} is a symlink, not the serve's socket; remove it and start amdtop serve again")

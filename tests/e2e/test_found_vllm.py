@@ -41,6 +41,7 @@ from tests.e2e.conftest import (
     VLLM_CACHE_ROOT,
     require_vllm,
 )
+from tests.gates import PASS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.quiet, pytest.mark.timeout(900)]
 PORT = 18063
@@ -328,7 +329,7 @@ def test_adopt_writes_a_profile_that_launches_the_same_command_line(found: Found
     text = config.read_text()
     assert KEY not in text and KEY not in done.stdout and KEY not in done.stderr
     assert "args.api-key: a secret, kept out of the file" in text
-    sup = Supervisor(config, tmp_path / "state", topology=SimBackend().topology())
+    sup = Supervisor(config, tmp_path / "state", gate=PASS, topology=SimBackend().topology())
     try:
         profile = sup.profile("found")
     finally:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from amdtop import runtime
 from amdtop.analysis import discover_vllm
 from amdtop.cli.common import node_spec
 from amdtop.cli.main import build_parser
-from amdtop.runtime import open_node
 from amdtop.serve.client import ServeClient
 from amdtop.serve.server import Serve
 from tests.unit.test_found_servers import FAKES, PAGE, free_port
@@ -59,14 +59,14 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     args = build_parser().parse_args(
         ["--backend", "none", "--state-dir", str(tmp_path / "state"), "--config", str(config), "--interval", "0.2"]
     )
-    node = open_node(node_spec(args), ui=True)
-    srv = Serve(node, tmp_path / "state").start()
-    node.runtime.start()
+    service = runtime.open(node_spec(args), ui=True)
+    srv = Serve(service, tmp_path / "state").start()
+    service.runtime.start()
     try:
         yield srv
     finally:
         srv.close()
-        node.close()
+        service.shutdown()
 
 
 async def _until(cond, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]

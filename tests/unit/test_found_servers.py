@@ -28,6 +28,7 @@ from amdtop.model import WorkerState, WorkerStatus
 from amdtop.pipeline import NodePipeline
 from amdtop.report import frame_json
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 PAGE = Path(__file__).resolve().parents[1] / "fixtures" / "sglang_metrics" / "sglang-docs-overloaded.txt"
@@ -254,7 +255,7 @@ def test_adopt_writes_a_profile_that_relaunches_the_same_argv_without_secrets(
         assert secret not in text and secret not in out.out and secret not in out.err
     assert "args.api-key: a secret, kept out of the file" in text and "env.HF_TOKEN: a secret" in text
     assert "SSH_CONNECTION" not in text and 'NCCL_DEBUG = "INFO"' in text
-    sup = Supervisor(cfg, state, topology=SimBackend().topology())
+    sup = Supervisor(cfg, state, gate=PASS, topology=SimBackend().topology())
     try:
         profile = sup.profile("sg")
         relaunch = serve_args(profile)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from amdtop import runtime
 from amdtop.cli.common import node_spec
 from amdtop.cli.main import build_parser
-from amdtop.runtime import open_node
 from amdtop.serve.client import ServeClient, ServeNotAnswering, attach
 from amdtop.serve.server import Serve, running_serve_pid
 from amdtop.serve.wire import WIRE_VERSION, read_message, send_message, socket_path
@@ -190,15 +190,15 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     args = build_parser().parse_args(
         ["--demo", "--state-dir", str(tmp_path / "state"), "--config", str(tmp_path / "none.toml"), "--interval", "0.2"]
     )
-    node = open_node(node_spec(args), ui=True)
-    srv = Serve(node, tmp_path / "state")
+    service = runtime.open(node_spec(args), ui=True)
+    srv = Serve(service, tmp_path / "state")
     srv.start()
-    node.runtime.start()
+    service.runtime.start()
     try:
         yield srv
     finally:
         srv.close()
-        node.close()
+        service.shutdown()
 
 
 def _raw_viewer(serve: Serve, *, readonly: bool = False) -> socket.socket:
