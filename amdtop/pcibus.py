@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.errors import AmdtopError
-from amdtop.incidents.model import MAX_EVIDENCE, Incident
+from amdtop.logread.incidents.model import MAX_EVIDENCE, Incident
 
 VENDORS = {0x1002: "AMD", 0x10DE: "NVIDIA"}
 ACCELERATOR_CLASSES = (0x12, 0x03)

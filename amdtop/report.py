@@ -12,9 +12,9 @@ from amdtop.gpuprocs.report import add_processes
 from amdtop.health.report import fabric_json, gpu_health_json
 from amdtop.health.stall import health_json
 from amdtop.hip_devices import partition_keys
-from amdtop.incidents.model import incident_json
+from amdtop.logread.incidents.model import incident_json
+from amdtop.logread.rccl.views import worker_logs_json
 from amdtop.model import Flag, NodeSnapshot, Topology, WorkerStatus
-from amdtop.rccl.views import worker_logs_json
 
 if TYPE_CHECKING:
     from amdtop.pipeline.frame import NodeFrame, TpGroup

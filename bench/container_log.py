@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from amdtop.rccl.monitor import LogMonitor  # noqa: E402
-from amdtop.rccl.tail import LogFollower  # noqa: E402
+from amdtop.logread.rccl.monitor import LogMonitor  # noqa: E402
+from amdtop.logread.rccl.tail import LogFollower  # noqa: E402
 
 CID = "0123456789ab" * 5 + "cdef"
 STAMP = "2026-12-07T04:20:00.123456789Z"

@@ -56,7 +56,7 @@ def generate(path: Path, mb: int) -> int:
 
 
 def parser_run(lines: list[str]) -> tuple[float, int]:
-    from amdtop.kernel.parser import KernelLogParser
+    from amdtop.logread.kernel.parser import KernelLogParser
 
     p = KernelLogParser()
     t0 = time.perf_counter()
@@ -68,7 +68,7 @@ def parser_run(lines: list[str]) -> tuple[float, int]:
 
 
 def monitor_run(path: Path) -> tuple[float, int]:
-    from amdtop.kernel.monitor import KernelFaultMonitor
+    from amdtop.logread.kernel.monitor import KernelFaultMonitor
     from amdtop.telemetry.sim import SimBackend
 
     topology = SimBackend().topology()
@@ -93,9 +93,9 @@ def grep_run(path: Path) -> float:
 def idle_poll(polls: int) -> None:
     """The per-tick cost of an idle kernel-fault source: the default source (/dev/kmsg here, else journalctl) plus
     three workers' logs that did not grow, against the pipeline's existing log monitor over the same three logs."""
-    from amdtop.kernel.monitor import KernelFaultMonitor
+    from amdtop.logread.kernel.monitor import KernelFaultMonitor
+    from amdtop.logread.rccl.monitor import LogMonitor
     from amdtop.model import WorkerState, WorkerStatus
-    from amdtop.rccl.monitor import LogMonitor
     from amdtop.telemetry.sim import SimBackend
 
     topology = SimBackend().topology()

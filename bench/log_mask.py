@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from amdtop.rccl.lines import LogLine, classify, is_transport_line, make_line
+from amdtop.logread.rccl.lines import LogLine, classify, is_transport_line, make_line
 
 ECHO = "INFO 12-02 06:00:00 [utils.py:253] non-default args: {'model_tag': '/m', 'api_key': ['k1', 'k2'], 'port': 8000}"
 

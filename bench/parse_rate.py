@@ -62,7 +62,7 @@ def generate_job(path: Path, procs: int, comms: int = 4) -> None:
 
 def measure(log: Path, runs: int) -> dict[str, float]:
     """Median wall and CPU seconds of ``parse_files`` (with whatever ``amdtop`` is importable), and the join's share."""
-    from amdtop.rccl import parser as mod
+    from amdtop.logread.rccl import parser as mod
 
     parse_files = mod.parse_files
     wall, cpu, report_s = [], [], []

@@ -28,8 +28,8 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.message import Message
 
-from amdtop.rccl.lines import LogBatch
-from amdtop.rccl.tail import LogFollower
+from amdtop.logread.rccl.lines import LogBatch
+from amdtop.logread.rccl.tail import LogFollower
 from widgets.log_tail import LogTailPane
 
 WRITER = r"""

@@ -69,7 +69,7 @@ def generate(path: Path, mb: int) -> int:
 
 def measure(log: Path, chunk: int) -> dict[str, float]:
     """Append ``log`` to a fresh file ``chunk`` bytes (whole lines) at a time, polling a LogMonitor after each."""
-    from amdtop.rccl.monitor import LogMonitor
+    from amdtop.logread.rccl.monitor import LogMonitor
 
     data = log.read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +94,7 @@ def measure(log: Path, chunk: int) -> dict[str, float]:
         lines = report.lines if report else 0
         mon.close()
     # the peer in the same process: ``logs parse``'s whole-file path on the same bytes (its own 300k lines/s target)
-    from amdtop.rccl.parser import parse_files
+    from amdtop.logread.rccl.parser import parse_files
 
     t, c = time.perf_counter(), time.process_time()
     parse_files([log])

@@ -9,7 +9,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 
-from amdtop.incidents.model import Incident
+from amdtop.logread.incidents.model import Incident
 
 
 def failed_text(incident: Incident) -> Text:

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from amdtop.incidents.model import Incident
+from amdtop.logread.incidents.model import Incident
+from amdtop.logread.rccl.views import CommView, PairView, WorkerLogs
 from amdtop.model import Flag, FlagKind
-from amdtop.rccl.views import CommView, PairView, WorkerLogs
 
 _ERRORS = (FlagKind.NCCL_ERROR, FlagKind.NCCL_TIMEOUT)
 

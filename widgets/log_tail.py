@@ -15,11 +15,11 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Input, Log, Static
 
-from amdtop.incidents.model import Incident
+from amdtop.logread.incidents.model import Incident
+from amdtop.logread.rccl.lines import ERROR, WARN, LogLine, LogLines, classify
+from amdtop.logread.rccl.monitor import LogUpdate
+from amdtop.logread.rccl.views import WorkerLogs
 from amdtop.model import Flag, FlagKind
-from amdtop.rccl.lines import ERROR, WARN, LogLine, LogLines, classify
-from amdtop.rccl.monitor import LogUpdate
-from amdtop.rccl.views import WorkerLogs
 from widgets.log_summary import render_logs
 
 W = TypeVar("W", bound=Widget)
@@ -177,7 +177,7 @@ class LogTailPane(Widget, can_focus=True):
             self._show_summary()
 
     def show_update(self, update: LogUpdate | None, kernel: Sequence[Incident] = ()) -> None:
-        """Apply one :class:`amdtop.rccl.monitor.LogUpdate` (new lines, dropped count, communicators and flags) and
+        """Apply one :class:`amdtop.logread.rccl.monitor.LogUpdate` (new lines, dropped count, communicators and flags) and
         the kernel log's incidents of the same frame."""
         if update is not None:
             self.feed(update.lines, update.dropped)

@@ -6,8 +6,8 @@ container runtime keeps its output in; else, for a systemd unit's process, its j
 socket is named in the reason: nothing amdtop could follow holds what it writes.
 
 A container's log file and a unit's journal are followed (:attr:`FoundLog.follow`): the log tail decodes the
-runtime's format (:mod:`amdtop.rccl.container_log`) and runs ``journalctl -f -o cat`` on the unit
-(:mod:`amdtop.rccl.journal`), so their lines reach the parser as a file's do.
+runtime's format (:mod:`amdtop.logread.rccl.container_log`) and runs ``journalctl -f -o cat`` on the unit
+(:mod:`amdtop.logread.rccl.journal`), so their lines reach the parser as a file's do.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from amdtop.logread.rccl.journal import journal_address
 from amdtop.procinfo import PROC, start_time
-from amdtop.rccl.journal import journal_address
 
 _CONTAINER = re.compile(r"(?:docker|libpod|cri-containerd|crio)[-/]([0-9a-f]{64})(?:\.scope)?\b|/([0-9a-f]{64})(?:$|/)")
 """A container id in a cgroup path: ``docker-<id>.scope`` (systemd driver), ``/docker/<id>`` (cgroupfs driver),

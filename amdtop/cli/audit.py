@@ -14,7 +14,7 @@ from amdtop.audit.model import AuditReport
 from amdtop.cli.common import node_spec, print_json
 from amdtop.cli.served import first_frame, serve_of
 from amdtop.errors import InputError
-from amdtop.kernel.bus_check import init_failure_lines
+from amdtop.logread.kernel.bus_check import init_failure_lines
 from amdtop.model import Topology
 from amdtop.pcibus import GpusFailedInit
 

@@ -9,10 +9,10 @@ from typing import Any
 from amdtop.cli.common import open_from_args, print_json
 from amdtop.errors import InputError
 from amdtop.flag_json import flag_json
+from amdtop.logread.rccl.diagnose import comm_label, comm_summary, diagnose
+from amdtop.logread.rccl.parser import parse_files
+from amdtop.logread.rccl.report import LogReport, WarningGroup, report_json
 from amdtop.model import Flag, Topology
-from amdtop.rccl.diagnose import comm_label, comm_summary, diagnose
-from amdtop.rccl.parser import parse_files
-from amdtop.rccl.report import LogReport, WarningGroup, report_json
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from amdtop import runtime
 from amdtop.cli.common import node_spec, open_from_args, print_json
 from amdtop.cli.served import first_frame, frames_over, serve_of
-from amdtop.incidents.model import incident_json
+from amdtop.logread.incidents.model import incident_json
 from amdtop.model import NodeSnapshot
 from amdtop.pcibus import GpusFailedInit, MissingGpu
 from amdtop.pipeline import NodeFrame

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from amdtop.gpuprocs.report import memory_series
-from amdtop.incidents.model import KINDS as INCIDENT_KINDS
+from amdtop.logread.incidents.model import KINDS as INCIDENT_KINDS
 from amdtop.model import Flag, FlagKind, GpuInfo, GpuSample, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.pipeline.frame import NodeFrame, TpGroup
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from amdtop.incidents.model import Incident
 from amdtop.logread.build import DEPTH, WINDOW_S, Built, build, merge
 from amdtop.logread.catalog import FAMILIES, Catalog, Entry, load_catalog, parse_family
+from amdtop.logread.incidents.model import Incident
 from amdtop.logread.match import Match, Matcher
 from amdtop.logread.prefix import Head, read_head
 from amdtop.logread.reader import MAX_SIGHTINGS, Reader, Sighting

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
-from amdtop.incidents.model import MAX_EVIDENCE, Incident
+from amdtop.logread.incidents.model import MAX_EVIDENCE, Incident
 from amdtop.logread.reader import Sighting
 
 WINDOW_S = 600.0

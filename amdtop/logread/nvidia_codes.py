@@ -30,7 +30,7 @@ class XidCode:
     description: str
     """The catalog's description (``Unused``: deprecated on Ampere and newer)."""
     cause: str
-    """What amdtop suspects first: a :class:`amdtop.kernel.events.FaultCause` value."""
+    """What amdtop suspects first: a :class:`amdtop.logread.kernel.events.FaultCause` value."""
     cls: str
     """``cause``, ``consequence`` or ``noise``."""
     fix: str

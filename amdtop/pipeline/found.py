@@ -22,12 +22,12 @@ from amdtop.analysis.found_port import reachable_url
 from amdtop.errors import AmdtopError
 from amdtop.health.rankproc import read_rank
 from amdtop.health.stall import DEAD_STATES, instant_health
+from amdtop.logread.crashlog import crash_summary, rank_death
+from amdtop.logread.rccl.container_log import ContainerLogDecoder, log_format
+from amdtop.logread.rccl.journal import check_journal, is_journal, journal_tail
 from amdtop.model import EngineStats, RankSample, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.procinfo import PROC, read_cmdline, start_time
-from amdtop.rccl.container_log import ContainerLogDecoder, log_format
-from amdtop.rccl.journal import check_journal, is_journal, journal_tail
 from amdtop.secrets import mask_log_line
-from amdtop.supervisor.crashlog import crash_summary, rank_death
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.observe import sglang_ready
 from amdtop.supervisor.state import tail_lines
@@ -214,7 +214,7 @@ def crash_from_log(
     log: str, rank_pids: Sequence[tuple[int, int]]
 ) -> tuple[tuple[str, ...], str | None, WorkerHealth | None]:
     """``(last lines, error line, health)`` a crashed server's log gives, as an own worker's crash is read
-    (:mod:`amdtop.supervisor.crashlog`: the error line, the rank vLLM says died), secrets masked. ``log``: a file, a
+    (:mod:`amdtop.logread.crashlog`: the error line, the rank vLLM says died), secrets masked. ``log``: a file, a
     container runtime's log file (decoded) or a journal address (its last entries)."""
     if is_journal(log):
         tail: Sequence[str] = journal_tail(log, 400)

@@ -10,11 +10,11 @@ from amdtop.audit.model import AuditReport
 from amdtop.gpuprocs.rows import GpuProcessTotal, ProcessRow
 from amdtop.health.throttle import ThrottleShare
 from amdtop.health.traffic import FabricTraffic, GroupTraffic
-from amdtop.incidents.model import Incident
-from amdtop.kernel.monitor import KernelLogStatus
+from amdtop.logread.incidents.model import Incident
+from amdtop.logread.kernel.monitor import KernelLogStatus
+from amdtop.logread.rccl.monitor import LogUpdate
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerStatus
 from amdtop.pipeline.series import Series
-from amdtop.rccl.monitor import LogUpdate
 
 
 @dataclass(frozen=True, slots=True)

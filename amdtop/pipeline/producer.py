@@ -31,7 +31,8 @@ from amdtop.health.report import HealthWindow
 from amdtop.health.stall import StallTracker
 from amdtop.health.traffic import FabricTraffic, group_traffic, latest_traffic
 from amdtop.hip_devices import physical_worker
-from amdtop.kernel.monitor import KernelFaultMonitor, KernelUpdate
+from amdtop.logread.kernel.monitor import KernelFaultMonitor, KernelUpdate
+from amdtop.logread.rccl.monitor import LogMonitor, LogUpdate
 from amdtop.model import Flag, FlagKind, NodeSnapshot, WorkerState, WorkerStatus
 from amdtop.partition_groups import partition_split_flags
 from amdtop.pipeline.found import FoundReader
@@ -40,7 +41,6 @@ from amdtop.pipeline.owners import device_owners
 from amdtop.pipeline.series import Series
 from amdtop.pipeline.statefiles import load_probe, load_ramp_knees, state_stamp
 from amdtop.procinfo import PROC, numa_balancing_enabled
-from amdtop.rccl.monitor import LogMonitor, LogUpdate
 from amdtop.telemetry.base import TelemetryBackend
 from amdtop.thresholds import (
     HISTORY_POINTS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from amdtop.kernel.monitor import KernelFaultMonitor
+from amdtop.logread.kernel.monitor import KernelFaultMonitor
 from amdtop.telemetry.base import TelemetryBackend
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, cast
 from amdtop.audit.auditor import Auditor, profile_lookup
 from amdtop.control import DemoLoad
 from amdtop.errors import NoGpuFound
-from amdtop.kernel.bus_check import raise_if_on_bus
+from amdtop.logread.kernel.bus_check import raise_if_on_bus
 from amdtop.model import Topology
 from amdtop.pipeline.producer import NodePipeline
 from amdtop.runtime.autostart import DemoAutostart, FailureSink
@@ -35,9 +35,9 @@ from amdtop.thresholds import PROCESSES_EVERY_S, TP_WINDOW_S
 if TYPE_CHECKING:
     from amdtop.audit.gate import LaunchGate
     from amdtop.gpuprocs import ProcessHost
-    from amdtop.kernel.monitor import KernelFaultMonitor
+    from amdtop.logread.kernel.monitor import KernelFaultMonitor
+    from amdtop.logread.rccl.monitor import LogMonitor
     from amdtop.pipeline import WorkerSource
-    from amdtop.rccl.monitor import LogMonitor
     from amdtop.supervisor.core import Supervisor
     from amdtop.supervisor.owner import SupervisorOwner
 

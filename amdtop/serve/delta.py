@@ -87,7 +87,7 @@ KEPT_PARTS = ("audit", "snapshot.topology", "processes", "process_totals", "logs
 free to tell). The audit's report is most of what is left of an idle frame once its history goes as a delta; the
 process rows repeat as the same tuples between readings of the process lists (``amdtop.gpuprocs.ProcessTable``), and
 a viewer handed the same tuples does not redraw them; the log monitor hands the same update again while no line came
-and nothing changed (``amdtop.rccl.monitor.LogMonitor.poll``)."""
+and nothing changed (``amdtop.logread.rccl.monitor.LogMonitor.poll``)."""
 
 
 _KEPT_GET: dict[str, Callable[[NodeFrame], object]] = {p: operator.attrgetter(p) for p in KEPT_PARTS}

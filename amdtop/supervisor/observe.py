@@ -10,11 +10,11 @@ from amdtop.errors import InputError
 from amdtop.health.rankproc import read_rank, sample_of
 from amdtop.health.stall import describe_exit, instant_health
 from amdtop.layout import WorkerLayout, layout_from_args
+from amdtop.logread.crashlog import RankDeath, crash_summary, rank_death
 from amdtop.model import EngineStats, RankSample, Topology, WorkerHealth, WorkerState, WorkerStatus
 from amdtop.procinfo import read_binding
 from amdtop.secrets import mask_log_line
 from amdtop.supervisor import procs
-from amdtop.supervisor.crashlog import RankDeath, crash_summary, rank_death
 from amdtop.supervisor.launchspec import tracks_load
 from amdtop.supervisor.metrics import Prober
 from amdtop.supervisor.profiles import Profile, resolve_numa

@@ -14,9 +14,9 @@ import tui.app
 from amdtop import runtime
 from amdtop.control import DemoLoad
 from amdtop.gpuprocs import ProcessHost
-from amdtop.kernel.monitor import KernelFaultMonitor
+from amdtop.logread.kernel.monitor import KernelFaultMonitor
+from amdtop.logread.rccl.monitor import LogMonitor
 from amdtop.pipeline import NodeFrame, WorkerSource
-from amdtop.rccl.monitor import LogMonitor
 from amdtop.runtime import LocalService, NodeParts, NodeSpec
 from amdtop.runtime.node import Node
 from amdtop.telemetry.base import TelemetryBackend

@@ -84,8 +84,8 @@ async def test_frames_before_the_panes_composed_are_kept_not_fatal() -> None:
     # pane's compose and amdtop died at start (NoMatches: no Log in LogTailPane).
     from dataclasses import replace
 
-    from amdtop.rccl.lines import LogLine
-    from amdtop.rccl.monitor import LogUpdate
+    from amdtop.logread.rccl.lines import LogLine
+    from amdtop.logread.rccl.monitor import LogUpdate
 
     app = make_app()
     line = LogLine("llama-70b", "/x.log", "=== amdtop launch llama-70b")

@@ -40,7 +40,7 @@ async def test_failed_gpus_screen_says_so_and_quits(tmp_path: Path) -> None:
 
 
 def test_header_says_gpus_on_the_bus_failed_to_come_up() -> None:
-    from amdtop.kernel.monitor import KernelLogStatus
+    from amdtop.logread.kernel.monitor import KernelLogStatus
     from amdtop.pcibus import PciAccelerator, verdict
     from amdtop.pipeline import NodeFrame
     from amdtop.telemetry.sim import SimBackend

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from amdtop.kernel.monitor import KernelFaultMonitor
+from amdtop.logread.kernel.monitor import KernelFaultMonitor
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.none_backend import NoneBackend
 from tests.tui.conftest import NO_PROC, make_app, open_app, settle

@@ -7,9 +7,9 @@ from typing import Any
 from textual.app import App, ComposeResult
 from textual.widgets import Input, Log, Static
 
-from amdtop.rccl import LogLine, make_line
-from amdtop.rccl.diagnose import diagnose
-from amdtop.rccl.parser import LogParser
+from amdtop.logread.rccl import LogLine, make_line
+from amdtop.logread.rccl.diagnose import diagnose
+from amdtop.logread.rccl.parser import LogParser
 from amdtop.telemetry.sim import SimBackend
 from tests.fixtures.rccl.make_logs import rccl_rank_lines
 from widgets.log_tail import LogTailPane
@@ -107,7 +107,7 @@ def test_snapshot_error(snap_compare: Any) -> None:
 
 
 async def test_show_update_from_a_monitor(tmp_path: Any) -> None:
-    from amdtop.rccl.monitor import LogMonitor
+    from amdtop.logread.rccl.monitor import LogMonitor
 
     log = tmp_path / "llama-a.log"
     log.write_text("\n".join(rccl_rank_lines(0, 2, transport="SHM/direct", errors=True)) + "\n")
@@ -133,7 +133,7 @@ async def test_show_update_from_a_monitor(tmp_path: Any) -> None:
 def test_snapshot_demo_workers_live_pane(snap_compare: Any, tmp_path: Any) -> None:
     """What the demo's Logs pane shows from its simulated TP workers: llama on GPUs 0-3 over P2P/IPC, qwen on GPUs
     4,5 with NCCL_P2P_DISABLE=1 (SHM/direct where the topology says XGMI: the fallback flag on that TP group)."""
-    from amdtop.rccl.monitor import LogMonitor
+    from amdtop.logread.rccl.monitor import LogMonitor
     from amdtop.simserver.logs import rccl_init_lines
     from amdtop.telemetry.sim import MI300X_BDFS
 
@@ -154,7 +154,7 @@ def test_snapshot_demo_workers_live_pane(snap_compare: Any, tmp_path: Any) -> No
 
 
 async def test_a_flood_batch_shows_its_newest_lines_built_or_not() -> None:
-    from amdtop.rccl.lines import LineRun, LogLines
+    from amdtop.logread.rccl.lines import LineRun, LogLines
 
     texts = tuple(f"n1:1:1 [0] NCCL INFO x{i}" if i % 7 else f"n1:1:1 [0] a.cc:1 NCCL WARN w{i}" for i in range(9000))
     runs = LogLines([LineRun("wa", "a.log", texts[:5000]), LineRun("wb", "b.log", texts[5000:])])

@@ -168,8 +168,8 @@ async def test_a_redraw_of_the_drawn_frame_feeds_the_sweep_and_the_tail_nothing_
     # lines when it was first drawn (before the view model, each redraw pushed the point and wrote the lines again).
     from textual.widgets import Log
 
-    from amdtop.rccl.lines import LogLine
-    from amdtop.rccl.monitor import LogUpdate
+    from amdtop.logread.rccl.lines import LogLine
+    from amdtop.logread.rccl.monitor import LogUpdate
     from tests.tui.conftest import settle
     from widgets.gpu_history import GpuHistory
 

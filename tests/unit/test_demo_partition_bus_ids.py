@@ -15,10 +15,10 @@ from pathlib import Path
 import tomlkit
 
 from amdtop.hip_devices import bus_devices, device_bdf, partition_bdf
+from amdtop.logread.rccl.diagnose import diagnose
+from amdtop.logread.rccl.monitor import LogMonitor, LogUpdate
+from amdtop.logread.rccl.parser import parse_lines
 from amdtop.model import FlagKind
-from amdtop.rccl.diagnose import diagnose
-from amdtop.rccl.monitor import LogMonitor, LogUpdate
-from amdtop.rccl.parser import parse_lines
 from amdtop.simserver.__main__ import visible_bdfs
 from amdtop.simserver.logs import rccl_init_lines
 from amdtop.supervisor import Supervisor

@@ -26,12 +26,12 @@ import pytest
 
 from amdtop.analysis import found_log
 from amdtop.analysis.found_log import find_log
+from amdtop.logread.rccl.container_log import CRI, DOCKER_JSON, MAX_JOINED, ContainerLogDecoder, log_format
+from amdtop.logread.rccl.journal import journal_address, journal_args
+from amdtop.logread.rccl.monitor import LogMonitor
+from amdtop.logread.rccl.tail import LogFollower
 from amdtop.pipeline import NodePipeline
 from amdtop.pipeline.found import GONE_KEEP_S, crash_from_log
-from amdtop.rccl.container_log import CRI, DOCKER_JSON, MAX_JOINED, ContainerLogDecoder, log_format
-from amdtop.rccl.journal import journal_address, journal_args
-from amdtop.rccl.monitor import LogMonitor
-from amdtop.rccl.tail import LogFollower
 from amdtop.telemetry.sim import SimBackend
 from tests.unit.test_found_servers import Clock, free_port, start_sglang
 

@@ -7,9 +7,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from amdtop.logread.rccl.diagnose import diagnose
+from amdtop.logread.rccl.parser import parse_files
 from amdtop.model import FlagKind, LinkType
-from amdtop.rccl.diagnose import diagnose
-from amdtop.rccl.parser import parse_files
 from amdtop.report import snapshot_json
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml import NvmlBackend

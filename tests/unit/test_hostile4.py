@@ -299,7 +299,7 @@ sys.exit(3)
 def test_item12_an_argv_echoed_as_a_list_shows_no_api_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], cleanup: list[Path]
 ) -> None:
-    from amdtop.rccl.lines import make_line
+    from amdtop.logread.rccl.lines import make_line
     from amdtop.secrets import mask_log_line
     from tests.unit.test_supervisor_procs import write_profile
 

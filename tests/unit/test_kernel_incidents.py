@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from amdtop.kernel.incidents import KernelVerdicts, decode_mca_status, mca_severity
-from amdtop.kernel.monitor import KernelFaultMonitor
-from amdtop.kernel.sources import SourceUnavailable, open_kernel_source
+from amdtop.logread.kernel.incidents import KernelVerdicts, decode_mca_status, mca_severity
+from amdtop.logread.kernel.monitor import KernelFaultMonitor
+from amdtop.logread.kernel.sources import SourceUnavailable, open_kernel_source
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.sysfs import open_backend

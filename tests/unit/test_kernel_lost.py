@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from amdtop.incidents.model import Incident
-from amdtop.kernel.events import FaultCause
-from amdtop.kernel.incidents import MAX_INCIDENTS, KernelVerdicts
-from amdtop.kernel.logfile import KernelLineReader
-from amdtop.kernel.monitor import KernelFaultMonitor
-from amdtop.kernel.parser import parse_lines
+from amdtop.logread.incidents.model import Incident
+from amdtop.logread.kernel.events import FaultCause
+from amdtop.logread.kernel.incidents import MAX_INCIDENTS, KernelVerdicts
+from amdtop.logread.kernel.logfile import KernelLineReader
+from amdtop.logread.kernel.monitor import KernelFaultMonitor
+from amdtop.logread.kernel.parser import parse_lines
 from amdtop.model import Topology, WorkerState, WorkerStatus
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.sysfs import open_backend

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from amdtop.kernel.events import FaultCause, KernelEvent
-from amdtop.kernel.mapper import FaultMapper
-from amdtop.kernel.parser import parse_lines
+from amdtop.logread.kernel.events import FaultCause, KernelEvent
+from amdtop.logread.kernel.mapper import FaultMapper
+from amdtop.logread.kernel.parser import parse_lines
 from amdtop.model import WorkerState, WorkerStatus
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.sysfs import open_backend

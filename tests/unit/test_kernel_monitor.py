@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from amdtop.kernel.monitor import KernelFaultMonitor
-from amdtop.kernel.sources import FileSource, JournalSource, KmsgSource, SourceUnavailable, open_kernel_source
+from amdtop.logread.kernel.monitor import KernelFaultMonitor
+from amdtop.logread.kernel.sources import FileSource, JournalSource, KmsgSource, SourceUnavailable, open_kernel_source
 from amdtop.model import FlagKind, Topology, WorkerState, WorkerStatus
 from amdtop.pipeline import NodePipeline
 from amdtop.report import frame_json

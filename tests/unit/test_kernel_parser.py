@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from amdtop.kernel.events import FaultCause, Suspect
-from amdtop.kernel.parser import KernelLogParser, parse_lines
+from amdtop.logread.kernel.events import FaultCause, Suspect
+from amdtop.logread.kernel.parser import KernelLogParser, parse_lines
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel"
 
@@ -172,7 +172,7 @@ def test_kmsg_records_and_a_fault_split_across_feeds() -> None:
 
 
 def test_a_kmsg_record_with_escaped_newlines_and_its_dictionary() -> None:
-    from amdtop.kernel.sources import kmsg_message
+    from amdtop.logread.kernel.sources import kmsg_message
 
     # Built: the real multi-line report of NVIDIA/NVSentinel#155 as /dev/kmsg delivers one printk (newlines escaped,
     # the header before ';', the device dictionary after).

@@ -17,5 +17,5 @@ def test_every_amdtop_package_has_a_layer() -> None:
     placed = {name for layer in layers["layers"] for name in re.split(r"[|:]", layer) if name.strip()}
     placed = {name.strip() for name in placed}
     packages = {p.parent.name for p in (ROOT / "amdtop").glob("*/__init__.py")}
-    assert len(packages) == 19  # logread joined the 18 (issue 48)
+    assert len(packages) == 16  # rccl, kernel and incidents moved into logread (issue 48)
     assert packages <= placed, f"packages without a layer: {sorted(packages - placed)}"

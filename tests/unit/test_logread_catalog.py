@@ -39,6 +39,12 @@ _REPO_OR_DOC = re.compile(r"\b[\w.-]+/[\w.-]+\b|https?://|docs\.nvidia\.com")
 
 UNPINNED = frozenset(
     {
+        # joined in the same session as this list (the holdout fixes, read from torvalds/linux as the code search
+        # indexes it, no commit shown): to be pinned like the rest
+        "amdgpu.reset.ip_block_resume_failed",
+        "amdgpu.reset.ip_block_suspend_failed",
+        "amdgpu.pcie.aer_corrected",
+        "amdgpu.pcie.ghes_corrected",
         "nccl.graph.reverse_path",
         "nccl.plugin.ofi_register_failed",
         "nccl.plugin.ofi_init_failed",
@@ -202,7 +208,7 @@ def test_alternations_get_one_anchor_per_alternative() -> None:
 
 
 def test_every_catalog_kind_is_an_incident_kind_the_exporter_counts() -> None:
-    from amdtop.incidents.model import KINDS
+    from amdtop.logread.incidents.model import KINDS
 
     assert {e.kind for e in load_catalog().entries} <= set(KINDS)
 

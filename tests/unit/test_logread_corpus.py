@@ -12,8 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from amdtop.incidents.model import incident_json
-from amdtop.rccl.files import parse_files
+from amdtop.logread.incidents.model import incident_json
+from amdtop.logread.rccl.files import parse_files
 from tests.fixtures.failure_corpus.corpus import Entry, entries
 
 ROOT = Path(__file__).resolve().parents[2]

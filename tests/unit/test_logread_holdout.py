@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amdtop.incidents.model import Incident
 from amdtop.logread import read_head
 from amdtop.logread.catalog import load_catalog
+from amdtop.logread.incidents.model import Incident
 from amdtop.logread.match import Matcher
-from amdtop.rccl.files import parse_files
+from amdtop.logread.rccl.files import parse_files
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "failure_corpus"
 
@@ -61,7 +61,7 @@ def test_ofi_resource_family_from_ofiutils() -> None:
 
 # -- 3. NVRM Xid lines whose PCI address was cut ---------------------------------------------------------------------
 def test_xid_with_elided_pci_address_is_read_device_unknown_nccl_2241() -> None:
-    from amdtop.kernel.parser import parse_lines
+    from amdtop.logread.kernel.parser import parse_lines
 
     log = CORPUS / "nvidia" / "nccl_2241_xid145_xid137_nvlink_b200.log"
     events = parse_lines(log.read_text().splitlines())
@@ -74,7 +74,7 @@ def test_xid_with_elided_pci_address_is_read_device_unknown_nccl_2241() -> None:
 
 
 def test_xid_with_full_pci_address_still_names_it() -> None:
-    from amdtop.kernel.parser import parse_lines
+    from amdtop.logread.kernel.parser import parse_lines
 
     # built from the driver's "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..." with and without the function
     (a,) = parse_lines(["NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."])
@@ -202,7 +202,7 @@ def test_corrected_aer_beside_a_failed_init_coreboot_4() -> None:
 
 
 def test_an_uncorrectable_cper_aer_report_is_not_counted() -> None:
-    from amdtop.kernel.pcie_corrected import CorrectedPcie
+    from amdtop.logread.kernel.pcie_corrected import CorrectedPcie
 
     c = CorrectedPcie()
     for line in (  # built from cper_print_aer's lines: aer_uncor_severity follows only an uncorrectable report

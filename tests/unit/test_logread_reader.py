@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amdtop.incidents.model import Incident
 from amdtop.logread import Reader, build, read_head, read_lines
-from amdtop.rccl.files import parse_files
+from amdtop.logread.incidents.model import Incident
+from amdtop.logread.rccl.files import parse_files
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CORPUS = FIXTURES / "failure_corpus"
@@ -118,7 +118,7 @@ def test_seqnums_of_two_process_groups_are_not_compared() -> None:
         "[rank1]:[E1206 18:44:13.716 ProcessGroupNCCL.cpp:1664] [PG ID 2 PG GUID 2 Rank 0] Exception (either an error "
         "or timeout) detected by watchdog at work: 900, last enqueued NCCL work: 900, last completed NCCL work: 899.",
     ]
-    from amdtop.rccl.parser import parse_lines
+    from amdtop.logread.rccl.parser import parse_lines
 
     incidents = [i for i in parse_lines(lines).incidents if i.kind == "collective_timeout"]
     assert len(incidents) == 2
@@ -166,8 +166,8 @@ def test_a_repeated_line_is_one_sighting_with_a_count() -> None:
 # -- the same reader on a worker's own log (the Logs pane's tail, snapshot --json, the exporter) -------------------------
 def test_a_hip_fault_in_a_workers_log_is_an_incident_of_that_worker(tmp_path: Path) -> None:
     from amdtop.exporter.families import build_families
+    from amdtop.logread.rccl.monitor import LogMonitor
     from amdtop.pipeline import NodeFrame
-    from amdtop.rccl.monitor import LogMonitor
     from amdtop.report import frame_json
     from amdtop.telemetry.sim import SimBackend
 

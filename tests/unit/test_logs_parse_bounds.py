@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from amdtop.errors import InputError
-from amdtop.rccl.files import parse_files
-from amdtop.rccl.parser import parse_lines
+from amdtop.logread.rccl.files import parse_files
+from amdtop.logread.rccl.parser import parse_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,7 +97,7 @@ def test_a_spliced_progress_line_does_not_lend_its_head_to_another_ranks_seqnum(
     (clean,) = [i for i in parse_lines(_job(torn=False)).incidents if i.kind == "collective_timeout"]
     assert clean.laggard == 3
     torn_lines = _job(torn=True)
-    from amdtop.rccl.unwrap import untear
+    from amdtop.logread.rccl.unwrap import untear
 
     for lines in (torn_lines, list(untear(torn_lines))):
         (torn,) = [i for i in parse_lines(lines).incidents if i.kind == "collective_timeout"]

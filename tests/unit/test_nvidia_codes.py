@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from amdtop.errors import InputError
-from amdtop.kernel.events import FaultCause
-from amdtop.kernel.incidents import KernelVerdicts
-from amdtop.kernel.monitor import KernelFaultMonitor
-from amdtop.kernel.xid import CHANNEL_XIDS, xid_cause, xid_fix
+from amdtop.logread.kernel.events import FaultCause
+from amdtop.logread.kernel.incidents import KernelVerdicts
+from amdtop.logread.kernel.monitor import KernelFaultMonitor
+from amdtop.logread.kernel.xid import CHANNEL_XIDS, xid_cause, xid_fix
 from amdtop.logread.nvidia_codes import nvidia_codes, parse_codes
 from amdtop.model import Topology
 from amdtop.telemetry.base import BackendOptions

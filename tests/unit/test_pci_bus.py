@@ -31,7 +31,7 @@ def test_scan_finds_accelerators_and_their_drivers(tmp_path: Path) -> None:
 
 
 def test_verdict_quotes_the_kernel_and_asks_for_a_power_cycle_rocm_4021(tmp_path: Path) -> None:
-    from amdtop.kernel.bus_check import init_failure_lines
+    from amdtop.logread.kernel.bus_check import init_failure_lines
 
     lines = init_failure_lines(KERNEL)
     assert any("early_init of IP block <psp> failed -22" in ln for ln in lines[""])
@@ -112,7 +112,7 @@ def test_audit_on_a_bus_of_failed_gpus_is_a_finding_with_the_kernel_lines(tmp_pa
 def test_a_gpu_the_backend_does_not_show_is_an_incident_in_the_frame(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from amdtop.kernel.monitor import KernelFaultMonitor
+    from amdtop.logread.kernel.monitor import KernelFaultMonitor
     from amdtop.telemetry.base import BackendOptions
     from amdtop.telemetry.sysfs import open_backend
     from tests.fixtures.sysfs_tree import build_mi300x_8

@@ -97,7 +97,7 @@ def test_cli_port_in_use_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: P
 
 
 def test_rccl_counts_from_worker_logs(tmp_path: Path) -> None:
-    pytest.importorskip("amdtop.rccl.parser")
+    pytest.importorskip("amdtop.logread.rccl.parser")
     log = tmp_path / "llama-a.log"
     shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "rccl" / "amd_examples.log", log)
     clean = tmp_path / "llama-b.log"

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from amdtop.logread.rccl.monitor import LogMonitor, LogUpdate
 from amdtop.model import FlagKind
-from amdtop.rccl.monitor import LogMonitor, LogUpdate
 from amdtop.supervisor import Supervisor
 from amdtop.telemetry.sim import SimBackend
 from tests.gates import PASS

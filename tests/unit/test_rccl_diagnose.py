@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from amdtop.cli.main import main
+from amdtop.logread.rccl.diagnose import diagnose, rank_gpus
+from amdtop.logread.rccl.grammar import bus_id_of_bdf
+from amdtop.logread.rccl.parser import LogParser
 from amdtop.model import FlagKind
-from amdtop.rccl.diagnose import diagnose, rank_gpus
-from amdtop.rccl.grammar import bus_id_of_bdf
-from amdtop.rccl.parser import LogParser
 from amdtop.telemetry.sim import SimBackend
 from tests.fixtures.rccl.make_logs import nccl_rank_lines, rccl_rank_lines, write_rank_logs
 
@@ -97,7 +97,7 @@ def test_cli_human_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_comm_summary_names_the_link_and_gpus() -> None:
-    from amdtop.rccl.diagnose import comm_summary
+    from amdtop.logread.rccl.diagnose import comm_summary
 
     topo = SimBackend().topology()
     comm = _report(4).comms[0]

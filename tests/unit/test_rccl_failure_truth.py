@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from amdtop.cli.main import main
+from amdtop.logread.rccl.diagnose import diagnose
+from amdtop.logread.rccl.parser import parse_files, parse_lines
+from amdtop.logread.rccl.report import report_json
 from amdtop.model import FlagKind
-from amdtop.rccl.diagnose import diagnose
-from amdtop.rccl.parser import parse_files, parse_lines
-from amdtop.rccl.report import report_json
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "rccl"
 REAL, BUILT = FIX / "real", FIX / "built"
@@ -224,7 +224,7 @@ def test_logs_parse_json_carries_init_nics_and_the_new_flag_kinds(capsys: pytest
 
 
 def test_the_tail_marks_fatal_lines_as_errors() -> None:
-    from amdtop.rccl.lines import ERROR, INFO, classify
+    from amdtop.logread.rccl.lines import ERROR, INFO, classify
 
     assert classify("node [1] [FATAL ERROR]: HIP failure: 'invalid argument'") == ERROR
     assert classify("h:1:2 [0] NCCL INFO /x/src/group.cc:68 -> 3 [Async thread]") == ERROR
@@ -241,7 +241,7 @@ def test_abort_after_a_completed_init_is_a_teardown_not_an_error() -> None:
 
 def test_reports_between_feeds_reuse_unchanged_communicators_and_equal_one_parse() -> None:
     # a live tail reports after every poll: finished communicators are reused, changed ones frozen again
-    from amdtop.rccl.parser import LogParser
+    from amdtop.logread.rccl.parser import LogParser
     from tests.fixtures.rccl.make_logs import MI300X_BUS, interleave, proc_comm_lines
 
     lines: list[str] = []

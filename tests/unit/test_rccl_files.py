@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from amdtop.cli.main import main
-from amdtop.rccl.parser import parse_files, parse_lines
+from amdtop.logread.rccl.parser import parse_files, parse_lines
 from tests.fixtures.rccl.make_logs import rccl_rank_lines
 
 LINES = [line for r in range(2) for line in rccl_rank_lines(r, 2)]

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from amdtop.incidents.model import Incident
-from amdtop.rccl.parser import parse_files, parse_lines
-from amdtop.rccl.unwrap import unwrap
+from amdtop.logread.incidents.model import Incident
+from amdtop.logread.rccl.parser import parse_files, parse_lines
+from amdtop.logread.rccl.unwrap import unwrap
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
 
@@ -148,8 +148,8 @@ def test_logs_parse_json_keeps_its_keys_and_adds_incidents() -> None:
 
 def test_incidents_travel_in_the_frame_to_json_exporter_and_pane(tmp_path: Path) -> None:
     from amdtop.exporter.families import build_families
+    from amdtop.logread.rccl.monitor import LogMonitor
     from amdtop.pipeline import NodeFrame
-    from amdtop.rccl.monitor import LogMonitor
     from amdtop.report import frame_json
     from amdtop.telemetry.sim import SimBackend
     from widgets.log_summary import render_logs
@@ -213,7 +213,7 @@ def test_torn_line_rejoined_and_dedup_suffix_dropped_built() -> None:
 
 
 def test_untear_without_the_rest_drops_the_cut_record() -> None:
-    from amdtop.rccl.unwrap import untear
+    from amdtop.logread.rccl.unwrap import untear
 
     torn = ["n1:1:1 [0] NCCL INFO NCCL_IB_HCA set by environment to ml(Worker_TP1 pid=2) INFO 12-02 x", "n1:1:1 [0] ok"]
     assert list(untear(torn)) == ["(Worker_TP1 pid=2) INFO 12-02 x", "n1:1:1 [0] ok"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from amdtop.exporter.families import build_families
+from amdtop.logread.rccl.monitor import LogMonitor
 from amdtop.model import FlagKind
 from amdtop.pipeline.producer import NodePipeline
-from amdtop.rccl.monitor import LogMonitor
 from amdtop.telemetry.sim import MI300X_BDFS, SimBackend
 from amdtop.thresholds import NCCL_INIT_STALL_S
 from tests.fixtures.rccl.make_logs import interleave, proc_comm_lines, startup_warns

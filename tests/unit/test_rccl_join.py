@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from amdtop.cli.main import main
+from amdtop.logread.rccl.diagnose import diagnose
+from amdtop.logread.rccl.parser import LogParser, parse_files, parse_lines
+from amdtop.logread.rccl.report import report_json
 from amdtop.model import FlagKind
-from amdtop.rccl.diagnose import diagnose
-from amdtop.rccl.parser import LogParser, parse_files, parse_lines
-from amdtop.rccl.report import report_json
 from amdtop.telemetry.sim import SimBackend
 from tests.fixtures.rccl.make_logs import MI300X_BUS, interleave, proc_comm_lines, startup_warns
 

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from amdtop.logread.rccl.monitor import LogMonitor, LogUpdate
+from amdtop.logread.rccl.parser import parse_lines
 from amdtop.model import FlagKind
-from amdtop.rccl.monitor import LogMonitor, LogUpdate
-from amdtop.rccl.parser import parse_lines
 from amdtop.simserver.__main__ import visible_bdfs
 from amdtop.simserver.logs import rccl_init_lines
 from amdtop.telemetry.sim import MI300X_BDFS, SimBackend
@@ -124,8 +124,8 @@ def test_a_new_launch_replaces_the_last_runs_communicators(tmp_path: Path) -> No
 def test_worker_logs_json_is_plain_data() -> None:
     import json
 
-    from amdtop.rccl.diagnose import diagnose
-    from amdtop.rccl.views import worker_logs, worker_logs_json
+    from amdtop.logread.rccl.diagnose import diagnose
+    from amdtop.logread.rccl.views import worker_logs, worker_logs_json
 
     topo = SimBackend().topology()
     rep = parse_lines(rccl_init_lines(2, 4200, bdfs=MI300X_BDFS[4:6], p2p=False, host="n1"))

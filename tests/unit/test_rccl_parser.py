@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from amdtop.errors import InputError
-from amdtop.rccl.parser import LogParser, parse_files, parse_lines
-from amdtop.rccl.report import report_json
+from amdtop.logread.rccl.parser import LogParser, parse_files, parse_lines
+from amdtop.logread.rccl.report import report_json
 from tests.fixtures.rccl.make_logs import MI300X_BUS, nccl_rank_lines, rccl_rank_lines
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rccl"

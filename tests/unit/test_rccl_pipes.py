@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from amdtop.errors import InputError
-from amdtop.rccl.files import open_log
+from amdtop.logread.rccl.files import open_log
 from tests.fixtures.rccl.make_logs import rccl_rank_lines
 
 # 4 ranks, long enough that the old peek-then-reopen lost the first 8 KiB read from the pipe

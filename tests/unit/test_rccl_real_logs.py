@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from amdtop.logread.rccl.diagnose import diagnose
+from amdtop.logread.rccl.parser import parse_files
 from amdtop.model import FlagKind
-from amdtop.rccl.diagnose import diagnose
-from amdtop.rccl.parser import parse_files
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "rccl" / "real"
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from amdtop.logread.rccl import ERROR, WARN
+from amdtop.logread.rccl.lines import LogLines, log_line
+from amdtop.logread.rccl.monitor import LogMonitor
+from amdtop.logread.rccl.sources import expand_debug_file, worker_sources
+from amdtop.logread.rccl.tail import LogFollower
 from amdtop.model import WorkerState, WorkerStatus
-from amdtop.rccl import ERROR, WARN
-from amdtop.rccl.lines import LogLines, log_line
-from amdtop.rccl.monitor import LogMonitor
-from amdtop.rccl.sources import expand_debug_file, worker_sources
-from amdtop.rccl.tail import LogFollower
 from tests.fixtures.rccl.make_logs import rccl_rank_lines
 
 

@@ -250,7 +250,7 @@ def test_attention_heads_split_over_the_attention_tp_of_dp_attention(tmp_path: P
 def test_real_sglang_crash_logs_give_their_error_line(log: str, line: str) -> None:
     # Real SGLang 0.5.23 failing to start on this repo's CPU VM (the fixtures' first lines say how): the crashed worker's
     # error line is SGLang's own.
-    from amdtop.supervisor.crashlog import crash_summary
+    from amdtop.logread.crashlog import crash_summary
 
     lines = (Path(__file__).resolve().parents[1] / "fixtures" / "sglang_logs" / log).read_text().splitlines()
     assert lines[0].startswith("# source: this repo's CPU VM")

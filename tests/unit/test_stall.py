@@ -24,6 +24,7 @@ from amdtop.health.stall import (
     instant_health,
     progress_verdict,
 )
+from amdtop.logread.crashlog import crash_summary, error_line, rank_death
 from amdtop.model import (
     EngineStats,
     FlagKind,
@@ -33,7 +34,6 @@ from amdtop.model import (
     WorkerState,
     WorkerStatus,
 )
-from amdtop.supervisor.crashlog import crash_summary, error_line, rank_death
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_crash"
 

@@ -367,7 +367,7 @@ def test_files_in_the_state_dir_are_owner_only_whatever_the_umask(tmp_path: Path
 
 # -- item 7: secrets, one rule everywhere ----------------------------------------------------------------------------
 def test_one_rule_covers_lists_patterns_userinfo_and_the_workers_own_echo() -> None:
-    from amdtop.rccl.lines import make_line
+    from amdtop.logread.rccl.lines import make_line
     from amdtop.secrets import is_secret_name, mask_argv, mask_env, mask_log_line, mask_url
 
     for name in ("MY_PASSPHRASE", "GH_PAT", "AWS_CREDENTIALS_FILE", "APP_SECRET", "S3_KEY", "HF_TOKEN", "DBPASS"):

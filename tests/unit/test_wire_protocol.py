@@ -18,10 +18,10 @@ import pytest
 
 from amdtop import runtime
 from amdtop.gpuprocs.rows import ProcessRow
+from amdtop.logread.rccl.lines import LogLines
 from amdtop.model import WorkerStatus
 from amdtop.pipeline import frame as frame_module
 from amdtop.pipeline.series import Series
-from amdtop.rccl.lines import LogLines
 from amdtop.runtime import NodeSpec
 from amdtop.serve.server import Serve
 from amdtop.serve.wire import ALLOWED, WIRE_PROTOCOL, WIRE_VERSION, WireError, decode, read_message, send_message

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from rich.text import Text
 
-from amdtop.incidents.model import Incident
+from amdtop.logread.incidents.model import Incident
+from amdtop.logread.rccl.monitor import LogUpdate
 from amdtop.pipeline import NodeFrame
 from amdtop.pipeline.frame import GpuHistory
-from amdtop.rccl.monitor import LogUpdate
 from tui.viewmodel import processes
 from tui.viewmodel.filter import filter_rows
 from tui.viewmodel.gpus import gpu_rows
