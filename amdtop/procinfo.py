@@ -93,6 +93,21 @@ def read_proc_bytes(pid: int, name: str, proc: Path = PROC) -> bytes:
     return b"".join(chunks)
 
 
+def read_seq_file(pid: int, name: str, proc: Path = PROC) -> bytes:
+    """``/proc/PID/<name>`` for the files the kernel writes through ``seq_file`` a page at a time (``numa_maps``,
+    ``smaps``): each read answers at most one page (about 4 KiB) whatever the buffer, so a short read is not the end;
+    read until the kernel answers nothing. :func:`read_proc_bytes` gave the audit the first 27 of a Python process's 157
+    ``numa_maps`` lines, and of a vLLM worker its first 4 KiB (issue 53)."""
+    fd = os.open(f"{proc}/{pid}/{name}", os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def read_environ(pid: int, proc: Path = PROC) -> dict[str, str]:
     """Environment of ``pid`` (empty without permission or when gone)."""
     try:

@@ -9,8 +9,10 @@ TP_WINDOW_S = 5.0
 clears a flag."""
 UTIL_IDLE_PCT = 5.0
 """Below this mean utilization a group is idle: 0.2 % against 1 % is not an imbalance."""
-HISTORY_POINTS = 300
-"""History kept per GPU: wide enough for a 200-column pane at one point per cell."""
+HISTORY_POINTS = 12
+"""Points per GPU series a frame carries: the most any view reads (the GPU pane's sparkline). It was 300, wide enough
+for a 200-column history pane drawn from the frame; the history pane now takes each frame's newest point and keeps
+what it drew itself (widgets/gpu_history.py), and nothing read the other 288 (issue 53)."""
 WORKERS_EVERY_S = 2.0
 """Worker status walks the workers' processes and calls each server over HTTP: every 2 s is enough (nvitop polls
 processes every 2 s too); a control action asks for the next tick at once."""

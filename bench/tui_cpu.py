@@ -270,6 +270,8 @@ def measure(
         sched = sched_delta_s(s0, sched_ns(pids(run.proc.pid)))
         descendants = tree_size(run.proc.pid)
         rss_kib = tree_rss_kib(run.proc.pid)
+        with open(f"/proc/{run.proc.pid}/statm") as fh:
+            self_rss_kib = int(fh.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
         if save:
             with open(save, "wb") as fh:
                 fh.write(bytes(run.tail))
@@ -279,7 +281,8 @@ def measure(
             "cpu_pct_sched": None if sched is None else 100.0 * sched / wall,
             "tty_bytes_per_s": (run.bytes - b0) / wall,
             "hot_kib_per_s": statistics.median(hot) if hot else None,
-            "rss_mib_at_end": rss_kib / 1024,
+            "rss_mib_at_end": rss_kib / 1024,  # the process and its descendants (a dashboard's workers too)
+            "self_rss_mib_at_end": self_rss_kib / 1024,
             "marker_seen": paint is not None,
             "alive_at_end": run.proc.poll() is None,
             "descendants_at_end": descendants,

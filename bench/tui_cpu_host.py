@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=8.0)
-    ap.add_argument("--procs", type=int, default=2000)
+    ap.add_argument("--procs", type=int, default=2000, help="0: skip the cases with sleeping processes")
     ap.add_argument("--size", default="200x50")
     ap.add_argument("--baseline", default=None, help="another checkout of the code, measured as a peer")
     ap.add_argument(
@@ -68,7 +68,7 @@ def main() -> int:
     page_us = [page_cost_us(1.0)]
     try:
         for _ in range(a.rounds):
-            for busy in (False, True):
+            for busy in (False, True) if a.procs else (False,):
                 if busy:
                     sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(a.procs)]
                 suffix = f"+{a.procs}procs" if busy else ""
@@ -109,7 +109,9 @@ def main() -> int:
     def med(name: str, key: str) -> float:
         return statistics.median(float(r[key]) for r in results[name])  # type: ignore[arg-type]
 
-    busy = f"+{a.procs}procs"
+    suffix_busy = f"+{a.procs}procs"
+    if not a.procs:  # --procs 0: the host as it is, no suffix_busy cases
+        results[f"readonly{suffix_busy}"], results[f"workers{suffix_busy}"] = results["readonly"], results["workers"]
     out = {
         "cpu_pct_one_core": {k: round(med(k, "cpu_pct_one_core"), 3) for k in results},
         "tty_bytes_per_s": {k: round(med(k, "tty_bytes_per_s")) for k in results},
@@ -117,11 +119,11 @@ def main() -> int:
         "workers_seen": {k: [r["descendants_at_end"] for r in v] for k, v in results.items()},
         "ratios": {
             "workers/readonly": round(med("workers", "cpu_pct_one_core") / med("readonly", "cpu_pct_one_core"), 2),
-            f"readonly{busy}/readonly": round(
-                med(f"readonly{busy}", "cpu_pct_one_core") / med("readonly", "cpu_pct_one_core"), 2
+            f"readonly{suffix_busy}/readonly": round(
+                med(f"readonly{suffix_busy}", "cpu_pct_one_core") / med("readonly", "cpu_pct_one_core"), 2
             ),
-            f"workers{busy}/workers": round(
-                med(f"workers{busy}", "cpu_pct_one_core") / med("workers", "cpu_pct_one_core"), 2
+            f"workers{suffix_busy}/workers": round(
+                med(f"workers{suffix_busy}", "cpu_pct_one_core") / med("workers", "cpu_pct_one_core"), 2
             ),
             "workers bytes/top bytes": round(med("workers", "tty_bytes_per_s") / med("top -d 1", "tty_bytes_per_s"), 2),
             "readonly/textual floor": round(

@@ -42,7 +42,8 @@ def need_of(pane: Widget, width: int) -> Need:
         head = summary.get_content_height(summary.size, summary.size, max(1, width - 2))
         # The summary, the status line and room for a few tail lines; the pane takes what is left over beyond that
         # (tui.layout's sink). Not the tail's own count: lines arrive between frames, and the plan would follow them.
-        want = head + 1 + (ROWS if pane.query_one(Log).line_count else 0)
+        # Lines held back while the tail had no room (LogTailPane.tail_behind) count as lines.
+        want = head + 1 + (ROWS if pane.query_one(Log).line_count or pane.tail_behind else 0)
         # Only a tail that follows a worker's log takes what is left (lines come); with no worker it is one line.
         return Need(want, min(want, ROWS), grows=pane.following)  # no header: the summary's lines are its rows
     return Need(1, 1)

@@ -58,6 +58,12 @@ class TailLog(Log):
             process = self._process_line
             self._update_maximum_width(updates, max(cell_len(process(line)) for line in lines))
 
+    def on_resize(self) -> None:
+        # Lines that came while the tail had no room on screen were kept in the pane's buffer, not written here.
+        pane = self.parent
+        if isinstance(pane, LogTailPane):
+            pane.catch_up()
+
 
 class LogTailPane(Widget, can_focus=True):
     """Tail of the workers' logs with a summary line on top.
@@ -109,6 +115,8 @@ class LogTailPane(Widget, can_focus=True):
         self._summary: str | Text = "no communicator seen yet"
         self._flags: tuple[Flag, ...] = ()
         self._state: tuple[tuple[WorkerLogs, ...], tuple[Flag, ...], tuple[Incident, ...]] | None = None
+        self.tail_behind = False
+        """Lines came while the tail had no room on screen: they are in the buffer, written when it is shown."""
 
     def compose(self) -> ComposeResult:
         yield Static("no communicator seen yet", id="logs-summary", markup=False)
@@ -156,8 +164,36 @@ class LogTailPane(Widget, can_focus=True):
             shown.append(f"… {dropped} lines dropped (log flood; the tail is catching up)")
         log = self._child(Log)
         if shown and log is not None:
-            log.write_lines(shown)
+            if self.tail_shown(log):
+                if self.tail_behind:
+                    self._rebuild()  # the buffer holds these lines too
+                    return
+                log.write_lines(shown)
+            else:
+                # The tail has no room on screen (the summary fills a short pane, or the pane is not shown): a write
+                # grows the Log's virtual size, which lays out the whole screen, and repaints a widget the
+                # compositor cannot find, which rebuilds its full map: a relayout every tick while workers log,
+                # for lines no one sees. They wait in the buffer instead (TailLog.on_resize writes them).
+                self.tail_behind = True
         self._update_status()
+
+    def tail_shown(self, log: Log) -> bool:
+        """The tail has rows on screen: the pane's content is taller than what sits above the tail (the summary, at
+        most 12 lines, the status line, the search box while open). Measured from the last layout's sizes, not by
+        asking the compositor where the Log is (that lookup rebuilds its full map for a widget it does not show)."""
+        if not (self.display and log.display and log.size.height):
+            return False
+        above = sum(w.outer_size.height for w in self.children if w is not log and w.display)
+        return self.content_size.height > above
+
+    def catch_up(self) -> None:
+        """Write the lines that came while the tail was not shown, once it is."""
+        log = self._child(Log)
+        if self.tail_behind and log is not None and self.tail_shown(log):
+            self._rebuild()
+
+    def on_resize(self) -> None:
+        self.catch_up()
 
     @property
     def summary_text(self) -> str | Text:
@@ -216,6 +252,8 @@ class LogTailPane(Widget, can_focus=True):
         if summary is not None and text != self._summary_shown:
             self._summary_shown = text
             summary.update(text)
+            if self.tail_behind:
+                self.call_after_refresh(self.catch_up)  # a shorter summary may leave the tail room
 
     # -- filtering -------------------------------------------------------------------------------------------
     def _match(self, line: LogLine) -> bool:
@@ -251,6 +289,7 @@ class LogTailPane(Widget, can_focus=True):
         if log is None:
             return
         log.clear()
+        self.tail_behind = False
         shown = [self._format(line) for line in self._buffer if self._match(line)]
         log.write_lines(shown[-self.max_lines :])
         self._pending = 0

@@ -19,7 +19,7 @@ from amdtop.audit.startup_log import StartupLogs
 from amdtop.errors import os_reason
 from amdtop.hip_devices import physical_gpus
 from amdtop.model import Flag, GpuInfo, NodeSnapshot, Topology, WorkerState, WorkerStatus
-from amdtop.procinfo import PROC, read_proc_bytes
+from amdtop.procinfo import PROC, read_proc_bytes, read_seq_file
 
 if TYPE_CHECKING:
     from amdtop.supervisor.profiles import Profile
@@ -194,7 +194,7 @@ class AuditContext:
             cached = self._numa[pid] = self.carry.get("numa", pid)  # type: ignore[assignment]
         if cached is None:
             try:
-                cached = node_kib(read_proc_bytes(pid, "numa_maps", self.proc_root))
+                cached = node_kib(read_seq_file(pid, "numa_maps", self.proc_root))
             except PermissionError:
                 cached = f"numa_maps of pid {pid} unreadable (permission denied: another user's process)"
             except OSError as exc:

@@ -9,12 +9,14 @@ from rich.text import Text
 
 from amdtop.model import FlagKind, GpuInfo, GpuSample, Partition
 from amdtop.pipeline import NodeFrame
+from amdtop.thresholds import HISTORY_POINTS
 
 SPARK = "▁▂▃▄▅▆▇█"
 GIB = 1024**3
 
 
-def sparkline(values: Sequence[float | None], width: int = 12) -> str:
+def sparkline(values: Sequence[float | None], width: int = HISTORY_POINTS) -> str:
+    # As wide as the frame's history: the frame carries what this reads, no more.
     tail = values[-width:]
     chars = "".join(" " if v is None else SPARK[max(0, min(7, int(v / 100.0 * 7.999)))] for v in tail)
     return chars.rjust(width)
