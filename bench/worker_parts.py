@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from amdtop.audit.numa_maps import node_kib
+from amdtop.logread.rccl.monitor import LogMonitor
 from amdtop.pipeline import NodePipeline
 from amdtop.procinfo import read_seq_file
-from amdtop.rccl.monitor import LogMonitor
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.demo import DEMO_FILE
 from amdtop.supervisor.metrics import Prober
