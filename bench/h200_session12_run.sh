@@ -135,6 +135,8 @@ if want pidle || want pbusy; then
     [ "${NOFREEZE:-1}" = 1 ] && nofreeze=(--peer "$gcenv GC_PAUSES_NO_FREEZE=1 python3 -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/inproc2 --config $C" --peer-marker nvml --peer-label in-process-nofreeze)
     local floor=(--peer 'python3 bench/textual_floor.py' --peer-marker backend --peer-label floor)  # FLOOR=0: left out
     [ "${FLOOR:-1}" = 1 ] || floor=()
+    # (session 21, issue 53) FLOORNVML=1: also the floor with NVML initialised in the same interpreter (the RSS floor)
+    [ "${FLOORNVML:-0}" = 1 ] && floor+=(--peer 'env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py' --peer-marker backend --peer-label floor+nvml)
     local nvitop=(--peer 'python3 -m nvitop --interval 1' --peer-marker ${NVMARK:-NVIDIA} --peer-label nvitop)  # NVITOP=0: left out
     [ "${NVITOP:-1}" = 1 ] || nvitop=()
     # (session 15) OLD=DIR: a copy of an earlier tree's amdtop/, tui/, widgets/ (git archive REV amdtop tui widgets), its
