@@ -248,7 +248,10 @@ def test_engine_numbers_under_load_everywhere(found: Found) -> None:
         e = None if w is None else w.engine
         return e is not None and (e.gen_tokens_per_s or 0) > 0 and (e.requests_started or 0) > 0
 
-    took, frame = found.until(loaded, 60.0)
+    # Deadlines, not timing claims: under three endless streams on the VM's two cores (and beside the other servers
+    # run-tests started), vLLM's API server answered /metrics after 0.7-6 s now and then (session 21), past the
+    # prober's 0.5 s per read; such a scrape reads as no engine numbers until the next one answers in time.
+    took, frame = found.until(loaded, 180.0)
     w = found.worker(frame)
     assert took is not None, f"no engine numbers under load: {w}"
     assert w is not None and w.source == "discovered" and w.state is WorkerState.READY
@@ -261,9 +264,13 @@ def test_engine_numbers_under_load_everywhere(found: Found) -> None:
     info = [m for m in build_families(frame) if m.name == "amdtop_worker_info"]
     assert any(s.labels["worker"] == found.name and s.labels["source"] == "discovered" for m in info for s in m.samples)
     # headless, as another process would see it
-    done = found.cli("snapshot", "--json")
-    assert done.returncode == 0, done.stderr
-    [j] = [x for x in json.loads(done.stdout)["workers"] if x["name"] == found.name]
+    for _ in range(10):  # one scrape a snapshot: one that met a stalled /metrics shows no engine, and says so
+        done = found.cli("snapshot", "--json")
+        assert done.returncode == 0, done.stderr
+        [j] = [x for x in json.loads(done.stdout)["workers"] if x["name"] == found.name]
+        if j["engine"] is not None:
+            break
+        time.sleep(2)
     assert j["engine"] is not None and j["log"] == w.log and len(j["rank_pids"]) == 2
     assert KEY not in done.stdout
 
@@ -311,6 +318,7 @@ def test_ramp_against_it_finds_a_knee_shown_as_its_command_line(found: Found, tm
     done = found.cli(
         "ramp", "--url", found.url, "--model", SERVED_NAME, "--concurrency", "1,2,4", "--step-seconds", "3",
         "--warmup-seconds", "1", "--input-len", "32", "--output-len", "32", "--no-refine", "--json", str(out),
+        timeout=600.0,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(out.read_text())
