@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -63,21 +64,21 @@ class Entry:
     """How a person would say one line of it, from its fields: ``{field}`` is replaced, and a ``[...]`` part whose
     fields the line did not give is left out (``tried to allocate {what}[ on GPU {device}]``)."""
     continuation: re.Pattern[str] | None = None
-    ends_communicator: bool = False
-    """An NCCL/RCCL WARN after which the communicator cannot work, whether or not a return-code trail follows it (an
-    IPC handle, a reverse path, a proxy call, a GPU runtime call): the job-log reader makes it an error by itself."""
     """Lines the emitter prints right after this one as part of the same message (Ray's ``\tpid: 20174`` under an
     ActorDiedError): matched against the raw lines that follow, their named groups add fields, the first line that
     does not match ends it."""
+    ends_communicator: bool = False
+    """An NCCL/RCCL WARN after which the communicator cannot work, whether or not a return-code trail follows it (an
+    IPC handle, a reverse path, a proxy call, a GPU runtime call): the job-log reader makes it an error by itself."""
 
 
 def _fail(where: str, field: str, why: str) -> InputError:
     return InputError(f"{where}: field {field!r} {why}; fix the catalog entry")
 
 
-def _split_top(pattern: str) -> list[str]:
-    """``pattern`` cut at its top-level ``|`` (not inside a group or a class)."""
-    out, depth, start, i = [], 0, 0, 0
+def _structure(pattern: str, i: int = 0) -> Iterator[tuple[int, str]]:
+    """``(index, char)`` of ``pattern``'s characters from ``i`` that shape it: escapes (``\\x``) and character
+    classes (``[...]``) are stepped over whole, so a ``|`` or ``(`` inside them is not seen."""
     while i < len(pattern):
         c = pattern[i]
         if c == "\\":
@@ -89,6 +90,14 @@ def _split_top(pattern: str) -> list[str]:
                 j += 2 if pattern[j] == "\\" else 1
             i = j + 1
             continue
+        yield i, c
+        i += 1
+
+
+def _split_top(pattern: str) -> list[str]:
+    """``pattern`` cut at its top-level ``|`` (not inside a group or a class)."""
+    out, depth, start = [], 0, 0
+    for i, c in _structure(pattern):
         if c == "(":
             depth += 1
         elif c == ")":
@@ -96,7 +105,6 @@ def _split_top(pattern: str) -> list[str]:
         elif c == "|" and depth == 0:
             out.append(pattern[start:i])
             start = i + 1
-        i += 1
     out.append(pattern[start:])
     return out
 
@@ -104,24 +112,13 @@ def _split_top(pattern: str) -> list[str]:
 def _group_end(pattern: str, i: int) -> int:
     """Index of the ``)`` closing the group opened at ``pattern[i]``."""
     depth = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            j = i + 1
-            while j < len(pattern) and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            i = j + 1
-            continue
+    for j, c in _structure(pattern, i):
         if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
             if depth == 0:
-                return i
-        i += 1
+                return j
     return -1
 
 
