@@ -147,6 +147,49 @@ def test_an_xid_45_after_an_nvswitch_sxid_blames_the_switch_not_the_application(
     assert "application's bug" not in xid45.message
 
 
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "failure_corpus"
+
+
+def corpus(name: str) -> KernelVerdicts:
+    """A failure-corpus capture (its source is in the .toml beside it), read line by line as the kernel reader does."""
+    v = KernelVerdicts()
+    for line in (CORPUS / name).read_text().splitlines():
+        v.feed(line)
+    return v
+
+
+def test_an_xid_45_after_an_nvswitch_sxid_blames_the_switch_real_capture_ogkm_446() -> None:
+    # The capture the built XID45 above stands in for: nvswitch1's SXid 24007 lines, then Xid 62 and two Xid 45s on
+    # the vLLM worker's GPU 0000:48:00 (open-gpu-kernel-modules#446, 8x A100 SXM4)
+    found = kinds(corpus("nvidia/sxid24007_before_xid62_xid45_vllm_a100_ogkm_446.log"))
+    (switch,) = found["nvswitch_error"]
+    assert "SXid 24007" in switch.summary and "0000:aa:00.0" in switch.summary
+    (chain,) = found["xid_chain"]
+    assert dict(chain.detail)["first_sxid"] == 24007
+    assert dict(chain.detail)["bdfs"] == ("0000:48:00.0",)
+    assert "not the application" in chain.summary and "VLLM::Worker" not in chain.summary
+    assert "Xid 45 is the cause" not in chain.summary
+
+
+def test_gsp_timeouts_on_two_gpus_are_both_read_and_each_names_the_other_real_capture_vllm_40652() -> None:
+    # GPU5 (0001:6c:00) then GPU6 (0001:96:00) on one 8x A100 node, both raised in NVML's NvmlTaskRunner thread
+    found = kinds(corpus("nvidia/xid119_gsp_timeout_two_gpus_nvml_caller_vllm_40652.log"))["gsp_timeout"]
+    by = {dict(i.detail)["bdf"]: i for i in found}
+    assert sorted(by) == ["0001:6c:00.0", "0001:96:00.0"]
+    first, second = by["0001:6c:00.0"], by["0001:96:00.0"]
+    assert dict(first.detail)["gsp_instance"] == "5" and dict(second.detail)["gsp_instance"] == "6"
+    assert dict(first.detail)["other_gpus"] == ("0001:96:00.0",)
+    assert "also timed out on 0001:96:00.0 (this GPU's came first)" in first.summary
+    assert "also timed out on 0001:6c:00.0 (0001:6c:00.0's came first)" in second.summary
+    assert all("NvmlTaskRunner" not in i.summary and "not the cause" in i.summary for i in found)
+    assert all("several GPUs" in i.fix for i in found)
+
+
+def test_a_single_gpu_gsp_timeout_names_no_other_gpu_gpud_500() -> None:
+    (gsp,) = kinds(verdicts("nvidia_xid119_callers_gpud_500.log"))["gsp_timeout"]
+    assert dict(gsp.detail)["other_gpus"] == () and "also timed out" not in gsp.summary
+
+
 def test_xid_119_is_not_the_fault_of_the_process_that_called_the_driver_gpud_500() -> None:
     events = parse_lines(lines("nvidia_xid119_callers_gpud_500.log"))
     assert events and all(e.pid is None and e.process is None for e in events)

@@ -42,6 +42,11 @@ _INIT_FAIL = (
     "late_init of IP block",
     "ip discovery",
     "amdgpu_discovery_init failed",
+    # amdgpu_device.c amdgpu_device_init: dev_err (drm_err since 6.x) "amdgpu_device_ip_init failed\n",
+    # "amdgpu_device_ip_late_init failed\n", "amdgpu_fence_driver_sw_init failed\n": the GPU did not come up
+    "amdgpu_device_ip_init failed",
+    "amdgpu_device_ip_late_init failed",
+    "amdgpu_fence_driver_sw_init failed",
 )
 # drivers/base/dd.c really_probe: pr_warn("%s: probe of %s failed with error %d\n", drv->name, dev_name(dev), ret):
 # the line names the device in its text, not in a dev_* prefix
@@ -56,6 +61,14 @@ _IP_BLOCK = re.compile(
     r"\b(?P<phase>early_init|sw_init|hw_init|late_init) of IP block <(?P<block>[^>]+)> failed (?P<err>-?\d+)"
 )
 _RESET_OK = re.compile(r"\bGPU reset\(\d+\) succeeded!")
+# the ASIC reset itself, per SoC (nv.c, soc15.c, soc21.c *_asic_reset: dev_info(adev->dev, "PCI reset\n"), "BACO
+# reset\n", "MODE2 reset\n", "MODE1 reset\n"; vi.c / cik.c: "BACO reset\n", "PCI CONFIG reset\n"): a reset under way
+# even where the log starts after its "GPU reset begin!"
+_RESET_METHOD = re.compile(r"[0-9a-fA-F]\.[0-7]: (?:amdgpu: )?(?:MODE[12]|BACO|PCI(?: CONFIG)?) reset\s*$")
+# amdgpu_device.c amdgpu_do_asic_reset / amdgpu_device_reinit_after_reset and the mode2 handlers (aldebaran.c,
+# sienna_cichlid.c, smu_v13_0_10.c): dev_info(..., "GPU reset succeeded, trying to resume\n"): the ASIC reset worked;
+# the resume that follows can still fail, so this is not the outcome
+_ASIC_RESET_OK = re.compile(r"\bGPU reset succeeded, trying to resume")
 # smu_cmn.c / smu_v11_0.c / the powerplay hwmgrs: the SMU (the GPU's power-management firmware) not answering. After
 # a reset has begun, these say the reset did not bring the GPU back.
 _SMU_FAIL = re.compile(
@@ -71,10 +84,16 @@ _RMINIT = re.compile(
     r"NVRM: GPU (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:RmInitAdapter|rm_init_adapter) failed"
 )
 _GSP_HEARTBEAT = re.compile(r"NVRM: (?:GPU(?P<inst>\d+) )?_kgsp\w+: (?:GSP RM |LibOS )?[Hh]eartbeat timed out")
+# drivers/pci/pcie/aer.c: aer_isr_one_error "%s%s error received: %s" / "%s%s error message received from %s" (6.x)
+# with "Multiple " and aer_error_severity_string "Uncorrected (Fatal)" (to 6.5) or "Uncorrectable (Fatal)" (6.6 on);
+# aer_print_error "PCIe Bus Error: severity=%s, type=%s, (%s)"
 _AER_FATAL = re.compile(
     r"^(?:.*?\] )?(?:pcieport )?(?P<port>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
-    r"(?:AER: Uncorrected \(Fatal\) error|PCIe Bus Error: severity=Uncorrected \(Fatal\))"
+    r"(?:AER: (?:Multiple )?Uncorrect(?:ed|able) \(Fatal\) error|PCIe Bus Error: severity=Uncorrect(?:ed|able) \(Fatal\))"
 )
+# drivers/pci/pcie/err.c pcie_do_recovery: "AER: Device recovery failed" (to 5.x), pci_info(bridge, "device recovery
+# failed\n") under dev_fmt "AER: " (5.x on): the devices below the port are not recovered
+_AER_FAILED = re.compile(r"AER: [Dd]evice recovery failed")
 _AER_TLP = re.compile(r"\[\s*\d+\] (?P<what>[A-Z][A-Za-z ]+?)\s+\(First\)")
 _CAUSE_LINE = re.compile(
     r"MES failed to respon(?:d to|se) msg=\S+|ring \S+ timeout, signaled seq=\d+|Illegal \w+(?: access)? in command stream"
@@ -176,6 +195,8 @@ class _Reset:
     """``begun`` (no outcome yet), ``ok`` or ``failed``: the last word the log had."""
     begun: int = 0
     ok: int = 0
+    asic_ok: int = 0
+    """"GPU reset succeeded, trying to resume" lines: the ASIC reset worked, the resume was under way."""
     failed: _Seen = field(default_factory=_Seen)
     first: _Seen = field(default_factory=_Seen)
     cause: str | None = None
@@ -288,6 +309,7 @@ class KernelVerdicts:
             or "SMC" in line
             or "message" in line
             or "ip_resume" in line
+            or "init failed" in line
             or "MES failed" in line
             or "timeout, signaled" in line
             or "command stream" in line
@@ -328,7 +350,7 @@ class KernelVerdicts:
         s = self._s
         r = s.resets.get(bdf)
         failed = _RESET_FAILED.search(line)
-        if failed or "GPU reset begin!" in line or _MODE1.search(line):
+        if failed or "GPU reset begin!" in line or _MODE1.search(line) or _RESET_METHOD.search(line):
             if r is None:
                 if not _room(s.resets, bdf, s):
                     return
@@ -356,6 +378,8 @@ class KernelVerdicts:
         if _RESET_OK.search(line):
             r.ok += 1
             r.state = "ok"
+        elif _ASIC_RESET_OK.search(line):
+            r.asic_ok += 1
         elif r.state != "ok" and _SMU_FAIL.search(line):
             r.state = "failed"
             r.failed.add(line, ts=ts)
@@ -439,9 +463,11 @@ class KernelVerdicts:
         if t and a.what is None:
             a.what = t.group("what").strip()
         dev = _DEV.search(line)
-        if dev and "amdgpu" in line and dev.group("bdf").lower() not in a.gpus and len(a.gpus) < MAX_KEYS:
-            a.gpus.append(dev.group("bdf").lower())  # "amdgpu <bdf>: device has no AER-aware driver"
-        if "Device recovery failed" in line:
+        if dev and dev.group("bdf").lower() not in a.gpus and len(a.gpus) < MAX_KEYS:
+            # err.c names each device below the port under its driver: "amdgpu <bdf>: device has no AER-aware
+            # driver" (to 4.x), "nvidia <bdf>: AER: can't recover (no error_detected callback)" (5.x on): the GPU
+            a.gpus.append(dev.group("bdf").lower())
+        if _AER_FAILED.search(line):
             a.failed = True
             a.seen.add(line)
 
@@ -603,7 +629,13 @@ class KernelVerdicts:
                 continue
             gpu, workers = place(b)
             who = _name(b, {b: gpu})
-            outcome = "it came back" if r.state == "ok" else "the log holds no outcome yet"
+            outcome = (
+                "it came back"
+                if r.state == "ok"
+                else "the ASIC reset itself succeeded; the log ends while the driver resumed it"
+                if r.asic_ok
+                else "the log holds no outcome yet"
+            )
             times = f"{r.begun} times" if r.begun != 1 else "once"
             after = f" after {r.cause}" if r.cause else ""
             out.append(
@@ -762,10 +794,18 @@ class KernelVerdicts:
 
     def _gsp(self, place: Placer) -> list[Incident]:
         by_inst = {g.instance: b for b, g in self._s.gsp.items() if not b.startswith("GPU") and g.instance}
+        # the GPUs whose GSP timed out, in the order the log first named them (the dict keeps first sight): each
+        # incident names the others, so a read of any one says the node had several, and which came first
+        hung = [k for k, g in self._s.gsp.items() if not (k.startswith("GPU") and g.instance in by_inst)]
         out = []
         for key, g in self._s.gsp.items():
             if key.startswith("GPU") and g.instance in by_inst:
                 continue  # the banner of a GPU whose Xid 119 lines name it by address: told there
+            others = [_gsp_name(k) for k in hung if k != key]
+            also = ""
+            if others:
+                order = "this GPU's came first" if hung[0] == key else f"{_gsp_name(hung[0])}'s came first"
+                also = f"; the GSP also timed out on {', '.join(others)} ({order})"
             bdf = key if not key.startswith("GPU") else None
             gpu, workers = place(bdf) if bdf else (None, ())
             who = _name(bdf, {bdf: gpu}) if bdf else f"driver GPU{g.instance} (the log names no PCI address)"
@@ -782,11 +822,19 @@ class KernelVerdicts:
             out.append(
                 Incident(
                     kind="gsp_timeout",
-                    summary=f"GSP timeout on {who}" + (f" x{g.seen.count}" if g.seen.count > 1 else "") + callers,
+                    summary=f"GSP timeout on {who}"
+                    + (f" x{g.seen.count}" if g.seen.count > 1 else "")
+                    + callers
+                    + also,
                     cause="the GPU's System Processor (GSP firmware) stopped answering the driver (its heartbeat or "
                     "its RPCs timed out, Xid 119/120): the GPU is hung",
                     fix="drain the GPU and reset it (nvidia-smi -r, or reboot the node); update the driver if it "
-                    "repeats (NVIDIA fixed GSP RPC timeouts in several branches)",
+                    "repeats (NVIDIA fixed GSP RPC timeouts in several branches)"
+                    + (
+                        "; several GPUs timing out together point at the node (NVLink/NVSwitch, host, driver)"
+                        if others
+                        else ""
+                    ),
                     evidence=tuple(g.seen.lines[:MAX_EVIDENCE]),
                     devices=devices,
                     detail=(
@@ -794,6 +842,7 @@ class KernelVerdicts:
                         ("gsp_instance", g.instance),
                         ("callers", n),
                         ("count", g.seen.count),
+                        ("other_gpus", tuple(others)),
                         ("workers", workers),
                     ),
                 )
@@ -1066,6 +1115,11 @@ def _placed(bdfs: Sequence[str], place: Placer) -> tuple[dict[str, int | None], 
     for b in bdfs:
         gpus[b], workers[b] = place(b)
     return gpus, workers
+
+
+def _gsp_name(key: str) -> str:
+    """A GSP record's GPU as a verdict names it: its PCI address, or the driver's ``GPUn`` where no line gives one."""
+    return key if not key.startswith("GPU") else f"driver {key}"
 
 
 def _name(bdf: str, gpus: dict[str, int | None], place: Placer | None = None) -> str:
