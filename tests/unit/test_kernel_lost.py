@@ -122,8 +122,8 @@ def test_illegal_register_access_is_read_with_the_process_that_sent_it_csgo_3386
 
 
 # -- NVIDIA ------------------------------------------------------------------------------------------------------------
-# The Xid 45 line is BUILT from kernel_rc.c's format ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s"): no
-# public log was found with an SXid and the Xid 45 after it; the SXid line is gpud#338's capture.
+# The Xid 45 line is BUILT from kernel_rc.c's format ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s") on
+# gpud#338's SXid capture; the real capture of an SXid before an Xid 45 (ogkm#446) is tested below it.
 XID45 = "NVRM: Xid (PCI:0000:18:00): 45, pid=2231, name=python3, Ch 00000008"
 
 
@@ -209,6 +209,35 @@ def test_two_gpus_gsp_timeouts_are_two_incidents_one_each() -> None:
     second = lines("nvidia_xid119_callers_gpud_500.log")[0].replace("0000:9b:00", "0000:1a:00").replace("GPU4", "GPU1")
     found = kinds(verdicts("nvidia_xid119_callers_gpud_500.log", extra=(second,)))["gsp_timeout"]
     assert sorted(dict(i.detail)["bdf"] for i in found) == ["0000:1a:00.0", "0000:9b:00.0"]
+
+
+def test_cleanups_naming_an_xid_45_never_take_a_later_xid_as_their_cause_real_capture_vllm_40652() -> None:
+    # The minute after ogkm#446's window of the same crash: two Xid 45s "caused by previous Xid 45" on 0000:48:00,
+    # THEN Xid 74 and Xid 154. The Xid 74 came after the cleanups: it cannot be their cause; theirs is before the log.
+    found = kinds(verdicts("nvidia_xid45_after_xid45_xid74_gsp_second_gpu_vllm_40652.log"))
+    (chain,) = found["xid_chain"]
+    assert dict(chain.detail)["first_xid"] is None and "not in this log" in chain.summary
+    assert "Xid 74" not in chain.summary and "Xid 45 is the cause" not in chain.summary
+
+
+def test_a_gsp_timeout_banner_naming_no_gpu_is_read_on_the_gpu_its_report_header_names_real_capture_vllm_40652() -> (
+    None
+):
+    # 580-era "_kgspLogXid119: *** GSP Timeout ***" prints no GPU number; its Xid 119 line is cut off, the driver's
+    # "GPU at PCI:0000:0b:00" header after it names the GPU: a second GPU, not 0000:48:00 whose Xids came before
+    (gsp,) = kinds(verdicts("nvidia_xid45_after_xid45_xid74_gsp_second_gpu_vllm_40652.log"))["gsp_timeout"]
+    assert dict(gsp.detail)["bdf"] == "0000:0b:00.0"
+    assert "Xid 119 line is not in the log" in gsp.summary
+
+
+def test_an_earlier_xid_still_names_the_cleanups_cause_when_it_came_first() -> None:
+    # BUILT: the capture's own lines with an Xid 62 of the same GPU (ogkm#446's window) put before them
+    xid62 = "NVRM: Xid (PCI:0000:48:00): 62, 00002740 00002b08 00001126 0000117a 0000279f 0002a91a 00000011 00000000"
+    v = KernelVerdicts()
+    for line in [xid62, *lines("nvidia_xid45_after_xid45_xid74_gsp_second_gpu_vllm_40652.log")]:
+        v.feed(line)
+    (chain,) = kinds(v)["xid_chain"]
+    assert dict(chain.detail)["first_xid"] == 62
 
 
 def test_an_xid_45_naming_an_xid_45_is_never_its_own_cause() -> None:

@@ -105,7 +105,9 @@ _NV_GPU = re.compile(
 )
 _XID_NAME = re.compile(r"name=(?P<name>[^,]*),")
 _GSP_FROM = re.compile(r"from GPU(?P<inst>\d+) GSP")
-_GSP_BANNER = re.compile(r"NVRM: GPU(?P<inst>\d+) _kgspLogRpcTimeout: \*+ GSP Timeout")
+# and kernel_gsp.c _kgspLogXid119 (5xx branches up to 580: NV_PRINTF "***... GSP Timeout ***", older "GSP Failure"), printed
+# "NVRM: _kgspLogXid119: " with no GPU number: the Xid 119 line after it, or the "GPU at PCI:" header, names the GPU
+_GSP_BANNER = re.compile(r"NVRM: (?:GPU(?P<inst>\d+) )?_kgspLog(?:RpcTimeout|Xid119): \*+ GSP (?:Timeout|Failure)")
 
 MAX_KEYS = 64
 """Devices, blocks, codes... kept per verdict: what a node has, not what a hostile log could name (bug: 100k
@@ -237,6 +239,11 @@ class _State:
     last_sxid: tuple[str, str, int] | None = None
     after_sxid: dict[tuple[str, str, int], dict[str, _Seen]] = field(default_factory=dict)
     first_xid: dict[str, tuple[int, str]] = field(default_factory=dict)
+    xid_seq: int = 0
+    """Xid lines read so far: the order of a GPU's first Xid against its first cleanup naming an Xid 45."""
+    first_xid_at: dict[str, int] = field(default_factory=dict)
+    cleanup_at: dict[str, int] = field(default_factory=dict)
+    """PCI address -> where its first "caused by previous Xid 45" line came: only an Xid before it can be the cause."""
     gsp: dict[str, _Gsp] = field(default_factory=dict)
     nv_bdf: str | None = None
     last_reset: str | None = None
@@ -246,7 +253,9 @@ class _State:
     aer: dict[str, _Aer] = field(default_factory=dict)
     aer_port: str | None = None
     gsp_pending: _Gsp | None = None
-    """GSP heartbeat lines that named no GPU: the next Xid line names it."""
+    """GSP heartbeat lines, or a GSP Timeout banner, that named no GPU: the next Xid line names it."""
+    gsp_hint: str | None = None
+    """The GPU the driver's "GPU at PCI:..." report header named after such lines (its Xid line may be cut off)."""
     dropped: int = 0
     """Keys, episodes or incidents left out by the caps (said in the last incident's detail)."""
 
@@ -434,13 +443,18 @@ class KernelVerdicts:
         g = _NV_GPU.search(line)
         if g:
             s.nv_bdf = f"{g.group('bus').lower()}.{g.group('fn') or '0'}"
+            if s.gsp_pending is not None and s.gsp_hint is None:
+                s.gsp_hint = s.nv_bdf  # the report header after an unnamed GSP banner: the GPU it is about
         if "fallen off the bus" in line and s.nv_bdf is not None:
             if _room(s.off_bus, s.nv_bdf, s):
                 s.off_bus.setdefault(s.nv_bdf, _Seen()).add(line)
             s.nv_bdf = None
             return
         b = _GSP_BANNER.search(line)
-        if b:
+        if b and b.group("inst") is None:
+            s.gsp_pending = s.gsp_pending or _Gsp()
+            s.gsp_pending.seen.add(line)
+        elif b:
             key = f"GPU{b.group('inst')}"
             if _room(s.gsp, key, s):
                 gsp = s.gsp.setdefault(key, _Gsp(instance=b.group("inst")))
@@ -494,13 +508,19 @@ class KernelVerdicts:
             # heartbeat lines that named no GPU, then this GPU's Xid (154: "GPU Reset Required"): they were its
             held = s.gsp.setdefault(bdf, _Gsp())
             for ln in s.gsp_pending.seen.lines:
-                held.seen.add(ln)
+                # a GSP Timeout banner heads the Xid 119 line that follows it: one timeout, counted once
+                held.seen.add(ln, 0 if _GSP_BANNER.search(ln) else 1)
             s.gsp_pending = None
+            s.gsp_hint = None
+        s.xid_seq += 1
         if _opens(xid) and bdf not in s.first_xid and _room(s.first_xid, bdf, s):
             s.first_xid[bdf] = (xid, line)
+            s.first_xid_at[bdf] = s.xid_seq
         prev = _CAUSED_BY.search(line)
         if prev:
             code = int(prev.group("prev"))
+            if code == 45 and bdf not in s.cleanup_at and len(s.cleanup_at) < MAX_KEYS:
+                s.cleanup_at[bdf] = s.xid_seq
             if _room(s.chains, code, s):
                 s.chains.setdefault(code, {}).setdefault(bdf, _Seen()).add(line, ts=ts)
             pid = _XID_PID.search(line)
@@ -793,12 +813,17 @@ class KernelVerdicts:
         return out
 
     def _gsp(self, place: Placer) -> list[Incident]:
-        by_inst = {g.instance: b for b, g in self._s.gsp.items() if not b.startswith("GPU") and g.instance}
+        records = dict(self._s.gsp)
+        pending, hint = self._s.gsp_pending, self._s.gsp_hint
+        if pending is not None and hint is not None and hint not in records:
+            # a GSP Timeout banner whose Xid 119 line the log lost: the driver's report header after it names the GPU
+            records[hint] = pending
+        by_inst = {g.instance: b for b, g in records.items() if not b.startswith("GPU") and g.instance}
         # the GPUs whose GSP timed out, in the order the log first named them (the dict keeps first sight): each
         # incident names the others, so a read of any one says the node had several, and which came first
-        hung = [k for k, g in self._s.gsp.items() if not (k.startswith("GPU") and g.instance in by_inst)]
+        hung = [k for k, g in records.items() if not (k.startswith("GPU") and g.instance in by_inst)]
         out = []
-        for key, g in self._s.gsp.items():
+        for key, g in records.items():
             if key.startswith("GPU") and g.instance in by_inst:
                 continue  # the banner of a GPU whose Xid 119 lines name it by address: told there
             others = [_gsp_name(k) for k in hung if k != key]
@@ -813,6 +838,12 @@ class KernelVerdicts:
             if bdf is None and g.instance is not None:
                 devices = (int(g.instance),)  # the driver's GPU number: the only one its lines give
             n = len(g.callers)
+            named_by = (
+                " (its Xid 119 line is not in the log: the driver's 'GPU at' report header after the GSP Timeout "
+                "banner names it)"
+                if g is pending
+                else ""
+            )
             # the processes on Xid 119 lines were calling the driver when it timed out: counted, never named
             callers = (
                 f"; the {n} process{'es' if n != 1 else ''} on its lines were only calling the driver: not the cause"
@@ -823,6 +854,7 @@ class KernelVerdicts:
                 Incident(
                     kind="gsp_timeout",
                     summary=f"GSP timeout on {who}"
+                    + named_by
                     + (f" x{g.seen.count}" if g.seen.count > 1 else "")
                     + callers
                     + also,
@@ -934,12 +966,18 @@ class KernelVerdicts:
         for named, by in self._s.chains.items():
             code = named
             if named == 45:
-                # a cleanup naming an earlier cleanup is never its own cause: the first other Xid on those GPUs is
-                earlier = sorted(x for b in by if (x := self._s.first_xid.get(b)) is not None)
+                # a cleanup naming an earlier cleanup is never its own cause: the first other Xid on those GPUs is,
+                # if it came before the cleanups (an Xid after them is a later event, not their cause)
+                s = self._s
+                earlier = sorted(
+                    (s.first_xid_at[b], x)
+                    for b in by
+                    if (x := s.first_xid.get(b)) is not None and s.first_xid_at[b] < s.cleanup_at.get(b, s.xid_seq + 1)
+                )
                 if not earlier:
                     out.append(_unknown_first(by, place, self._s.chain_pids.get(45, set())))
                     continue
-                code = earlier[0][0]
+                code = earlier[0][1][0]
             _cause, name = xid_cause(code)
             bdfs = sorted(by)
             gpus, _workers = _placed(bdfs, place)
@@ -947,7 +985,7 @@ class KernelVerdicts:
             where = ", ".join(_name(b, gpus) for b in bdfs)
             lines = [ln for b in bdfs for ln in by[b].lines[:1]]
             if named != code:
-                lines = [x[1] for b in bdfs if (x := self._s.first_xid.get(b)) is not None][:1] + lines
+                lines = [earlier[0][1][1], *lines]
             out.append(
                 Incident(
                     kind="xid_chain",
