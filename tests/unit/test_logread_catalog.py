@@ -42,7 +42,6 @@ UNPINNED = frozenset(
         # joined in the same session as this list (the holdout fixes, read from torvalds/linux as the code search
         # indexes it, no commit shown): to be pinned like the rest
         # the second-holdout fixes (session 21), read from the code corpus, which shows no commit: to be pinned too
-        "pytorch.signal.glog_failure_handler",
         "ray.actor_state_dead",
         "ray.actor_creation_exception",
         "ray.failing_pending_tasks",
@@ -51,13 +50,6 @@ UNPINNED = frozenset(
         "amdgpu.reset.ip_block_suspend_failed",
         "amdgpu.pcie.aer_corrected",
         "amdgpu.pcie.ghes_corrected",
-        "pytorch.cuda_nccl_error",
-        "pytorch.collective_mismatch",
-        "pytorch.store.timeout",
-        "pytorch.elastic.child_failed",
-        "pytorch.desync.lagging_ranks",
-        "pytorch.signal.absl_failure_handler",
-        "pytorch.signal.faulthandler",
         "serving.vllm.worker_died",
         "serving.vllm.engine_core_died",
         "serving.vllm.engine_dead_error",
