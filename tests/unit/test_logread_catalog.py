@@ -78,11 +78,6 @@ UNPINNED = frozenset(
         "amdgpu.gmc.gpu_fault_detected",
         "amdgpu.smu.send_failed_legacy",
         "amdgpu.pcie.aer_recovery_failed",
-        "nvidia.bus.fallen_off",
-        "nvidia.gsp.timeout_banner",
-        "nvidia.sxid.any",
-        "nvidia.init.rm_init_adapter",
-        "nvidia.gsp.heartbeat",
     }
 )
 """Entries whose source names the repo, file and format string but not the version or commit it was read at
