@@ -1,5 +1,7 @@
 """CPU per HTTP call of the worker prober: httpx (one request per connection, as the prober used) against
-``http.client`` (what ``amdtop.supervisor.metrics.Prober`` uses now), ``/health`` and ``/metrics`` of one demo worker.
+``http.client`` one connection per call (what ``amdtop.supervisor.metrics.Prober`` used until issue 53) and on one
+kept connection (what it uses since: ``bounded_get.KeptConnections``), ``/health`` and ``/metrics`` of one demo
+worker; ``Prober`` is the whole call (``/metrics`` parsed too).
 
     .venv/bin/python bench/probe_http.py --rounds 5 --calls 100
 """
@@ -51,10 +53,21 @@ def main() -> int:
             finally:
                 conn.close()
 
+        kept = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=0.5)
+
+        def with_kept_connection(path: str) -> int:
+            kept.request("GET", path)
+            return len(kept.getresponse().read())
+
         def with_prober(path: str) -> int:
             return 0 if (prober.health(url) if path == "/health" else prober.scrape(name, url)) is None else 1
 
-        peers = {"httpx": with_httpx, "http.client": with_http_client, "Prober": with_prober}
+        peers = {
+            "httpx": with_httpx,
+            "http.client": with_http_client,
+            "kept conn.": with_kept_connection,
+            "Prober": with_prober,
+        }
         results: dict[str, list[float]] = {}
         for _ in range(a.rounds):
             for label, call in peers.items():

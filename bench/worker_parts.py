@@ -43,6 +43,7 @@ from amdtop.supervisor import Supervisor
 from amdtop.supervisor.demo import DEMO_FILE
 from amdtop.supervisor.metrics import Prober
 from amdtop.telemetry.sim import SimBackend
+from tests.gates import PASS
 
 SPENT: dict[str, float] = defaultdict(float)
 
@@ -80,7 +81,7 @@ def profiles(n: int, port_base: int) -> str:
 def start(n: int, port_base: int, sim: SimBackend) -> Supervisor:
     state = Path(tempfile.mkdtemp(prefix=f"amdtop-parts-{n}-"))
     (state / DEMO_FILE).write_text(profiles(n, port_base))
-    sup = Supervisor(state / "none.toml", state, topology=sim.topology(), demo=True, sim=sim)
+    sup = Supervisor(state / "none.toml", state, gate=PASS, topology=sim.topology(), demo=True, sim=sim)
     for name in sup.names():
         sup.launch(name)
     for name in sup.names():

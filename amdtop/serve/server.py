@@ -28,6 +28,7 @@ from amdtop.runtime.service import LocalService
 from amdtop.serve import limits, peer
 from amdtop.serve import lock as serve_lock
 from amdtop.serve.viewers import FramePacket, ViewerLink
+from amdtop.serve.wakes import QUEUED
 from amdtop.serve.wire import (
     WIRE_VERSION,
     WireError,
@@ -44,8 +45,9 @@ number: it neither spins on a backlog it cannot take nor sleeps long once descri
 WAKE_OPS = frozenset({"wake", "request_state_files"})
 """Requests that make the node tick now (and re-read every worker): rate-limited per viewer."""
 WAKE_GAP_S = 1.0
-"""One viewer's wakes closer together than this are answered without waking the node (a viewer sending ``wake`` in
-a loop made the serve poll 79 times a second)."""
+"""One viewer's wakes closer together than this are held and run as one at the gap's end (a viewer sending ``wake``
+in a loop made the serve poll 79 times a second; answered at once without a poll, the loop still cost the serve a
+third of a core)."""
 CLOSE_FLUSH_S = 1.0
 """How long a stopping serve gives its viewers, all together, to take their goodbye and what was queued before it."""
 HELLO_TIMEOUT_S = 10.0
@@ -162,7 +164,7 @@ class Serve:
                 send_message(conn, {"type": "error", "text": str(exc)})
                 conn.close()
                 return
-            link = ViewerLink(conn, pid, readonly)
+            link = ViewerLink(conn, pid, readonly, WAKE_GAP_S)
             # The newest frame (with its history) and every ramp first: the viewer draws at once.
             frame = self.runtime.frame
             if frame is not None:
@@ -178,6 +180,8 @@ class Serve:
             pass  # the viewer went away (closed, killed): the serve goes on
         finally:
             if link is not None:
+                for _ in range(link.wakes.close()):  # held wakes of a viewer gone: not run, their places given back
+                    budget.give()
                 link.close()
                 with self._lock:
                     self._viewers = [v for v in self._viewers if v is not link]
@@ -215,16 +219,40 @@ class Serve:
         except InputError as exc:
             link.send(_error(call_id, str(exc), input_error=True))
             return
-        if op in WAKE_OPS and not link.may_wake(time.monotonic(), WAKE_GAP_S):
-            # A wake costs a tick and a pass over every worker: one per viewer per gap, the rest answered at once
-            # (the next frame comes anyway within the interval).
-            link.send({"type": "reply", "id": call_id, "ok": True, "value": None})
-            return
         if budget is not None and not budget.take(link.queued):
             link.drop(f"over {budget.limit} calls unanswered or replies unread")
             return
         service = self._read_only if link.readonly else self.service
+        if op in WAKE_OPS:
+            # A wake costs a tick and a pass over every worker: one per viewer per gap; those in between are held
+            # and run as one at the gap's end (amdtop/serve/wakes.py).
+            due = link.wakes.offer(call_id, op, time.monotonic())
+            if due is not None:
+                if due != QUEUED:
+                    timer = threading.Timer(due, self._release_wakes, args=(service, link, budget))
+                    timer.daemon = True
+                    link.wakes.schedule(timer)
+                return
         self._pool.submit(limits.counted, budget, self._call, service, link, call_id, op, args, kwargs)
+
+    def _release_wakes(self, service: LocalService, link: ViewerLink, budget: limits.CallBudget | None) -> None:
+        """The end of a viewer's wake gap: its held wakes run as one, and each is answered with that one's result."""
+        op, ids = link.wakes.release(time.monotonic())
+        try:
+            if op is None:
+                return
+            try:
+                value = getattr(service, op)()
+            except Exception as exc:  # each held call gets the one line
+                for call_id in ids:
+                    link.send(_error(call_id, str(exc) or type(exc).__name__, input_error=isinstance(exc, InputError)))
+                return
+            for call_id in ids:
+                link.send({"type": "reply", "id": call_id, "ok": True, "value": value})
+        finally:
+            if budget is not None:
+                for _ in ids:
+                    budget.give()
 
     def _call(
         self,

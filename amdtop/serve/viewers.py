@@ -21,6 +21,7 @@ from collections import deque
 
 from amdtop.pipeline.frame import NodeFrame
 from amdtop.serve.delta import held_back, history_delta
+from amdtop.serve.wakes import WakeGate
 from amdtop.serve.wire import encode
 
 QUEUE_FRAMES = 4
@@ -63,15 +64,15 @@ class FramePacket:
 class ViewerLink:
     """The serve's end of one viewer connection."""
 
-    def __init__(self, sock: socket.socket, peer_pid: int, readonly: bool) -> None:
+    def __init__(self, sock: socket.socket, peer_pid: int, readonly: bool, wake_gap: float = 1.0) -> None:
         self.sock = sock
         self.peer_pid = peer_pid
         self.readonly = readonly
         self.dropped = 0
         """Frames dropped because the viewer read too slowly."""
         self.sent = 0
-        self._woke_at: float | None = None
-        """When this viewer last woke the node (the reading thread's own: :meth:`may_wake`)."""
+        self.wakes = WakeGate(wake_gap)
+        """This viewer's wakes of the node: one a gap, the rest held and coalesced (:mod:`amdtop.serve.wakes`)."""
         self._frames: deque[FramePacket] = deque(maxlen=QUEUE_FRAMES)
         self._last: NodeFrame | None = None
         """The frame this viewer got last (the writer thread's own)."""
@@ -138,13 +139,6 @@ class ViewerLink:
                 self._cond.notify()
         if over:
             self.drop(f"{QUEUE_MESSAGES} replies or updates left unread")
-
-    def may_wake(self, now: float, gap: float) -> bool:
-        """Whether this viewer may wake the node at ``now`` (its last wake at least ``gap`` ago); counts it if so."""
-        if self._woke_at is not None and now - self._woke_at < gap:
-            return False
-        self._woke_at = now
-        return True
 
     @property
     def queued(self) -> int:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from amdtop.model import EngineSample, EngineStats
-from amdtop.supervisor.bounded_get import bounded_request
+from amdtop.supervisor.bounded_get import KeptConnections
 from amdtop.vllm_scrape import Scrape
 
 
@@ -156,15 +156,17 @@ def bearer(key: str | None) -> dict[str, str]:
 class Prober:
     """Short HTTP calls to workers: ``/health`` and ``/metrics`` (with one :class:`EngineMeter` per worker).
 
-    Plain ``http.client``, one connection per call: the dashboard makes these calls every two seconds per worker, and
-    an httpx request cost 3.2x the CPU of this one (476 against 149 us, ``bench/probe_http.py``). Each call is bounded
-    in time and bytes (:mod:`amdtop.supervisor.bounded_get`).
+    Plain ``http.client`` (an httpx request cost 3.2x the CPU of a call, 476 against 149 us, ``bench/probe_http.py``);
+    the dashboard makes these calls every two seconds per worker, so the GETs keep their connection between calls
+    (half a call's CPU: :class:`~amdtop.supervisor.bounded_get.KeptConnections`). Each call is bounded in time and
+    bytes (:mod:`amdtop.supervisor.bounded_get`).
     """
 
     def __init__(self, timeout_s: float = 0.5) -> None:
         """Every call gives up after ``timeout_s``."""
         self._timeout = timeout_s
         self._meters: dict[str, EngineMeter] = {}
+        self._conns = KeptConnections()
         self.keys: dict[str, str] = {}
         """API key per worker base URL: sent as ``Authorization: Bearer`` (vLLM guards /v1 with it; /health and
         /metrics are open on vLLM, but a proxy in front may guard them too)."""
@@ -173,7 +175,7 @@ class Prober:
         # Bounded in time and bytes (bounded_get): a worker's server is untrusted input.
         headers = bearer(self.keys.get(url.rstrip("/")))
         try:
-            return bounded_request(url, path, method=method, headers=headers, timeout=self._timeout)
+            return self._conns.request(url, path, method=method, headers=headers, timeout=self._timeout)
         except (OSError, http.client.HTTPException, ValueError):
             return None
 
@@ -223,4 +225,5 @@ class Prober:
         self._meters.pop(name, None)
 
     def close(self) -> None:
-        """Nothing is held between calls (kept for callers that close what they open)."""
+        """Close the kept connections."""
+        self._conns.close()
