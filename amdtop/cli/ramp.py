@@ -19,6 +19,7 @@ from amdtop.cli.ramp_verdict import cli_observer, gpu_list, render_verdict, shar
 from amdtop.errors import AmdtopError, os_reason
 from amdtop.private_files import make_private_dirs, private_opener, write_private
 from amdtop.ramp import Ramp, RampConfig, RampResult
+from amdtop.ramp.bound import run_fresh
 from amdtop.ramp.goodput import parse_goodput
 from amdtop.ramp.limits import check_writable_dir, check_writable_file, fallback_dir
 from amdtop.ramp.target import check_base_url
@@ -222,7 +223,7 @@ def run_ramp(args: argparse.Namespace) -> int:
     ramp = Ramp(cfg, state_dir(args), on_update=lambda r: _progress(r, printed), observer=observer)
     ramp.result.settings["node_data"] = node
     try:
-        result = asyncio.run(_run_until_signalled(ramp))
+        result = run_fresh(_run_until_signalled(ramp))  # its clean-up bounded too (ramp/bound.py)
     finally:
         if close is not None:
             close()

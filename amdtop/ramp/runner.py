@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amdtop.errors import InputError, os_reason
+from amdtop.ramp import bound
 from amdtop.ramp.cause import explain
 from amdtop.ramp.cmdline import command_line_change, found_server_argv
 from amdtop.ramp.goodput import goodput_keys
@@ -19,6 +19,7 @@ from amdtop.ramp.limits import check_concurrency, fallback_dir
 from amdtop.ramp.observe import NodeObserver, WorkerPids, default_worker_pids
 from amdtop.ramp.results import RampResult, save
 from amdtop.secrets import mask_url
+from amdtop.supervisor.bounded_get import DEADLINE_S
 from amdtop.supervisor.metrics import bearer
 
 if TYPE_CHECKING:
@@ -193,21 +194,32 @@ class Ramp:
             self.result.aborted = (self._reason or "stopped by user") if self._stop.is_set() else "worker died"
             return False
         self.status = f"step concurrency {conc}"
+        drain = min(cfg.request_timeout_s, 2 * cfg.step_seconds + 5)
 
         def load() -> Any:
             return run_step(
                 spec, conc, warmup_s=warm, duration_s=cfg.step_seconds, stop=self._stopped,
-                max_error_rate=cfg.max_error_rate, drain_timeout_s=min(cfg.request_timeout_s, 2 * cfg.step_seconds + 5),
+                max_error_rate=cfg.max_error_rate, drain_timeout_s=drain,
             )  # fmt: skip
 
         observed: dict[str, Any] = {}
-        if cfg.record:
-            (step, reason), observed = await recorded_step(
-                spec.url, load, warmup_s=warm, duration_s=cfg.step_seconds, observer=self.observer,
-                worker_pids=self.worker_pids, api_key=cfg.api_key,
-            )  # fmt: skip
-        else:
-            step, reason = await load()
+        # Every wait in a step has its deadline; the sum is the step's length. Past it (plus slack) the step is given
+        # up and the ramp ends saying where it waited (bound.py), instead of running on with no end.
+        limit = warm + cfg.step_seconds + drain + 2 * DEADLINE_S + bound.SLACK_S
+        try:
+            if cfg.record:
+                (step, reason), observed = await bound.bounded(
+                    recorded_step(spec.url, load, warmup_s=warm, duration_s=cfg.step_seconds, observer=self.observer,
+                                  worker_pids=self.worker_pids, api_key=cfg.api_key),
+                    limit, f"the step at concurrency {conc}",
+                )  # fmt: skip
+            else:
+                step, reason = await bound.bounded(load(), limit, f"the step at concurrency {conc}")
+        except bound.StepOverran as exc:
+            self.result.aborted = str(exc)
+            self.status = f"aborted: {exc}"
+            self._publish()
+            return False
         doc = step.to_json()
         doc["refined"] = refined
         doc.update(goodput_keys(step.results, step.duration, cfg.goodput))
@@ -259,4 +271,4 @@ class Ramp:
 
 def run_blocking(ramp: Ramp) -> RampResult:
     """Run a ramp on a fresh event loop in the calling thread (the TUI calls this from a worker thread)."""
-    return asyncio.run(ramp.run())
+    return bound.run_fresh(ramp.run())
