@@ -187,6 +187,12 @@ class SimServer:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # The server is stopping with a client's kept connection open (amdtop's status pass keeps them). Ended as
+            # cancelled, this handler makes Python 3.11's stream callback call task.exception() on it, which raises
+            # and prints a CancelledError traceback into the log: a stopped server would read as crashed. Uvicorn
+            # closes such connections without a word; so does this.
+            return
         finally:
             with contextlib.suppress(Exception):
                 writer.close()

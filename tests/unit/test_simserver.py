@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -60,3 +65,32 @@ def test_endpoints_stream_and_metrics() -> None:
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                  "vllm:prompt_tokens_total", "vllm:time_to_first_token_seconds_bucket"):  # fmt: skip
         assert name in metrics
+
+
+def test_stopped_with_a_kept_connection_open_its_log_says_no_error(tmp_path: Path) -> None:
+    """amdtop's status pass keeps its connection to a server between passes: SIGTERM with one open must end the
+    simulated server as quietly as uvicorn does (a CancelledError traceback made a found server read as crashed)."""
+    port = 18123
+    log = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "amdtop.simserver", "--port", str(port), "--model", "sim"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=2) as kept:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    if kept.get("/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    assert time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.05)
+            assert kept.get("/metrics").status_code == 200  # the connection stays open in the pool
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "Traceback" not in text and "CancelledError" not in text, text
