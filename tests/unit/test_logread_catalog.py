@@ -48,8 +48,6 @@ UNPINNED = frozenset(
         "ray.agent_raylet_terminated",
         "amdgpu.pcie.aer_corrected",
         "amdgpu.pcie.ghes_corrected",
-        "serving.sglang.subprocess_exception",
-        "serving.sglang.req_slots",
         "ray.worker_died",
         "ray.actor_died",
         "ray.node_dead",
