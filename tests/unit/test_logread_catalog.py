@@ -42,21 +42,8 @@ UNPINNED = frozenset(
         # joined in the same session as this list (the holdout fixes, read from torvalds/linux as the code search
         # indexes it, no commit shown): to be pinned like the rest
         # the second-holdout fixes (session 21), read from the code corpus, which shows no commit: to be pinned too
-        "ray.actor_state_dead",
-        "ray.actor_creation_exception",
-        "ray.failing_pending_tasks",
-        "ray.agent_raylet_terminated",
         "amdgpu.pcie.aer_corrected",
         "amdgpu.pcie.ghes_corrected",
-        "ray.worker_died",
-        "ray.actor_died",
-        "ray.node_dead",
-        "ray.oom_killed",
-        "ray.raylet_died",
-        "ray.raylet_marked_dead",
-        "ray.heartbeat_lagging",
-        "ray.oom_summary",
-        "ray.oom_summary_ip",
         "amdgpu.gfx.illegal_register",
         "amdgpu.gfx.illegal_instruction",
         "amdgpu.gfx.illegal_opcode",
