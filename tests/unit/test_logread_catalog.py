@@ -44,25 +44,13 @@ UNPINNED = frozenset(
         # the second-holdout fixes (session 21), read from the code corpus, which shows no commit: to be pinned too
         "amdgpu.pcie.aer_corrected",
         "amdgpu.pcie.ghes_corrected",
-        "amdgpu.gfx.illegal_register",
-        "amdgpu.gfx.illegal_instruction",
-        "amdgpu.gfx.illegal_opcode",
-        "amdgpu.mes.no_response",
         "amdgpu.reset.method",
         "amdgpu.smu.send_failed",
-        "amdgpu.ras.uncorrectable_block",
-        "amdgpu.ras.uncorrectable_event",
-        "amdgpu.ras.correctable_block",
-        "amdgpu.aca.status",
         "amdgpu.init.fatal",
-        "amdgpu.discovery.invalid",
-        "amdgpu.discovery.init_failed",
-        "amdgpu.probe.failed",
         "amdgpu.psp.ring_failed",
         "amdgpu.pcie.aer_fatal",
         "amdgpu.gmc.gpu_fault_detected",
         "amdgpu.smu.send_failed_legacy",
-        "amdgpu.pcie.aer_recovery_failed",
     }
 )
 """Entries whose source names the repo, file and format string but not the version or commit it was read at
