@@ -42,15 +42,9 @@ UNPINNED = frozenset(
         # joined in the same session as this list (the holdout fixes, read from torvalds/linux as the code search
         # indexes it, no commit shown): to be pinned like the rest
         # the second-holdout fixes (session 21), read from the code corpus, which shows no commit: to be pinned too
-        "amdgpu.pcie.aer_corrected",
         "amdgpu.pcie.ghes_corrected",
         "amdgpu.reset.method",
-        "amdgpu.smu.send_failed",
-        "amdgpu.init.fatal",
         "amdgpu.psp.ring_failed",
-        "amdgpu.pcie.aer_fatal",
-        "amdgpu.gmc.gpu_fault_detected",
-        "amdgpu.smu.send_failed_legacy",
     }
 )
 """Entries whose source names the repo, file and format string but not the version or commit it was read at
