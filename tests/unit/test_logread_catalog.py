@@ -37,19 +37,10 @@ _PINNED = re.compile(
 )
 _REPO_OR_DOC = re.compile(r"\b[\w.-]+/[\w.-]+\b|https?://|docs\.nvidia\.com")
 
-UNPINNED = frozenset(
-    {
-        # joined in the same session as this list (the holdout fixes, read from torvalds/linux as the code search
-        # indexes it, no commit shown): to be pinned like the rest
-        # the second-holdout fixes (session 21), read from the code corpus, which shows no commit: to be pinned too
-        "amdgpu.pcie.ghes_corrected",
-        "amdgpu.reset.method",
-        "amdgpu.psp.ring_failed",
-    }
-)
+UNPINNED: frozenset[str] = frozenset()
 """Entries whose source names the repo, file and format string but not the version or commit it was read at
 (written before the rule). A ratchet: no entry joins this list; pin one (repo + tag/commit, or a URL) and take it
-off."""
+off. Emptied by issue 48's pinning pass: every source now names its commit (or says what was searched)."""
 
 
 def test_every_source_names_a_repo_or_doc_and_a_version_or_url() -> None:
