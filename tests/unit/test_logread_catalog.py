@@ -37,52 +37,10 @@ _PINNED = re.compile(
 )
 _REPO_OR_DOC = re.compile(r"\b[\w.-]+/[\w.-]+\b|https?://|docs\.nvidia\.com")
 
-UNPINNED = frozenset(
-    {
-        # joined in the same session as this list (the holdout fixes, read from torvalds/linux as the code search
-        # indexes it, no commit shown): to be pinned like the rest
-        # the second-holdout fixes (session 21), read from the code corpus, which shows no commit: to be pinned too
-        "ray.actor_state_dead",
-        "ray.actor_creation_exception",
-        "ray.failing_pending_tasks",
-        "ray.agent_raylet_terminated",
-        "amdgpu.pcie.aer_corrected",
-        "amdgpu.pcie.ghes_corrected",
-        "serving.sglang.subprocess_exception",
-        "serving.sglang.req_slots",
-        "ray.worker_died",
-        "ray.actor_died",
-        "ray.node_dead",
-        "ray.oom_killed",
-        "ray.raylet_died",
-        "ray.raylet_marked_dead",
-        "ray.heartbeat_lagging",
-        "ray.oom_summary",
-        "ray.oom_summary_ip",
-        "amdgpu.gfx.illegal_register",
-        "amdgpu.gfx.illegal_instruction",
-        "amdgpu.gfx.illegal_opcode",
-        "amdgpu.mes.no_response",
-        "amdgpu.reset.method",
-        "amdgpu.smu.send_failed",
-        "amdgpu.ras.uncorrectable_block",
-        "amdgpu.ras.uncorrectable_event",
-        "amdgpu.ras.correctable_block",
-        "amdgpu.aca.status",
-        "amdgpu.init.fatal",
-        "amdgpu.discovery.invalid",
-        "amdgpu.discovery.init_failed",
-        "amdgpu.probe.failed",
-        "amdgpu.psp.ring_failed",
-        "amdgpu.pcie.aer_fatal",
-        "amdgpu.gmc.gpu_fault_detected",
-        "amdgpu.smu.send_failed_legacy",
-        "amdgpu.pcie.aer_recovery_failed",
-    }
-)
+UNPINNED: frozenset[str] = frozenset()
 """Entries whose source names the repo, file and format string but not the version or commit it was read at
 (written before the rule). A ratchet: no entry joins this list; pin one (repo + tag/commit, or a URL) and take it
-off."""
+off. Emptied by issue 48's pinning pass: every source now names its commit (or says what was searched)."""
 
 
 def test_every_source_names_a_repo_or_doc_and_a_version_or_url() -> None:

@@ -54,6 +54,8 @@ def test_ray_raylet_terminated_names_the_node_address() -> None:
     inc = _incidents("ray/raylet_terminated_unexpectedly_ray_45041.log")
     assert _kinds(inc) == ["worker_died"]
     assert "172.17.0.8" in inc[0]["summary"]
+    # process_watcher.py logs the same head at INFO when raylet.out shows a SIGTERM: a shutdown, not a death
+    assert _entry_of("2024-05-03 18:48:26,722\tINFO process_watcher.py:120 -- Raylet is terminated. Termination is graceful.") is None
 
 
 def test_ray_old_worker_died_and_glog_sigsegv_keep_the_pid_and_ip() -> None:
