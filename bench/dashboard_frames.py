@@ -8,6 +8,9 @@ Compare two trees in one sitting, interleaved (the tree is whatever ``PYTHONPATH
     for i in 1 2 3 4 5; do for t in /tmp/old $PWD; do
         PYTHONPATH=$t .venv/bin/python bench/dashboard_frames.py --frames 300 --label $t; done; done
 
+``--loop`` replays a busy capture's polls round and round, so its values move in every frame measured (a capture
+of 11 polls otherwise holds its last values after the warm-up, an idle GPU's frames).
+
 Prints one JSON line: CPU microseconds per frame (process time over ``--frames`` frames after ``--warmup``), split
 into the node's tick (``app.step()``: the backend, the pipeline; the same code in both trees) and the draw (the frame
 message handled, the view built, the panes and the compositor: what this tree's UI costs).
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -28,6 +32,9 @@ from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml import NvmlBackend
 from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture, materialize
 from tests.tui.conftest import FROZEN, open_app
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_tui import looped
 
 REPLAY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "nvml" / "h200_replay.json"
 
@@ -42,8 +49,10 @@ class Stepped(NvmlBackend):
         return replace(super().sample(), timestamp=FROZEN + self._polls)
 
 
-async def measure(fixture_path: Path, frames: int, warmup: int) -> tuple[float, float]:
+async def measure(fixture_path: Path, frames: int, warmup: int, loop: bool = False) -> tuple[float, float]:
     fixture = load_fixture(fixture_path)
+    if loop:
+        fixture = looped(fixture)
     root = Path(tempfile.mkdtemp(prefix="amdtop-frames-"))
     sysfs, proc = materialize(fixture, root)
     backend = Stepped(ReplayNvml(fixture), BackendOptions(sysfs_root=sysfs, proc_root=proc))
@@ -70,8 +79,13 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--label", default="")
+    ap.add_argument(
+        "--loop",
+        action="store_true",
+        help="replay the capture's polls round and round (a busy capture's values keep moving: bench/replay_tui.py)",
+    )
     a = ap.parse_args()
-    tick, draw = asyncio.run(measure(a.fixture, a.frames, a.warmup))
+    tick, draw = asyncio.run(measure(a.fixture, a.frames, a.warmup, a.loop))
     print(json.dumps({"label": a.label, "tick_us": round(tick, 1), "draw_us": round(draw, 1), "frames": a.frames}))
 
 

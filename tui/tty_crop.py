@@ -242,12 +242,46 @@ def render_segments(self: Any, console: Console) -> str:
     # The runs of one update cover distinct cells, so their order is free: those that start in one style go together
     # (a history tick's dozen cells alternate two colours row by row: a colour switch per cell, else two in all).
     jobs.sort(key=_group_of)
+    cursor: tuple[int, int] | None = None
     for _group, y, at, strip, run_start, run_stop in jobs:
-        # Control.move_to(x, y) writes this; building the Control object cost a tenth of an idle dashboard.
-        append(f"\x1b[{y + 1};{at + 1}H")
+        append(move(cursor, y, at))
         pen.cells(strip, run_start, run_stop)
+        after = at + min(run_stop, strip.cell_length) - run_start
+        # Where the terminal's cursor now is: not known after the line's last cell (terminals differ on where a
+        # write to the last column leaves it) or after a control segment.
+        cursor = (y, after) if after < chop_ends[y][-1] and not any(seg.control for seg in strip) else None
     pen.close()
     return "".join(sequences)
+
+
+def move(cursor: tuple[int, int] | None, y: int, x: int) -> str:
+    """The fewest bytes that take the cursor from ``cursor`` (row, column; ``None``: unknown) to row ``y``, column
+    ``x`` (0-based), as curses picks its moves: a history tick writes two cells per row of a column of rows, and the
+    absolute move (``ESC[row;colH``, what ``Control.move_to`` writes) to each cost twice the cells it wrote; one row
+    down and back over the two cells is ``ESC[B`` and two backspaces. Relative moves trust the cells counted for what
+    was written, as the rest of Textual's screen does (its borders are as wide as it counts them)."""
+    absolute = f"\x1b[{y + 1};{x + 1}H"
+    if cursor is None:
+        return absolute
+    dy, dx = y - cursor[0], x - cursor[1]
+    if dy == 0 and dx == 0:
+        return ""
+    if dy > 0:
+        down = "\x1b[B" if dy == 1 else f"\x1b[{dy}B"
+    elif dy < 0:
+        down = "\x1b[A" if dy == -1 else f"\x1b[{-dy}A"
+    else:
+        down = ""
+    if dx == 0:
+        across = ""
+    elif dx > 0:
+        across = "\x1b[C" if dx == 1 else f"\x1b[{dx}C"
+    else:
+        across = "\b" * -dx if -dx <= 3 else f"\x1b[{-dx}D"
+    relative = down + across
+    if dy == 0 and len(f"\x1b[{x + 1}G") < len(relative):
+        relative = f"\x1b[{x + 1}G"
+    return relative if len(relative) < len(absolute) else absolute
 
 
 def _group_of(job: tuple[int, int, int, Strip, int, int]) -> int:
