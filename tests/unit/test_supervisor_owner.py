@@ -198,3 +198,18 @@ def test_status_launch_stop_retune_from_many_threads(tmp_path: Path, round_: int
                 pass
         owner.shutdown()
     assert not _ours(tmp_path / "state")
+
+
+def test_status_asked_from_the_owner_thread_runs_at_once_and_leaves_no_stray_pass(tmp_path: Path) -> None:
+    """The launch gate ticks the node on the owner thread while the launch runs there, and the tick asks the owner
+    for status: queued, that pass waited behind the launch that asked (``status_wait_s``: every CLI launch took 30 s)
+    and then ran after it, a stray pass racing whoever touched the state file next (CI saw its save win)."""
+    sup = Supervisor(_profiles(tmp_path, 18350), tmp_path / "state", gate=PASS, topology=TOPO)
+    owner = SupervisorOwner(sup, status_wait_s=30.0)
+    try:
+        rows = owner.submit(lambda s: owner.status(), verb="launch", worker="w0").result(timeout=20)
+        assert sorted(r.name for r in rows) == sorted(NAMES)
+        assert owner._pending_status is None  # nothing queued behind the command
+        assert [r.name for r in owner.status()] == [r.name for r in rows]  # the next pass from another thread works
+    finally:
+        owner.shutdown()

@@ -42,6 +42,11 @@ _INIT_FAIL = (
     "late_init of IP block",
     "ip discovery",
     "amdgpu_discovery_init failed",
+    # amdgpu_device.c amdgpu_device_init: dev_err (drm_err since 6.x) "amdgpu_device_ip_init failed\n",
+    # "amdgpu_device_ip_late_init failed\n", "amdgpu_fence_driver_sw_init failed\n": the GPU did not come up
+    "amdgpu_device_ip_init failed",
+    "amdgpu_device_ip_late_init failed",
+    "amdgpu_fence_driver_sw_init failed",
 )
 # drivers/base/dd.c really_probe: pr_warn("%s: probe of %s failed with error %d\n", drv->name, dev_name(dev), ret):
 # the line names the device in its text, not in a dev_* prefix
@@ -56,6 +61,14 @@ _IP_BLOCK = re.compile(
     r"\b(?P<phase>early_init|sw_init|hw_init|late_init) of IP block <(?P<block>[^>]+)> failed (?P<err>-?\d+)"
 )
 _RESET_OK = re.compile(r"\bGPU reset\(\d+\) succeeded!")
+# the ASIC reset itself, per SoC (nv.c, soc15.c, soc21.c *_asic_reset: dev_info(adev->dev, "PCI reset\n"), "BACO
+# reset\n", "MODE2 reset\n", "MODE1 reset\n"; vi.c / cik.c: "BACO reset\n", "PCI CONFIG reset\n"): a reset under way
+# even where the log starts after its "GPU reset begin!"
+_RESET_METHOD = re.compile(r"[0-9a-fA-F]\.[0-7]: (?:amdgpu: )?(?:MODE[12]|BACO|PCI(?: CONFIG)?) reset\s*$")
+# amdgpu_device.c amdgpu_do_asic_reset / amdgpu_device_reinit_after_reset and the mode2 handlers (aldebaran.c,
+# sienna_cichlid.c, smu_v13_0_10.c): dev_info(..., "GPU reset succeeded, trying to resume\n"): the ASIC reset worked;
+# the resume that follows can still fail, so this is not the outcome
+_ASIC_RESET_OK = re.compile(r"\bGPU reset succeeded, trying to resume")
 # smu_cmn.c / smu_v11_0.c / the powerplay hwmgrs: the SMU (the GPU's power-management firmware) not answering. After
 # a reset has begun, these say the reset did not bring the GPU back.
 _SMU_FAIL = re.compile(
@@ -71,10 +84,16 @@ _RMINIT = re.compile(
     r"NVRM: GPU (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:RmInitAdapter|rm_init_adapter) failed"
 )
 _GSP_HEARTBEAT = re.compile(r"NVRM: (?:GPU(?P<inst>\d+) )?_kgsp\w+: (?:GSP RM |LibOS )?[Hh]eartbeat timed out")
+# drivers/pci/pcie/aer.c: aer_isr_one_error "%s%s error received: %s" / "%s%s error message received from %s" (6.x)
+# with "Multiple " and aer_error_severity_string "Uncorrected (Fatal)" (to 6.5) or "Uncorrectable (Fatal)" (6.6 on);
+# aer_print_error "PCIe Bus Error: severity=%s, type=%s, (%s)"
 _AER_FATAL = re.compile(
     r"^(?:.*?\] )?(?:pcieport )?(?P<port>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
-    r"(?:AER: Uncorrected \(Fatal\) error|PCIe Bus Error: severity=Uncorrected \(Fatal\))"
+    r"(?:AER: (?:Multiple )?Uncorrect(?:ed|able) \(Fatal\) error|PCIe Bus Error: severity=Uncorrect(?:ed|able) \(Fatal\))"
 )
+# drivers/pci/pcie/err.c pcie_do_recovery: "AER: Device recovery failed" (to 5.x), pci_info(bridge, "device recovery
+# failed\n") under dev_fmt "AER: " (5.x on): the devices below the port are not recovered
+_AER_FAILED = re.compile(r"AER: [Dd]evice recovery failed")
 _AER_TLP = re.compile(r"\[\s*\d+\] (?P<what>[A-Z][A-Za-z ]+?)\s+\(First\)")
 _CAUSE_LINE = re.compile(
     r"MES failed to respon(?:d to|se) msg=\S+|ring \S+ timeout, signaled seq=\d+|Illegal \w+(?: access)? in command stream"
@@ -86,7 +105,9 @@ _NV_GPU = re.compile(
 )
 _XID_NAME = re.compile(r"name=(?P<name>[^,]*),")
 _GSP_FROM = re.compile(r"from GPU(?P<inst>\d+) GSP")
-_GSP_BANNER = re.compile(r"NVRM: GPU(?P<inst>\d+) _kgspLogRpcTimeout: \*+ GSP Timeout")
+# and kernel_gsp.c _kgspLogXid119 (5xx branches up to 580: NV_PRINTF "***... GSP Timeout ***", older "GSP Failure"), printed
+# "NVRM: _kgspLogXid119: " with no GPU number: the Xid 119 line after it, or the "GPU at PCI:" header, names the GPU
+_GSP_BANNER = re.compile(r"NVRM: (?:GPU(?P<inst>\d+) )?_kgspLog(?:RpcTimeout|Xid119): \*+ GSP (?:Timeout|Failure)")
 
 MAX_KEYS = 64
 """Devices, blocks, codes... kept per verdict: what a node has, not what a hostile log could name (bug: 100k
@@ -176,6 +197,8 @@ class _Reset:
     """``begun`` (no outcome yet), ``ok`` or ``failed``: the last word the log had."""
     begun: int = 0
     ok: int = 0
+    asic_ok: int = 0
+    """"GPU reset succeeded, trying to resume" lines: the ASIC reset worked, the resume was under way."""
     failed: _Seen = field(default_factory=_Seen)
     first: _Seen = field(default_factory=_Seen)
     cause: str | None = None
@@ -216,6 +239,11 @@ class _State:
     last_sxid: tuple[str, str, int] | None = None
     after_sxid: dict[tuple[str, str, int], dict[str, _Seen]] = field(default_factory=dict)
     first_xid: dict[str, tuple[int, str]] = field(default_factory=dict)
+    xid_seq: int = 0
+    """Xid lines read so far: the order of a GPU's first Xid against its first cleanup naming an Xid 45."""
+    first_xid_at: dict[str, int] = field(default_factory=dict)
+    cleanup_at: dict[str, int] = field(default_factory=dict)
+    """PCI address -> where its first "caused by previous Xid 45" line came: only an Xid before it can be the cause."""
     gsp: dict[str, _Gsp] = field(default_factory=dict)
     nv_bdf: str | None = None
     last_reset: str | None = None
@@ -225,7 +253,9 @@ class _State:
     aer: dict[str, _Aer] = field(default_factory=dict)
     aer_port: str | None = None
     gsp_pending: _Gsp | None = None
-    """GSP heartbeat lines that named no GPU: the next Xid line names it."""
+    """GSP heartbeat lines, or a GSP Timeout banner, that named no GPU: the next Xid line names it."""
+    gsp_hint: str | None = None
+    """The GPU the driver's "GPU at PCI:..." report header named after such lines (its Xid line may be cut off)."""
     dropped: int = 0
     """Keys, episodes or incidents left out by the caps (said in the last incident's detail)."""
 
@@ -288,6 +318,7 @@ class KernelVerdicts:
             or "SMC" in line
             or "message" in line
             or "ip_resume" in line
+            or "init failed" in line
             or "MES failed" in line
             or "timeout, signaled" in line
             or "command stream" in line
@@ -328,7 +359,7 @@ class KernelVerdicts:
         s = self._s
         r = s.resets.get(bdf)
         failed = _RESET_FAILED.search(line)
-        if failed or "GPU reset begin!" in line or _MODE1.search(line):
+        if failed or "GPU reset begin!" in line or _MODE1.search(line) or _RESET_METHOD.search(line):
             if r is None:
                 if not _room(s.resets, bdf, s):
                     return
@@ -356,6 +387,8 @@ class KernelVerdicts:
         if _RESET_OK.search(line):
             r.ok += 1
             r.state = "ok"
+        elif _ASIC_RESET_OK.search(line):
+            r.asic_ok += 1
         elif r.state != "ok" and _SMU_FAIL.search(line):
             r.state = "failed"
             r.failed.add(line, ts=ts)
@@ -410,13 +443,18 @@ class KernelVerdicts:
         g = _NV_GPU.search(line)
         if g:
             s.nv_bdf = f"{g.group('bus').lower()}.{g.group('fn') or '0'}"
+            if s.gsp_pending is not None and s.gsp_hint is None:
+                s.gsp_hint = s.nv_bdf  # the report header after an unnamed GSP banner: the GPU it is about
         if "fallen off the bus" in line and s.nv_bdf is not None:
             if _room(s.off_bus, s.nv_bdf, s):
                 s.off_bus.setdefault(s.nv_bdf, _Seen()).add(line)
             s.nv_bdf = None
             return
         b = _GSP_BANNER.search(line)
-        if b:
+        if b and b.group("inst") is None:
+            s.gsp_pending = s.gsp_pending or _Gsp()
+            s.gsp_pending.seen.add(line)
+        elif b:
             key = f"GPU{b.group('inst')}"
             if _room(s.gsp, key, s):
                 gsp = s.gsp.setdefault(key, _Gsp(instance=b.group("inst")))
@@ -439,9 +477,11 @@ class KernelVerdicts:
         if t and a.what is None:
             a.what = t.group("what").strip()
         dev = _DEV.search(line)
-        if dev and "amdgpu" in line and dev.group("bdf").lower() not in a.gpus and len(a.gpus) < MAX_KEYS:
-            a.gpus.append(dev.group("bdf").lower())  # "amdgpu <bdf>: device has no AER-aware driver"
-        if "Device recovery failed" in line:
+        if dev and dev.group("bdf").lower() not in a.gpus and len(a.gpus) < MAX_KEYS:
+            # err.c names each device below the port under its driver: "amdgpu <bdf>: device has no AER-aware
+            # driver" (to 4.x), "nvidia <bdf>: AER: can't recover (no error_detected callback)" (5.x on): the GPU
+            a.gpus.append(dev.group("bdf").lower())
+        if _AER_FAILED.search(line):
             a.failed = True
             a.seen.add(line)
 
@@ -468,13 +508,19 @@ class KernelVerdicts:
             # heartbeat lines that named no GPU, then this GPU's Xid (154: "GPU Reset Required"): they were its
             held = s.gsp.setdefault(bdf, _Gsp())
             for ln in s.gsp_pending.seen.lines:
-                held.seen.add(ln)
+                # a GSP Timeout banner heads the Xid 119 line that follows it: one timeout, counted once
+                held.seen.add(ln, 0 if _GSP_BANNER.search(ln) else 1)
             s.gsp_pending = None
+            s.gsp_hint = None
+        s.xid_seq += 1
         if _opens(xid) and bdf not in s.first_xid and _room(s.first_xid, bdf, s):
             s.first_xid[bdf] = (xid, line)
+            s.first_xid_at[bdf] = s.xid_seq
         prev = _CAUSED_BY.search(line)
         if prev:
             code = int(prev.group("prev"))
+            if code == 45 and bdf not in s.cleanup_at and len(s.cleanup_at) < MAX_KEYS:
+                s.cleanup_at[bdf] = s.xid_seq
             if _room(s.chains, code, s):
                 s.chains.setdefault(code, {}).setdefault(bdf, _Seen()).add(line, ts=ts)
             pid = _XID_PID.search(line)
@@ -603,7 +649,13 @@ class KernelVerdicts:
                 continue
             gpu, workers = place(b)
             who = _name(b, {b: gpu})
-            outcome = "it came back" if r.state == "ok" else "the log holds no outcome yet"
+            outcome = (
+                "it came back"
+                if r.state == "ok"
+                else "the ASIC reset itself succeeded; the log ends while the driver resumed it"
+                if r.asic_ok
+                else "the log holds no outcome yet"
+            )
             times = f"{r.begun} times" if r.begun != 1 else "once"
             after = f" after {r.cause}" if r.cause else ""
             out.append(
@@ -761,11 +813,24 @@ class KernelVerdicts:
         return out
 
     def _gsp(self, place: Placer) -> list[Incident]:
-        by_inst = {g.instance: b for b, g in self._s.gsp.items() if not b.startswith("GPU") and g.instance}
+        records = dict(self._s.gsp)
+        pending, hint = self._s.gsp_pending, self._s.gsp_hint
+        if pending is not None and hint is not None and hint not in records:
+            # a GSP Timeout banner whose Xid 119 line the log lost: the driver's report header after it names the GPU
+            records[hint] = pending
+        by_inst = {g.instance: b for b, g in records.items() if not b.startswith("GPU") and g.instance}
+        # the GPUs whose GSP timed out, in the order the log first named them (the dict keeps first sight): each
+        # incident names the others, so a read of any one says the node had several, and which came first
+        hung = [k for k, g in records.items() if not (k.startswith("GPU") and g.instance in by_inst)]
         out = []
-        for key, g in self._s.gsp.items():
+        for key, g in records.items():
             if key.startswith("GPU") and g.instance in by_inst:
                 continue  # the banner of a GPU whose Xid 119 lines name it by address: told there
+            others = [_gsp_name(k) for k in hung if k != key]
+            also = ""
+            if others:
+                order = "this GPU's came first" if hung[0] == key else f"{_gsp_name(hung[0])}'s came first"
+                also = f"; the GSP also timed out on {', '.join(others)} ({order})"
             bdf = key if not key.startswith("GPU") else None
             gpu, workers = place(bdf) if bdf else (None, ())
             who = _name(bdf, {bdf: gpu}) if bdf else f"driver GPU{g.instance} (the log names no PCI address)"
@@ -773,6 +838,12 @@ class KernelVerdicts:
             if bdf is None and g.instance is not None:
                 devices = (int(g.instance),)  # the driver's GPU number: the only one its lines give
             n = len(g.callers)
+            named_by = (
+                " (its Xid 119 line is not in the log: the driver's 'GPU at' report header after the GSP Timeout "
+                "banner names it)"
+                if g is pending
+                else ""
+            )
             # the processes on Xid 119 lines were calling the driver when it timed out: counted, never named
             callers = (
                 f"; the {n} process{'es' if n != 1 else ''} on its lines were only calling the driver: not the cause"
@@ -782,11 +853,20 @@ class KernelVerdicts:
             out.append(
                 Incident(
                     kind="gsp_timeout",
-                    summary=f"GSP timeout on {who}" + (f" x{g.seen.count}" if g.seen.count > 1 else "") + callers,
+                    summary=f"GSP timeout on {who}"
+                    + named_by
+                    + (f" x{g.seen.count}" if g.seen.count > 1 else "")
+                    + callers
+                    + also,
                     cause="the GPU's System Processor (GSP firmware) stopped answering the driver (its heartbeat or "
                     "its RPCs timed out, Xid 119/120): the GPU is hung",
                     fix="drain the GPU and reset it (nvidia-smi -r, or reboot the node); update the driver if it "
-                    "repeats (NVIDIA fixed GSP RPC timeouts in several branches)",
+                    "repeats (NVIDIA fixed GSP RPC timeouts in several branches)"
+                    + (
+                        "; several GPUs timing out together point at the node (NVLink/NVSwitch, host, driver)"
+                        if others
+                        else ""
+                    ),
                     evidence=tuple(g.seen.lines[:MAX_EVIDENCE]),
                     devices=devices,
                     detail=(
@@ -794,6 +874,7 @@ class KernelVerdicts:
                         ("gsp_instance", g.instance),
                         ("callers", n),
                         ("count", g.seen.count),
+                        ("other_gpus", tuple(others)),
                         ("workers", workers),
                     ),
                 )
@@ -885,12 +966,18 @@ class KernelVerdicts:
         for named, by in self._s.chains.items():
             code = named
             if named == 45:
-                # a cleanup naming an earlier cleanup is never its own cause: the first other Xid on those GPUs is
-                earlier = sorted(x for b in by if (x := self._s.first_xid.get(b)) is not None)
+                # a cleanup naming an earlier cleanup is never its own cause: the first other Xid on those GPUs is,
+                # if it came before the cleanups (an Xid after them is a later event, not their cause)
+                s = self._s
+                earlier = sorted(
+                    (s.first_xid_at[b], x)
+                    for b in by
+                    if (x := s.first_xid.get(b)) is not None and s.first_xid_at[b] < s.cleanup_at.get(b, s.xid_seq + 1)
+                )
                 if not earlier:
                     out.append(_unknown_first(by, place, self._s.chain_pids.get(45, set())))
                     continue
-                code = earlier[0][0]
+                code = earlier[0][1][0]
             _cause, name = xid_cause(code)
             bdfs = sorted(by)
             gpus, _workers = _placed(bdfs, place)
@@ -898,7 +985,7 @@ class KernelVerdicts:
             where = ", ".join(_name(b, gpus) for b in bdfs)
             lines = [ln for b in bdfs for ln in by[b].lines[:1]]
             if named != code:
-                lines = [x[1] for b in bdfs if (x := self._s.first_xid.get(b)) is not None][:1] + lines
+                lines = [earlier[0][1][1], *lines]
             out.append(
                 Incident(
                     kind="xid_chain",
@@ -1066,6 +1153,11 @@ def _placed(bdfs: Sequence[str], place: Placer) -> tuple[dict[str, int | None], 
     for b in bdfs:
         gpus[b], workers[b] = place(b)
     return gpus, workers
+
+
+def _gsp_name(key: str) -> str:
+    """A GSP record's GPU as a verdict names it: its PCI address, or the driver's ``GPUn`` where no line gives one."""
+    return key if not key.startswith("GPU") else f"driver {key}"
 
 
 def _name(bdf: str, gpus: dict[str, int | None], place: Placer | None = None) -> str:

@@ -28,8 +28,10 @@ _BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _AER_RECEIVED = re.compile(
     rf"AER: (?:Corrected|Correctable) error(?: message)? received(?: from|:)? (?:id=)?(?P<src>{_BDF})"
 )
+# to 4.x aer_print_error printed the requester as "id=%04x(%s)" ("id=00e5(Receiver ID)"): the device is the line's own
 _AER_SEVERITY = re.compile(
-    rf"(?P<dev>{_BDF}): PCIe Bus Error: severity=(?:Corrected|Correctable), type=(?P<layer>[^,]+), \((?P<agent>[^)]+)\)"
+    rf"(?P<dev>{_BDF}): PCIe Bus Error: severity=(?:Corrected|Correctable), type=(?P<layer>[^,]+), "
+    r"(?:id=[0-9a-fA-F]{4})?\((?P<agent>[^)]+)\)"
 )
 _AER_LAYER = re.compile(rf"(?P<dev>{_BDF}): (?:AER: )?aer_layer=(?P<layer>[^,]+), aer_agent=(?P<agent>.+?)\s*$")
 _AER_UNCOR = re.compile(rf"(?P<dev>{_BDF}): (?:AER: )?aer_uncor_severity: ")

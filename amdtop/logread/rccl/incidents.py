@@ -175,12 +175,18 @@ def _timeout(
     and the ranks that reported are named and counted (one reporting rank is one rank)."""
     seqs: dict[int, int] = {}  # rank -> the lowest SeqNum it timed out on
     line_of: dict[int, Message] = {}
+    seen: dict[int, set[int]] = {}  # rank -> every SeqNum it timed out on
     for w in lines:
         seq = _int(w, "seq")
         if w.rank is None or seq is None:
             continue
+        seen.setdefault(w.rank, set()).add(seq)
         if w.rank not in seqs or seq < seqs[w.rank]:
             seqs[w.rank], line_of[w.rank] = seq, w
+    # Lines that name no process group, where one rank timed out on several SeqNums: each process group keeps its
+    # own count, so these lines may come from several groups, and which of them a lone SeqNum of another rank
+    # belongs to no line says. Nothing is compared then (SeqNums are compared only within one group).
+    mixed = sorted(r for r, got in seen.items() if len(got) > 1) if group is None else []
     done: dict[int, int] = {}  # rank -> last completed SeqNum, only where the rank printed it
     prog_of: dict[int, Message] = {}
     at_seqs = set(seqs.values())
@@ -217,7 +223,21 @@ def _timeout(
     lagging = sorted({r for d in desync if isinstance(got := _get(d, "ranks"), tuple) for r in got})
     low = min(done.values(), default=None)
     high = max(done.values(), default=None)
-    if lagging:
+    if mixed and not lagging:
+        several = ", ".join(str(q) for q in sorted(seen[mixed[0]])[:6])
+        summary = (
+            f"{head}: rank {mixed[0]} timed out on several SeqNums ({several}) and the lines name no process group, "
+            "and they may count in several groups: SeqNums are not compared across ranks and no laggard can be named"
+        )
+        cause = (
+            "collectives timed out, possibly in several process groups; which group each line belongs to is not "
+            "printed, so the rank that did not join cannot be told from these lines"
+        )
+        fix = (
+            "collect every rank's log with a PyTorch that prints the process group ([PG N Rank R]), or set "
+            "TORCH_NCCL_TRACE_BUFFER_SIZE to dump the flight recorder; look at what ran before the first timeout"
+        )
+    elif lagging:
         laggard = lagging[0] if len(lagging) == 1 else None
         who = f"rank {laggard}" if laggard is not None else f"ranks {_ranges(lagging)}"
         how = str(_get(desync[0], "how"))
