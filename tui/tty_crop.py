@@ -23,6 +23,7 @@ screen; here each widget renders only the cells of the dirty spans that no widge
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections.abc import Iterator
@@ -126,6 +127,12 @@ def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+_SURE = re.compile("[\x20-\x7e\xa0-\xac\xae-\u02ff\u0391-\u03c9\u2010-\u2027\u2030-\u205e\u2190-\u21ff\u2500-\u25ff]*")
+"""Characters every terminal draws one cell wide, as Rich counts them: ASCII, Latin-1 and its extensions, Greek
+letters, punctuation, arrows, box drawing, blocks and shapes (what amdtop's own cells are made of). After a run of
+anything else (an emoji with a variation selector, a combining mark, a joiner: a process name or a log line may hold
+them, and terminals disagree on their width) the cursor's column is not trusted and the next move is absolute."""
+
 _WHOLE = 1 << 30
 """An end past any strip: :meth:`Pen.cells` then writes all of it."""
 
@@ -188,11 +195,17 @@ class Pen:
         self.style = style
         append(text)
 
-    def cells(self, strip: Strip, start: int, end: int) -> None:
-        """Cells [start, end) of ``strip`` (the whole strip: 0, its length)."""
+    def cells(self, strip: Strip, start: int, end: int) -> bool:
+        """Cells [start, end) of ``strip`` (the whole strip: 0, its length); True when every character written is one
+        of :data:`_SURE` (the terminal's cursor then stands where the cells counted say)."""
         write = self.write
+        sure = _SURE.fullmatch
+        counted = True
         for style, text in cropped(strip, start, end):
             write(style, text)
+            if counted and sure(text) is None:
+                counted = False
+        return counted
 
     def close(self) -> None:
         """Back to the default style."""
@@ -245,11 +258,13 @@ def render_segments(self: Any, console: Console) -> str:
     cursor: tuple[int, int] | None = None
     for _group, y, at, strip, run_start, run_stop in jobs:
         append(move(cursor, y, at))
-        pen.cells(strip, run_start, run_stop)
+        counted = pen.cells(strip, run_start, run_stop)
         after = at + min(run_stop, strip.cell_length) - run_start
         # Where the terminal's cursor now is: not known after the line's last cell (terminals differ on where a
-        # write to the last column leaves it) or after a control segment.
-        cursor = (y, after) if after < chop_ends[y][-1] and not any(seg.control for seg in strip) else None
+        # write to the last column leaves it), after a character whose width terminals disagree on, or after a
+        # control segment.
+        known = counted and after < chop_ends[y][-1] and not any(seg.control for seg in strip)
+        cursor = (y, after) if known else None
     pen.close()
     return "".join(sequences)
 

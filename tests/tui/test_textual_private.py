@@ -456,3 +456,19 @@ def test_a_column_of_runs_moves_down_and_back_not_to_each_row() -> None:
     assert tty_crop.move((3, 4), 3, 4) == ""
     assert tty_crop.move((0, 150), 3, 4) == "\x1b[4;5H"  # nothing relative is shorter
     assert tty_crop.move((3, 150), 3, 4) == "\x1b[5G"
+
+
+def test_after_a_character_terminals_count_differently_the_next_move_is_absolute() -> None:
+    """A run holding a character whose width terminals disagree on (an emoji with a variation selector, from a
+    process name or a log line) leaves the cursor where the terminal put it, not where the cells counted say: the
+    next move is absolute, as Textual's own moves are; a run of amdtop's own cells (ASCII, blocks) is moved on from."""
+    from rich.style import Style
+
+    tty_crop.install()
+    green = Style(color="color(112)")
+    for text, relative in (("⚠️ ", False), ("e\u0301 ", False), ("█▂", True), ("a·", True)):
+        chops = [{0: None, 4: Strip([Segment(text, green)]), 6: None} for _ in range(2)]
+        update = _compositor.ChopsUpdate(chops, [(y, 4, 6) for y in range(2)], [[4, 6, 20]] * 2)
+        out = tty_crop.render_segments(update, Console(width=20, legacy_windows=False, force_terminal=True))
+        assert ("\x1b[2;5H" not in out) is relative, (text, out)
+        assert out.count("\x1b[1;5H") == 1
