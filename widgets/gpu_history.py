@@ -156,6 +156,11 @@ class GpuHistory(Widget):
         if (pushes + 1, width, rows, power_top) != (self._pushes, self.strip_width(), self.rows, self._power_top):
             self._grids.clear()  # a push missed, a new size or a new power top: redrawn from the samples when drawn
             return
+        if width > KEEP:
+            # A strip wider than the samples kept (a terminal ~1830 cells wide) blanks the column of the sample that
+            # fell out of the deque, which the grid would keep: swept from the samples instead.
+            self._grids.clear()
+            return
         head, gap = (self._pushes - 1) % width, self._pushes % width
         for (index, name), grid in self._grids.items():
             values = self._series.get((index, name))

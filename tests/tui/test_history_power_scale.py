@@ -73,3 +73,21 @@ async def test_the_kept_columns_draw_what_a_sweep_from_the_samples_draws() -> No
                         step,
                         name,
                     )
+
+
+async def test_a_strip_wider_than_the_samples_kept_blanks_what_fell_out() -> None:
+    """On a terminal wide enough that a strip has more columns than the samples kept (``KEEP``), the column of a
+    sample that fell out of the deque is blank in a sweep from the samples: the kept characters read the same."""
+    from widgets.gpu_history import KEEP, sweep_level
+
+    app = _One()
+    async with app.run_test(size=(3 * (KEEP + 20) + 4, 4)) as pilot:
+        chart = app.query_one(GpuHistory)
+        await pilot.pause()
+        width = chart.strip_width()
+        assert width > KEEP + 1
+        for step in range(KEEP + 10):
+            chart.push([PipelineHistory(0, (50.0 + step % 40,), (1.0,), (78.0,))], 1.0, [700.0])
+            drawn = _text(chart, 1)  # drawn after every push, as the screen does: the kept grid moves on
+        values = chart._series[(0, "util")]
+        assert drawn[4 : 4 + width] == sweep_level(values, width, chart._pushes, 100.0, chart.rows, 0)
