@@ -8,9 +8,15 @@ Compare two trees in one sitting, interleaved (the tree is whatever ``PYTHONPATH
     for i in 1 2 3 4 5; do for t in /tmp/old $PWD; do
         PYTHONPATH=$t .venv/bin/python bench/dashboard_frames.py --frames 300 --label $t; done; done
 
-Prints one JSON line: CPU microseconds per frame (process time over ``--frames`` frames after ``--warmup``), split
-into the node's tick (``app.step()``: the backend, the pipeline; the same code in both trees) and the draw (the frame
-message handled, the view built, the panes and the compositor: what this tree's UI costs).
+``--loop`` replays a busy capture's polls round and round, so its values move in every frame measured (a capture
+of 11 polls otherwise holds its last values after the warm-up, an idle GPU's frames).
+
+Prints one JSON line: CPU microseconds per frame (process time over ``--frames`` frames after ``--warmup``):
+``tick_us`` is ``app.step()``, which is the node's tick (the backend, the pipeline: ``node_us``) and the dashboard's
+apply of the frame (the view model, the panes, the layout: ``apply_us``; ``step`` calls ``_show`` synchronously);
+``draw_us`` is what ``pilot.pause()`` then runs (the messages handled, the compositor, the render). The UI's share of a
+frame is ``apply_us + draw_us``; ``node_us`` is the same code in both trees. (Before session 23 the header called
+``tick_us`` the node alone: the apply, with its layout pass, was in it.)
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -28,6 +35,9 @@ from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml import NvmlBackend
 from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture, materialize
 from tests.tui.conftest import FROZEN, open_app
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_tui import looped
 
 REPLAY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "nvml" / "h200_replay.json"
 
@@ -42,8 +52,10 @@ class Stepped(NvmlBackend):
         return replace(super().sample(), timestamp=FROZEN + self._polls)
 
 
-async def measure(fixture_path: Path, frames: int, warmup: int) -> tuple[float, float]:
+async def measure(fixture_path: Path, frames: int, warmup: int, loop: bool = False) -> dict[str, float]:
     fixture = load_fixture(fixture_path)
+    if loop:
+        fixture = looped(fixture)
     root = Path(tempfile.mkdtemp(prefix="amdtop-frames-"))
     sysfs, proc = materialize(fixture, root)
     backend = Stepped(ReplayNvml(fixture), BackendOptions(sysfs_root=sysfs, proc_root=proc))
@@ -53,15 +65,21 @@ async def measure(fixture_path: Path, frames: int, warmup: int) -> tuple[float, 
         for _ in range(warmup):
             app.step()
             await pilot.pause()
-        tick = draw = 0.0
+        node = apply = draw = 0.0
         for _ in range(frames):
+            # app.step() in two parts, timed apart: the node's tick, then the dashboard's apply of its frame.
             t0 = time.process_time()
-            app.step()
+            app.node.pipeline.request_workers()
+            frame = app.node.runtime.tick()
             t1 = time.process_time()
+            app._show(frame)
+            t2 = time.process_time()
             await pilot.pause()
-            tick += t1 - t0
-            draw += time.process_time() - t1
-    return tick / frames * 1e6, draw / frames * 1e6
+            node += t1 - t0
+            apply += t2 - t1
+            draw += time.process_time() - t2
+    per = 1e6 / frames
+    return {"tick_us": (node + apply) * per, "draw_us": draw * per, "node_us": node * per, "apply_us": apply * per}
 
 
 def main() -> None:
@@ -70,9 +88,14 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--label", default="")
+    ap.add_argument(
+        "--loop",
+        action="store_true",
+        help="replay the capture's polls round and round (a busy capture's values keep moving: bench/replay_tui.py)",
+    )
     a = ap.parse_args()
-    tick, draw = asyncio.run(measure(a.fixture, a.frames, a.warmup))
-    print(json.dumps({"label": a.label, "tick_us": round(tick, 1), "draw_us": round(draw, 1), "frames": a.frames}))
+    times = asyncio.run(measure(a.fixture, a.frames, a.warmup, a.loop))
+    print(json.dumps({"label": a.label, **{key: round(us, 1) for key, us in times.items()}, "frames": a.frames}))
 
 
 if __name__ == "__main__":

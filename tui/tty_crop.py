@@ -23,6 +23,7 @@ screen; here each widget renders only the cells of the dirty spans that no widge
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections.abc import Iterator
@@ -126,6 +127,12 @@ def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+_SURE = re.compile("[\x20-\x7e\xa0-\xac\xae-\u02ff\u0391-\u03c9\u2010-\u2027\u2030-\u205e\u2190-\u21ff\u2500-\u25ff]*")
+"""Characters every terminal draws one cell wide, as Rich counts them: ASCII, Latin-1 and its extensions, Greek
+letters, punctuation, arrows, box drawing, blocks and shapes (what amdtop's own cells are made of). After a run of
+anything else (an emoji with a variation selector, a combining mark, a joiner: a process name or a log line may hold
+them, and terminals disagree on their width) the cursor's column is not trusted and the next move is absolute."""
+
 _WHOLE = 1 << 30
 """An end past any strip: :meth:`Pen.cells` then writes all of it."""
 
@@ -188,11 +195,17 @@ class Pen:
         self.style = style
         append(text)
 
-    def cells(self, strip: Strip, start: int, end: int) -> None:
-        """Cells [start, end) of ``strip`` (the whole strip: 0, its length)."""
+    def cells(self, strip: Strip, start: int, end: int) -> bool:
+        """Cells [start, end) of ``strip`` (the whole strip: 0, its length); True when every character written is one
+        of :data:`_SURE` (the terminal's cursor then stands where the cells counted say)."""
         write = self.write
+        sure = _SURE.fullmatch
+        counted = True
         for style, text in cropped(strip, start, end):
             write(style, text)
+            if counted and sure(text) is None:
+                counted = False
+        return counted
 
     def close(self) -> None:
         """Back to the default style."""
@@ -242,12 +255,48 @@ def render_segments(self: Any, console: Console) -> str:
     # The runs of one update cover distinct cells, so their order is free: those that start in one style go together
     # (a history tick's dozen cells alternate two colours row by row: a colour switch per cell, else two in all).
     jobs.sort(key=_group_of)
+    cursor: tuple[int, int] | None = None
     for _group, y, at, strip, run_start, run_stop in jobs:
-        # Control.move_to(x, y) writes this; building the Control object cost a tenth of an idle dashboard.
-        append(f"\x1b[{y + 1};{at + 1}H")
-        pen.cells(strip, run_start, run_stop)
+        append(move(cursor, y, at))
+        counted = pen.cells(strip, run_start, run_stop)
+        after = at + min(run_stop, strip.cell_length) - run_start
+        # Where the terminal's cursor now is: not known after the line's last cell (terminals differ on where a
+        # write to the last column leaves it), after a character whose width terminals disagree on, or after a
+        # control segment.
+        known = counted and after < chop_ends[y][-1] and not any(seg.control for seg in strip)
+        cursor = (y, after) if known else None
     pen.close()
     return "".join(sequences)
+
+
+def move(cursor: tuple[int, int] | None, y: int, x: int) -> str:
+    """The fewest bytes that take the cursor from ``cursor`` (row, column; ``None``: unknown) to row ``y``, column
+    ``x`` (0-based), as curses picks its moves: a history tick writes two cells per row of a column of rows, and the
+    absolute move (``ESC[row;colH``, what ``Control.move_to`` writes) to each cost twice the cells it wrote; one row
+    down and back over the two cells is ``ESC[B`` and two backspaces. Relative moves trust the cells counted for what
+    was written, as the rest of Textual's screen does (its borders are as wide as it counts them)."""
+    absolute = f"\x1b[{y + 1};{x + 1}H"
+    if cursor is None:
+        return absolute
+    dy, dx = y - cursor[0], x - cursor[1]
+    if dy == 0 and dx == 0:
+        return ""
+    if dy > 0:
+        down = "\x1b[B" if dy == 1 else f"\x1b[{dy}B"
+    elif dy < 0:
+        down = "\x1b[A" if dy == -1 else f"\x1b[{-dy}A"
+    else:
+        down = ""
+    if dx == 0:
+        across = ""
+    elif dx > 0:
+        across = "\x1b[C" if dx == 1 else f"\x1b[{dx}C"
+    else:
+        across = "\b" * -dx if -dx <= 3 else f"\x1b[{-dx}D"
+    relative = down + across
+    if dy == 0 and len(f"\x1b[{x + 1}G") < len(relative):
+        relative = f"\x1b[{x + 1}G"
+    return relative if len(relative) < len(absolute) else absolute
 
 
 def _group_of(job: tuple[int, int, int, Strip, int, int]) -> int:

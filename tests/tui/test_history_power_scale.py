@@ -37,3 +37,57 @@ async def test_power_is_drawn_against_the_cap_and_grows_only_past_it() -> None:
         chart.push([PipelineHistory(0, (0.0,), (1.0,), (78.0,))], 1.0, [None])  # no cap known: the highest seen
         await pilot.pause()
         assert "power (top 78W)" in _text(chart, 0)
+
+
+async def test_the_kept_columns_draw_what_a_sweep_from_the_samples_draws() -> None:
+    """The strips are kept as characters and moved on by one column a push (``GpuHistory._advance``): after every push
+    of random samples (gaps, zeros, a new power top, two GPUs, a resize) each line reads as the one swept anew from
+    the samples."""
+    import random
+
+    from widgets.gpu_history import METRICS, sweep_level
+
+    rng = random.Random(53)
+    app = _One()
+    async with app.run_test(size=(120, 16)) as pilot:
+        chart = app.query_one(GpuHistory)
+
+        def sample() -> float | None:
+            return None if rng.random() < 0.1 else rng.choice((0.0, rng.random() * 100))
+
+        for step in range(90):
+            if step == 60:
+                await pilot.resize_terminal(100, 16)
+            power = 800.0 if step == 45 else rng.random() * 600
+            chart.push([PipelineHistory(i, (sample(),), (sample(),), (power,)) for i in (0, 1)], 1.0, [700.0, 700.0])
+            await pilot.pause()
+            width, rows = chart.strip_width(), chart.rows
+            for gpu_line in range(2 * rows):
+                index, row = gpu_line // rows, gpu_line % rows
+                drawn = _text(chart, 1 + gpu_line)
+                for block, (name, _style) in enumerate(METRICS):
+                    values = chart._series[(index, name)]
+                    top = chart._power_top if name == "power" else 100.0
+                    x = 4 + block * (width + 7)
+                    assert drawn[x : x + width] == sweep_level(values, width, chart._pushes, top, rows, row), (
+                        step,
+                        name,
+                    )
+
+
+async def test_a_strip_wider_than_the_samples_kept_blanks_what_fell_out() -> None:
+    """On a terminal wide enough that a strip has more columns than the samples kept (``KEEP``), the column of a
+    sample that fell out of the deque is blank in a sweep from the samples: the kept characters read the same."""
+    from widgets.gpu_history import KEEP, sweep_level
+
+    app = _One()
+    async with app.run_test(size=(3 * (KEEP + 20) + 4, 4)) as pilot:
+        chart = app.query_one(GpuHistory)
+        await pilot.pause()
+        width = chart.strip_width()
+        assert width > KEEP + 1
+        for step in range(KEEP + 10):
+            chart.push([PipelineHistory(0, (50.0 + step % 40,), (1.0,), (78.0,))], 1.0, [700.0])
+            drawn = _text(chart, 1)  # drawn after every push, as the screen does: the kept grid moves on
+        values = chart._series[(0, "util")]
+        assert drawn[4 : 4 + width] == sweep_level(values, width, chart._pushes, 100.0, chart.rows, 0)

@@ -308,6 +308,11 @@ def test_repaint_leaves_textuals_path_when_a_part_is_missing() -> None:
     assert widget._repaint_required  # untouched: Textual's own idle handler still repaints it
 
 
+MOVES_AND_CELLS = r"\x1b\[[0-9;]*[mHABCDG]|\x08|[^\x1b]"
+"""An update's tokens as a terminal reads them: SGR, the cursor moves tty_crop writes (absolute, up, down, right,
+left, to a column, backspace), one character."""
+
+
 def _cells_seen(output: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
     """What a terminal shows for ``output`` (one line, cursor moves to columns of row 1): each written character with
     the SGR state it was written in (fg, bg, attributes), read code by code as a terminal does."""
@@ -315,9 +320,9 @@ def _cells_seen(output: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
 
     state: dict[str, str] = {}
     seen: list[tuple[str, tuple[tuple[str, str], ...]]] = []
-    for token in re.findall(r"\x1b\[[0-9;]*[mH]|[^\x1b]", output):
-        if token.endswith("H") and token.startswith("\x1b["):
-            continue
+    for token in re.findall(MOVES_AND_CELLS, output):
+        if token == "\b" or (token.startswith("\x1b[") and not token.endswith("m")):
+            continue  # a cursor move
         if not token.startswith("\x1b["):
             seen.append((token, tuple(sorted(state.items()))))
             continue
@@ -387,7 +392,7 @@ def test_runs_that_start_in_one_style_go_together() -> None:
         update, Console(width=20, legacy_windows=False, force_terminal=True, color_system="256")
     )
     textual = tty_crop.original()(update, console)
-    assert out.index("\x1b[2;1H") < out.index("\x1b[1;11H")  # both greens first
+    assert out.rindex("▆") < out.index("█")  # both greens first
     assert out.count("\x1b[38;5;208") == 1 and out.count("\x1b[38;5;112") == 1
     seen = {(r, c): cell for r, c in ((1, 1), (1, 11), (2, 1), (2, 11)) for cell in [_at(out, r, c)]}
     assert seen == {(r, c): _at(textual, r, c) for r, c in seen}
@@ -400,9 +405,20 @@ def _at(output: str, row: int, col: int) -> tuple[str, tuple[tuple[str, str], ..
     styles = ""  # every SGR sequence so far: the state is what they leave, read by _cells_seen
     r = c = 1
     found: tuple[str, tuple[tuple[str, str], ...]] = ("", ())
-    for token in re.findall(r"\x1b\[[0-9;]*[mH]|[^\x1b]", output):
+    for token in re.findall(MOVES_AND_CELLS, output):
+        count = int(token[2:-1] or 1) if token.startswith("\x1b[") and token[-1] in "ABCDG" else 1
         if token.endswith("H") and token.startswith("\x1b["):
             r, c = (int(n) for n in token[2:-1].split(";"))
+        elif token == "\b":
+            c -= 1
+        elif token.startswith("\x1b[") and token[-1] in "ABCDG":
+            r, c = {
+                "A": (r - count, c),
+                "B": (r + count, c),
+                "C": (r, c + count),
+                "D": (r, c - count),
+                "G": (r, count),
+            }[token[-1]]
         elif token.startswith("\x1b["):
             styles += token
         else:
@@ -410,3 +426,49 @@ def _at(output: str, row: int, col: int) -> tuple[str, tuple[tuple[str, str], ..
                 found = (token, _cells_seen(styles + token)[-1][1])
             c += 1
     return found
+
+
+def test_a_column_of_runs_moves_down_and_back_not_to_each_row() -> None:
+    """A history tick writes two cells on each of six rows at one column: after the first absolute move each next row
+    is one row down and two cells back (5 bytes, not 7-9), and the terminal shows the cells Textual's own update
+    shows. A run that ends on the line's last column leaves the cursor where terminals differ: the next move is
+    absolute."""
+    from rich.style import Style
+
+    tty_crop.install()
+    console = Console(width=20, legacy_windows=False, force_terminal=True, color_system="256")
+    green = Style(color="color(112)", bgcolor="color(233)")
+    chops = [{0: None, 4: Strip([Segment("█ ", green)]), 6: None} for _ in range(6)]
+    update = _compositor.ChopsUpdate(chops, [(y, 4, 6) for y in range(6)], [[4, 6, 20]] * 6)
+    fresh = Console(width=20, legacy_windows=False, force_terminal=True, color_system="256")
+    out = tty_crop.render_segments(update, fresh)
+    textual = tty_crop.original()(update, console).replace("\n", "")  # each row's write moves there anyway
+    assert out.count("H") == 1 and out.count("\x1b[B\b\b") == 5
+    cells = [(r, c) for r in range(1, 7) for c in (5, 6)]
+    assert [_at(out, r, c) for r, c in cells] == [_at(textual, r, c) for r, c in cells]
+    assert len(out) < len(textual)
+    # To the line's end: the next row's move is absolute.
+    chops = [{0: None, 18: Strip([Segment("█ ", green)])} for _ in range(2)]
+    update = _compositor.ChopsUpdate(chops, [(y, 18, 19) for y in range(2)], [[18, 20]] * 2)
+    out = tty_crop.render_segments(update, Console(width=20, legacy_windows=False, force_terminal=True))
+    assert "\x1b[1;19H" in out and "\x1b[2;19H" in out
+    assert tty_crop.move(None, 3, 4) == "\x1b[4;5H"
+    assert tty_crop.move((3, 4), 3, 4) == ""
+    assert tty_crop.move((0, 150), 3, 4) == "\x1b[4;5H"  # nothing relative is shorter
+    assert tty_crop.move((3, 150), 3, 4) == "\x1b[5G"
+
+
+def test_after_a_character_terminals_count_differently_the_next_move_is_absolute() -> None:
+    """A run holding a character whose width terminals disagree on (an emoji with a variation selector, from a
+    process name or a log line) leaves the cursor where the terminal put it, not where the cells counted say: the
+    next move is absolute, as Textual's own moves are; a run of amdtop's own cells (ASCII, blocks) is moved on from."""
+    from rich.style import Style
+
+    tty_crop.install()
+    green = Style(color="color(112)")
+    for text, relative in (("⚠️ ", False), ("e\u0301 ", False), ("█▂", True), ("a·", True)):
+        chops = [{0: None, 4: Strip([Segment(text, green)]), 6: None} for _ in range(2)]
+        update = _compositor.ChopsUpdate(chops, [(y, 4, 6) for y in range(2)], [[4, 6, 20]] * 2)
+        out = tty_crop.render_segments(update, Console(width=20, legacy_windows=False, force_terminal=True))
+        assert ("\x1b[2;5H" not in out) is relative, (text, out)
+        assert out.count("\x1b[1;5H") == 1

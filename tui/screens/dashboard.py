@@ -123,6 +123,8 @@ class DashboardScreen(Screen[None]):
         self.picked: str | None = None
         """The folded pane the tab slot shows (its key or tab picked it)."""
         self.plan = Plan()
+        self._plan_inputs: tuple[object, ...] | None = None
+        """What :attr:`plan` was made from (``tui.layout_fit.signature`` per pane): the same again keeps it."""
         self._last_key: str | None = None
         self.show_gbps = False
         self.show_traffic = False
@@ -212,12 +214,18 @@ class DashboardScreen(Screen[None]):
         if not width or not height:
             return
         panes = self._panes()
+        widths = layout_fit.widths(self.query_one("#pane-gpus", GpuTable), self.query_one("#pane-topo", TopoMatrix))
+        # The plan is a function of these: when none moved (most frames), it is the one in place.
+        inputs = (width, height, widths, self.zoomed, self.picked, tuple(map(layout_fit.signature, panes.values())))
+        if inputs == self._plan_inputs:
+            return
+        self._plan_inputs = inputs
         new = layout.plan(
             width,
             height,
             lambda key, w: layout_fit.need_of(panes[key], w),
             panes=tuple(panes),
-            widths=layout_fit.widths(self.query_one("#pane-gpus", GpuTable), self.query_one("#pane-topo", TopoMatrix)),
+            widths=widths,
             zoom=self.zoomed,
             pick=self.picked,
         )
