@@ -7,21 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from amdtop.logread import read_head
-from amdtop.logread.catalog import load_catalog
 from amdtop.logread.incidents.model import Incident
-from amdtop.logread.match import Matcher
 from amdtop.logread.rccl.files import parse_files
-
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "failure_corpus"
+from tests.unit.corpus_read import CORPUS
+from tests.unit.corpus_read import entry_of as _entry_of
 
 
 def _incidents(path: Path) -> tuple[Incident, ...]:
     return parse_files([path]).incidents
-
-
-def _entry_of(line: str) -> str | None:
-    m = Matcher(load_catalog()).match(read_head(line).text)
-    return None if m is None else m.entry.id
 
 
 # -- 1. NCCL lines without the host:pid:tid [dev] head ---------------------------------------------------------------

@@ -5,29 +5,9 @@ tests/fixtures/failure_corpus/<family>/<slug>.{log,toml}."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from amdtop.logread.catalog import load_catalog
-from amdtop.logread.incidents.model import incident_json
-from amdtop.logread.match import Matcher
-from amdtop.logread.prefix import read_head
-from amdtop.logread.rccl.files import parse_files
-
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "failure_corpus"
-
-
-def _incidents(rel: str) -> list[dict[str, Any]]:
-    return [incident_json(i) for i in parse_files([CORPUS / rel]).incidents]
-
-
-def _kinds(incidents: list[dict[str, Any]]) -> list[str]:
-    return [str(i["kind"]) for i in incidents]
-
-
-def _entry_of(line: str) -> str | None:
-    m = Matcher(load_catalog()).match(read_head(line).text)
-    return m.entry.id if m else None
+from tests.unit.corpus_read import entry_of as _entry_of
+from tests.unit.corpus_read import incidents as _incidents
+from tests.unit.corpus_read import kinds as _kinds
 
 
 def test_nccl_cuda_oom_is_gpu_oom_on_its_device() -> None:
