@@ -218,8 +218,7 @@ class Ramp:
         except bound.StepOverran as exc:
             self.result.aborted = str(exc)
             self.status = f"aborted: {exc}"
-            self._publish()
-            return False
+            return False  # run() saves and publishes it on its way out
         doc = step.to_json()
         doc["refined"] = refined
         doc.update(goodput_keys(step.results, step.duration, cfg.goodput))
