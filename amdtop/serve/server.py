@@ -241,14 +241,9 @@ class Serve:
         try:
             if op is None:
                 return
-            try:
-                value = getattr(service, op)()
-            except Exception as exc:  # each held call gets the one line
-                for call_id in ids:
-                    link.send(_error(call_id, str(exc) or type(exc).__name__, input_error=isinstance(exc, InputError)))
-                return
+            reply = self._reply(service, None, op, (), {})  # run once; each held call gets its result or its one line
             for call_id in ids:
-                link.send({"type": "reply", "id": call_id, "ok": True, "value": value})
+                link.send({**reply, "id": call_id})
         finally:
             if budget is not None:
                 for _ in ids:
@@ -263,17 +258,21 @@ class Serve:
         args: tuple[Any, ...],
         kw: dict[str, Any],
     ) -> None:
+        link.send(self._reply(service, call_id, op, args, kw))
+
+    def _reply(
+        self, service: LocalService, call_id: object, op: str, args: tuple[Any, ...], kw: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The reply to one call: its value, or its error as one line (a gate refusal with its findings)."""
         try:
             value = self.stats() if op in SERVE_OPS else getattr(service, op)(*args, **kw)
         except GateRefused as exc:  # the viewer's dialog shows the reasons and offers --force
             reply = _error(call_id, str(exc))
             reply["gate"] = (str(args[0]) if args else "", op, list(exc.findings))
-            link.send(reply)
-            return
+            return reply
         except Exception as exc:  # the viewer shows it as one line
-            link.send(_error(call_id, str(exc) or type(exc).__name__, input_error=isinstance(exc, InputError)))
-            return
-        link.send({"type": "reply", "id": call_id, "ok": True, "value": value})
+            return _error(call_id, str(exc) or type(exc).__name__, input_error=isinstance(exc, InputError))
+        return {"type": "reply", "id": call_id, "ok": True, "value": value}
 
     # -- publishing ------------------------------------------------------------------------------------------------
     def _on_frame(self, frame: NodeFrame) -> None:
