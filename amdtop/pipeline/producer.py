@@ -307,10 +307,12 @@ class NodePipeline:
     def tick(self) -> NodeFrame:
         """Poll the backend and everything around it once."""
         now = self.clock()
-        if self.demo_load is not None and self._tick == 0:
+        if self.demo_load is not None:
             # The simulated GPUs carry the workers' load from the first sample: `workers launch` then `snapshot
             # --json` showed every demo GPU idle (the load was set only after the sample it should have shaped).
-            self.demo_load(self._own_workers(now))
+            # Later ticks refeed the last tick's statuses, so that a worker that exited since is dropped from the
+            # sample (feed_demand checks each pid) rather than listed one tick longer, dead, with its VRAM.
+            self.demo_load(self._own_workers(now) if self._tick == 0 else self._last_workers)
         snap = self.backend.sample()
         workers = self._worker_list(snap, now)
         self._last_workers = tuple(workers)

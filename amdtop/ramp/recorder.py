@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ from amdtop.supervisor.bounded_get import DEADLINE_S, MAX_BODY, TooLarge
 from amdtop.supervisor.metrics import bearer
 from amdtop.vllm_metric_names import histogram_names, names
 from amdtop.vllm_scrape import Scrape
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as deadline
+else:  # the same context manager, from the package asyncio took it from
+    from async_timeout import timeout as deadline
 
 KV_USAGE = names("kv_cache_usage")
 """Names of every vLLM release, newest first (amdtop/vllm_metric_names.py)."""
@@ -130,8 +136,13 @@ class StepRecorder:
         self.metrics_ok = False
 
     async def _scrape(self) -> Scrape | None:
+        # Not asyncio.wait_for: before Python 3.12 it runs the GET in a task of its own and, when the sampling loop
+        # is cancelled in the instant that task's answer is in, returns the answer and drops the cancellation
+        # (cpython gh-86296). stop() then waited for a loop that had gone back to sleep: CI's ramp hung, "waiting in
+        # recorded_step (recorder.py:345), _loop (recorder.py:162)". A deadline in this task cannot drop it.
         try:
-            got = await asyncio.wait_for(_bounded_get(self._http, "/metrics"), DEADLINE_S)
+            async with deadline(DEADLINE_S):
+                got = await _bounded_get(self._http, "/metrics")
         except (httpx.HTTPError, asyncio.TimeoutError, TooLarge):  # asyncio's own class before 3.11
             return None
         if got is None:
@@ -218,11 +229,15 @@ class StepRecorder:
 
     async def stop(self) -> None:
         """End the sampling loop and take the closing scrape."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            # Cancelled until it ends: a cancellation swallowed anywhere inside (a library's own wait, as wait_for's
+            # was) costs one more round here, never a step that waits for ever.
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=DEADLINE_S)
+            if not task.cancelled():
+                task.result()  # the loop's own failure, raised as awaiting it did
         last = await self._scrape()
         if last is not None:
             self._last = last

@@ -133,6 +133,12 @@ def feed_demand(
         profile = by_name.get(st.name)
         if profile is None:
             continue
+        if st.pid and not os.path.exists(f"/proc/{st.pid}"):
+            # The process is gone since this status was taken: a GPU driver frees a process's memory when it
+            # exits, so the simulated GPUs do too (fed from the last tick's statuses, they listed a stopped worker's
+            # pid with its VRAM, and the launch gate refused its relaunch: "VRAM held by no live process").
+            sim.set_demand(st.name, {})
+            continue
         mem_frac = _number(
             profile, "mem-fraction-static" if profile.engine == "sglang" else "gpu-memory-utilization", 0.9
         )

@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from amdtop.ramp import Ramp, RampConfig, bound, recorder, run_blocking, runner
@@ -59,3 +60,33 @@ def test_run_fresh_closes_its_loop_though_a_left_task_never_ends() -> None:
 
     assert bound.run_fresh(main(), grace_s=0.1) == "done"
     assert left[0].cancelled() or not left[0].done()  # given up on, not awaited without end
+
+
+def test_stop_landing_as_a_scrape_answers_ends_the_sampling_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hang CI found (a step "waiting in recorded_step, _loop"): stop() cancelled the sampling loop in the instant
+    its /metrics answer was in, Python 3.11's asyncio.wait_for returned the answer and dropped the cancellation, the
+    loop went back to sleep, and stop() waited for it without end. The order of events here is that instant's,
+    exactly: stop() runs while the scrape is one step from returning its answer."""
+    stopping: list[asyncio.Task[None]] = []
+    recs: list[recorder.StepRecorder] = []
+
+    calls: list[int] = []
+
+    async def answers_as_stop_lands(*_args: Any) -> bytes:
+        calls.append(1)
+        if len(calls) == 2:  # the first scrape is start()'s (the counters' base), the second the loop's
+            stopping.append(asyncio.ensure_future(recs[0].stop()))
+            await asyncio.sleep(0)  # stop() runs here and cancels the loop
+        return b"vllm:num_requests_running 1\n"
+
+    async def main() -> bool:
+        async with httpx.AsyncClient(base_url="http://127.0.0.1:9") as http:  # never reached: the GET is replaced
+            recs.append(recorder.StepRecorder(http, interval_s=0.05))
+            await recs[0].start()
+            await asyncio.sleep(0.3)  # the loop's first scrape (0.05 s in) starts stop()
+            assert stopping, "the sampling loop never scraped"
+            done, _ = await asyncio.wait(stopping, timeout=5)
+            return bool(done)
+
+    monkeypatch.setattr(recorder, "_bounded_get", answers_as_stop_lands)
+    assert bound.run_fresh(main(), grace_s=0.1), "stop() waited for a sampling loop whose cancellation was dropped"

@@ -240,6 +240,13 @@ def test_demo_worker_runs_simserver_and_drives_sim_gpus(tmp_path: Path) -> None:
         assert snap.gpus[4].vram_used_bytes > 100 * 1024**3 and snap.gpus[0].vram_used_bytes < 1024**3  # type: ignore[operator]
         assert any(p.pid == st.pid for p in snap.gpus[5].processes)
         sup.stop("qwen-32b", grace=5)
+        # The pipeline refeeds the statuses of the tick before (taken while it ran): the exited pid and its VRAM
+        # are gone from the next sample all the same, as a driver frees them (the launch gate read a stopped demo
+        # worker's leftovers as "VRAM held by no live process" and refused its relaunch).
+        feed(statuses)
+        after = sim.sample()
+        assert after.gpus[4].vram_used_bytes < 1024**3  # type: ignore[operator]
+        assert not any(p.pid == st.pid for g in after.gpus for p in g.processes)
         feed(sup.status())
         assert sim.sample().gpus[4].vram_used_bytes < 1024**3  # type: ignore[operator]
     finally:
