@@ -462,7 +462,7 @@ class Supervisor:
         def feed(statuses: Sequence[WorkerStatus]) -> None:
             from amdtop.supervisor.demo import feed_demand
 
-            feed_demand(sim, self._profiles, statuses, topology)
+            feed_demand(sim, self._profiles, statuses, topology, alive=lambda pid: os.path.exists(f"/proc/{pid}"))
 
         return feed
 

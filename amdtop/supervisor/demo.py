@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from amdtop.errors import InputError
@@ -125,15 +125,20 @@ def _number(profile: Profile, key: str, default: float) -> float:
 
 
 def feed_demand(
-    sim: SimBackend, profiles: Sequence[Profile], statuses: Sequence[WorkerStatus], topology: Topology
+    sim: SimBackend,
+    profiles: Sequence[Profile],
+    statuses: Sequence[WorkerStatus],
+    topology: Topology,
+    alive: Callable[[int], bool] | None = None,
 ) -> None:
-    """Set the simulated GPUs' demand from the demo workers' state and scraped load."""
+    """Set the simulated GPUs' demand from the demo workers' state and scraped load; ``alive(pid)`` (the
+    supervisor's: the process is in procfs) drops a worker whose process has exited since its status."""
     by_name = {p.name: p for p in profiles}
     for st in statuses:
         profile = by_name.get(st.name)
         if profile is None:
             continue
-        if st.pid and not os.path.exists(f"/proc/{st.pid}"):
+        if st.pid and alive is not None and not alive(st.pid):
             # The process is gone since this status was taken: a GPU driver frees a process's memory when it
             # exits, so the simulated GPUs do too (fed from the last tick's statuses, they listed a stopped worker's
             # pid with its VRAM, and the launch gate refused its relaunch: "VRAM held by no live process").

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 53 (session 24) on a lent NVIDIA card, one device call per STEP set. Wheels in tmp/whl; earlier trees as
+# `git archive REV amdtop tui widgets` in tmp/old14 (6ebcbc7: session 14's H200 run) and tmp/old21 (6c9c014: session
+# 21's H100 run), each run with `python3 -P` so the working tree's own packages stay off its path.
+#   sidle / sbusy: bench/side_by_side.py, every program AT ONCE, each pinned on its own CPU, W windows of SECS:
+#          this tree in-process, the two earlier trees in-process, the bare Textual clock, the clock with NVML
+#          initialised, nvitop, this tree's viewer + its serve. Same windows, same card: the ratios of the idle rise.
+#   tidle / tbusy: bench/tui_cpu.py interleaved runs of this tree (in-process, viewer + serve), nvitop and the
+#          floors: the terminal bytes and the RSS that side_by_side does not read.
+#   usage: STEPS="sidle sbusy" W=6 SECS=20 bash bench/gpu_round3_run.sh
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site tmp/whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+LOG=$OUT/log.txt C=/tmp/none.toml
+touch $C
+want() { [[ " ${STEPS:-sidle sbusy} " == *" $1 "* ]]; }
+step() { echo "=== $* ($(date +%T))" | tee -a $LOG; }
+{ nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,persistence_mode --format=csv; python3 -c 'import sys,textual,psutil; print(sys.version, textual.__version__, psutil.__version__)'; nproc; lscpu | grep -E 'Model name|^CPU\(s\)'; uptime; } >>$LOG 2>&1
+load_start() {  # the busy GPU: a bf16 matmul loop on 8 GiB and a second CUDA process
+  step load-start
+  python3 bench/gpu_load.py --gib 8 --n 8192 --seconds $1 & LOADPID=$!
+  python3 bench/gpu_load.py --gib 1 --n 2048 --seconds $1 --pause 0.05 & SECONDPID=$!
+  sleep 12
+}
+load_stop() { kill $LOADPID $SECONDPID 2>/dev/null; wait $LOADPID $SECONDPID 2>/dev/null; }
+inproc() { echo "python3 -P -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/ip-$1 --config $C"; }
+sbs() {
+  step sbs-$1
+  python3 bench/side_by_side.py --windows "${W:-6}" --seconds "${SECS:-20}" --threads --json --pin "${PIN:-1,3,5,7,9,11,13,15}" \
+    --run in-process nvml "$(inproc new-$1)" \
+    --run in-process-6ebcbc7 nvml "env PYTHONPATH=/tmp/site:$PWD/tmp/old14 $(inproc o14-$1)" \
+    --run in-process-6c9c014 nvml "env PYTHONPATH=/tmp/site:$PWD/tmp/old21 $(inproc o21-$1)" \
+    --run floor backend "python3 bench/textual_floor.py" \
+    --run floor+nvml backend "env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py" \
+    --run nvitop "${NVMARK:-NVIDIA}" "python3 -m nvitop --interval 1" \
+    --run viewer+serve attached "env PYTHONPATH=/tmp/site:$PWD SERVE='python3 -P -m amdtop serve' VIEWER='python3 -P -m tui' bash bench/serve_pair.sh /tmp/pair-$1 127.0.0.1:1942${2} --backend nvml --config $C --interval 1" \
+    2>>$LOG | tee $OUT/sbs_$1.json | tail -40 >>$LOG
+}
+tui() {
+  step tui-$1
+  python3 bench/tui_cpu.py --runs "${RUNS:-2}" --seconds "${TSECS:-20}" --marker nvml --markdown \
+    --peer "python3 -m nvitop --interval 1" --peer-marker "${NVMARK:-NVIDIA}" --peer-label nvitop \
+    --peer "env PYTHONPATH=/tmp/site:$PWD SERVE='python3 -P -m amdtop serve' VIEWER='python3 -P -m tui' bash bench/serve_pair.sh /tmp/tpair-$1 127.0.0.1:1943${2} --backend nvml --config $C --interval 1" \
+    --peer-marker attached --peer-label viewer+serve \
+    --peer "env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py" --peer-marker backend --peer-label floor+nvml \
+    --peer "python3 bench/textual_floor.py" --peer-marker backend --peer-label floor \
+    --label in-process -- $(inproc t-$1) 2>>$OUT/tui_$1.jsonl | tee $OUT/tui_$1.md >>$LOG
+}
+if want sidle; then sbs idle 1; fi
+if want tidle; then tui idle 1; fi
+if want sbusy || want tbusy; then
+  load_start 900
+  if want sbusy; then sbs busy 2; fi
+  if want tbusy; then tui busy 2; fi
+  load_stop
+fi
+step done
