@@ -39,13 +39,15 @@ sbs() {
 }
 tui() {
   step tui-$1
-  python3 bench/tui_cpu.py --runs "${RUNS:-2}" --seconds "${TSECS:-20}" --marker nvml --markdown \
-    --peer "python3 -m nvitop --interval 1" --peer-marker "${NVMARK:-NVIDIA}" --peer-label nvitop \
-    --peer "env PYTHONPATH=/tmp/site:$PWD SERVE='python3 -P -m amdtop serve' VIEWER='python3 -P -m tui' bash bench/serve_pair.sh /tmp/tpair-$1 127.0.0.1:1943${2} --backend nvml --config $C --interval 1" \
-    --peer-marker attached --peer-label viewer+serve \
-    --peer "env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py" --peer-marker backend --peer-label floor+nvml \
-    --peer "python3 bench/textual_floor.py" --peer-marker backend --peer-label floor \
-    --label in-process -- $(inproc t-$1) 2>>$OUT/tui_$1.jsonl | tee $OUT/tui_$1.md >>$LOG
+  # SHORT=1: nvitop beside the in-process dashboard only (the terminal bytes, on a short device budget)
+  local more=(--peer "env PYTHONPATH=/tmp/site:$PWD SERVE='python3 -P -m amdtop serve' VIEWER='python3 -P -m tui' bash bench/serve_pair.sh /tmp/tpair-$1 127.0.0.1:1943${2} --backend nvml --config $C --interval 1"
+    --peer-marker attached --peer-label viewer+serve
+    --peer "env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py" --peer-marker backend --peer-label floor+nvml
+    --peer "python3 bench/textual_floor.py" --peer-marker backend --peer-label floor)
+  [ "${SHORT:-0}" = 1 ] && more=()
+  python3 bench/tui_cpu.py --runs "${RUNS:-2}" --seconds "${TSECS:-20}" --warmup "${TWARM:-5}" --marker nvml --markdown \
+    --save $OUT/screens_$1 --peer "python3 -m nvitop --interval 1" --peer-marker "${NVMARK:-NVIDIA}" --peer-label nvitop \
+    "${more[@]}" --label in-process -- $(inproc t-$1) 2>>$OUT/tui_$1.jsonl | tee $OUT/tui_$1.md >>$LOG
 }
 if want sidle; then sbs idle 1; fi
 if want tidle; then tui idle 1; fi

@@ -23,6 +23,8 @@ _PLAIN = {style: Style.parse(style) for _, style in METRICS}
 _BOLD = {style: Style.parse(f"bold {style}") for _, style in METRICS}
 _LABEL = Style(bold=True)
 _DIM = Style(dim=True)
+NOW_MARK = "▲"
+"""Under the newest column of each strip, on the time axis."""
 LABEL = 4  # "  3 "
 VALUE = 6  # " 100%" / " 610W"
 
@@ -35,11 +37,11 @@ def spark(values: Sequence[float | None], width: int, top: float) -> str:
 
 
 def sweep(values: Sequence[float | None], width: int, pushes: int, top: float) -> str:
-    """The strip after ``pushes`` samples, swept: sample ``i`` sits at column ``i % width``; the column after the
-    newest one is blank (the "now" mark); older columns hold the last sweep's samples."""
+    """The strip after ``pushes`` samples, swept: sample ``i`` sits at column ``i % width``; older columns hold the
+    last sweep's samples (the time axis under the strips marks the newest column: :func:`now_column`)."""
     cells = [" "] * width
     # islice, not list(values)[-n:]: a deque of 600 samples per strip, three strips per GPU line, every tick.
-    kept = list(islice(values, max(0, len(values) - (width - 1)), None)) if width > 1 else []
+    kept = list(islice(values, max(0, len(values) - width), None))
     first = pushes - len(kept)
     for offset, value in enumerate(kept):
         if value is not None:
@@ -53,7 +55,7 @@ def sweep_level(values: Sequence[float | None], width: int, pushes: int, top: fl
     if rows == 1:
         return sweep(values, width, pushes, top)
     cells = [" "] * width
-    kept = list(islice(values, max(0, len(values) - (width - 1)), None)) if width > 1 else []
+    kept = list(islice(values, max(0, len(values) - width), None))
     first = pushes - len(kept)
     floor = (rows - 1 - row) * 8  # eighths below this row
     for offset, value in enumerate(kept):
@@ -77,6 +79,11 @@ def cell(value: float | None, top: float, rows: int, row: int) -> str:
     return " " if here <= 0 else "█" if here >= 8 else SPARK[here - 1]
 
 
+def now_column(pushes: int, width: int) -> int | None:
+    """The column of a strip ``width`` wide that holds the newest of ``pushes`` samples (``None`` before the first)."""
+    return (pushes - 1) % width if pushes > 0 else None
+
+
 def rows_per_gpu(gpus: int) -> int:
     """Most lines a GPU's strips may take: few GPUs get taller charts (one GPU: six lines), eight get one each."""
     return max(1, min(6, 12 // max(1, gpus)))
@@ -91,9 +98,12 @@ class GpuHistory(Widget):
 
     Each line holds three strips (utilization %, VRAM used %, power W against the highest power seen), each a third
     of the pane's width; the last line is the time axis. The strips sweep, like a patient monitor: each sample is
-    written at a head that moves right and wraps, a blank column after it marks "now", and the rest of the strip
-    stays where it was. Over SSH a tick then repaints two columns per strip and the numbers, not the whole pane (a
-    scrolling strip changes every cell every tick). A resize redraws from the kept samples.
+    written at a head that moves right and wraps, the rest of the strip stays where it was, and one cell of the time
+    axis under the head marks "now". Over SSH a tick then repaints the cells of the new column that differ from the
+    last sweep's (none on a GPU held at 100 %), two cells of the axis and the numbers, not the whole pane (a scrolling
+    strip changes every cell every tick). Until session 24 a blank column after the head marked "now": it moved with
+    the head, so every row of two columns per strip and GPU changed at every tick, the larger part of a busy
+    dashboard's bytes (issue 53). A resize redraws from the kept samples.
     """
 
     DEFAULT_CSS = """
@@ -149,7 +159,7 @@ class GpuHistory(Widget):
         self._refresh_head()
 
     def _advance(self) -> None:
-        """Move the kept grids on by this push: the newest samples' column and the blank "now" column after it."""
+        """Move the kept grids on by this push: the newest samples' column."""
         pushes, width, rows, power_top = self._grid_at
         if not self._grids:
             return
@@ -161,14 +171,13 @@ class GpuHistory(Widget):
             # fell out of the deque, which the grid would keep: swept from the samples instead.
             self._grids.clear()
             return
-        head, gap = (self._pushes - 1) % width, self._pushes % width
+        head = (self._pushes - 1) % width
         for (index, name), grid in self._grids.items():
             values = self._series.get((index, name))
             value = values[-1] if values else None
             scale = self._power_top if name == "power" else 100.0
             for row, chars in enumerate(grid):
                 chars[head] = cell(value, scale, rows, row)
-                chars[gap] = " "
         self._grid_at = (self._pushes, width, rows, power_top)
 
     def _grid(self, index: int, name: str, width: int, rows: int) -> list[list[str]]:
@@ -193,16 +202,17 @@ class GpuHistory(Widget):
             return
         width = self.strip_width()
         head = (self._pushes - 1) % width
+        before = (head - 1) % width
         rows = len(self._gpus) * self.rows
         left, top = 0, 1  # content coordinates (Textual adds the border); line 0 is the header
         regions: list[Region] = []
         for block in range(len(METRICS)):
             x = left + LABEL + block * (width + VALUE + 1)
-            # The new sample, the "now" gap after it (wrapping to the strip's start), and the value.
-            regions.append(Region(x + head, top, 2, rows))
-            if head + 1 >= width:
-                regions.append(Region(x, top, 1, rows))
+            # The new sample's column, the value, and the axis's "now" cell: the new one and the one it leaves.
+            regions.append(Region(x + head, top, 1, rows))
             regions.append(Region(x + width, top, VALUE, rows))
+            regions.append(Region(x + head, top + rows, 1, 1))
+            regions.append(Region(x + before, top + rows, 1, 1))
         self.refresh(*regions)
 
     def get_content_height(self, container: object, viewport: object, width: int) -> int:
@@ -264,9 +274,11 @@ class GpuHistory(Widget):
         width = self.strip_width()
         if y == 0:
             head = [Segment(" " * LABEL)]
+            span = f"{_ago(width * self.interval).lstrip('-')} per sweep"
             for name, style in METRICS:
-                top = "" if name != "power" else f" (top {self._power_top:.0f}W)"
-                head.append(Segment(f"{name}{top}".ljust(width + VALUE + 1), _BOLD[style]))
+                top = f" ({span})" if name == "util" else f" (top {self._power_top:.0f}W)" if name == "power" else ""
+                label = f"{name}{top}" if len(name + top) <= width + VALUE else name  # a narrow pane: the name
+                head.append(Segment(label.ljust(width + VALUE + 1), _BOLD[style]))
             return head
         rows = self.rows
         if y <= len(self._gpus) * rows:
@@ -282,7 +294,14 @@ class GpuHistory(Widget):
                 line.append(Segment(value.ljust(VALUE) + " "))
             return line
         if y == len(self._gpus) * rows + 1:
-            span = f"{_ago((width - 1) * self.interval).lstrip('-')} per sweep"
-            axis = " " * LABEL + "".join(f"|{span.center(width - 2, '-')}>".ljust(width + VALUE + 1) for _ in METRICS)
-            return [Segment(axis, _DIM)]
+            # "now" is a mark under the newest column, in the axis's own style: a tick changes two characters per
+            # strip, which the terminal's diff (tui/tty_crop.changed_runs) sends as two cells and no style (a lit
+            # cell in another style cost a reset and two full styles per strip: 160 bytes a tick).
+            now = now_column(self._pushes, width)
+            axis = "|" + "-" * (width - 2) + ">"
+            if now is not None:
+                axis = axis[:now] + NOW_MARK + axis[now + 1 :]
+            # One segment per strip: the diff compares each alike-cut segment character by character, so three
+            # short runs go out, not one from the first strip's mark to the third's.
+            return [Segment(" " * LABEL, _DIM), *(Segment(axis + " " * (VALUE + 1), _DIM) for _ in METRICS)]
         return []

@@ -91,3 +91,34 @@ async def test_a_strip_wider_than_the_samples_kept_blanks_what_fell_out() -> Non
             drawn = _text(chart, 1)  # drawn after every push, as the screen does: the kept grid moves on
         values = chart._series[(0, "util")]
         assert drawn[4 : 4 + width] == sweep_level(values, width, chart._pushes, 100.0, chart.rows, 0)
+
+
+async def test_a_gpu_held_at_full_load_changes_no_strip_cell_and_the_axis_marks_now() -> None:
+    """Issue 53: "now" is one lit cell of the time axis under the newest column, not a blank column after it that
+    moved with the head (it changed every row of two columns per strip at every tick: most of a busy dashboard's
+    bytes). Once a sweep has wrapped, a GPU held at 100 % rewrites its util strip with the same characters."""
+    from widgets.gpu_history import NOW_MARK, now_column
+
+    app = _One()
+    async with app.run_test(size=(120, 12)) as pilot:
+        chart = app.query_one(GpuHistory)
+        width = chart.strip_width()
+        for _ in range(width + 3):
+            chart.push([PipelineHistory(0, (100.0,), (50.0,), (700.0,))], 1.0, [700.0])
+        await pilot.pause()
+        rows = chart.rows
+        before = [_text(chart, y) for y in range(1, rows + 1)]
+        chart.push([PipelineHistory(0, (100.0,), (50.0,), (700.0,))], 1.0, [700.0])
+        await pilot.pause()
+        after = [_text(chart, y) for y in range(1, rows + 1)]
+        assert [line[4 : 4 + width] for line in after] == [line[4 : 4 + width] for line in before]
+        assert all(set(line[4 : 4 + width]) == {"█"} for line in after)  # no blank column anywhere
+        axis = _text(chart, rows + 1)
+        lit = [x for x, c in enumerate(axis) if c == NOW_MARK]
+        head = now_column(chart._pushes, width)
+        assert head == width % width + 3  # the sample pushed last, 4 columns into the second sweep
+        # One mark under the newest column of each of the three strips, in the axis's style (no style change: the
+        # terminal gets the two characters that moved).
+        assert [s.text.count(NOW_MARK) for s in chart.render_line(rows + 1) if NOW_MARK in s.text] == [1, 1, 1]
+        assert lit == [4 + block * (width + 7) + head for block in range(3)]
+        assert f"util ({width}s per sweep)" in _text(chart, 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.tui.conftest import make_app, settle
-from widgets.gpu_history import GpuHistory, spark, sweep
+from widgets.gpu_history import NOW_MARK, GpuHistory, spark, sweep
 
 HISTORY_STEPS = 40
 
@@ -36,11 +36,11 @@ async def test_history_strips_as_wide_as_the_pane() -> None:
         assert wide >= 25  # three strips share the pane: each far wider than the table's 12-cell column
         lines = [pane.render_line(y).text for y in range(pane.get_content_height(pane.size, pane.size, pane.size.width))]
         assert len(lines) == 8 + 2  # header, one line per GPU, the time axis
-        assert f"{wide - 1}s per sweep" in lines[-1]  # the time axis: one column per poll
-        # Sweeping: the newest sample sits at the head, the column after it is the blank "now" mark.
+        assert f"util ({wide}s per sweep)" in lines[0]  # one column per poll
+        # Sweeping: the newest sample sits at the head, marked on the time axis under it.
         head = (pane._pushes - 1) % wide
         strip = lines[1][4 : 4 + wide]
-        assert strip[head] != " " and strip[(head + 1) % wide] == " "
+        assert strip[head] != " " and lines[-1][4 + head] == NOW_MARK
         await pilot.resize_terminal(240, 50)
         await settle(pilot)
         assert pane.strip_width() > wide  # wider pane, longer history shown
@@ -72,7 +72,8 @@ def test_spark_gaps_and_scale() -> None:
     assert spark([], 3, 100.0) == "   "
 
 
-def test_sweep_writes_at_the_head_and_keeps_a_gap() -> None:
+def test_sweep_writes_at_the_head_and_keeps_the_last_sweep() -> None:
     assert sweep([10.0, 20.0, 30.0], 5, 3, 100.0) == "▁▂▃  "
-    # Seven samples into a 5-column strip: 4 kept (6, 7 wrapped to the start), the gap after the newest.
-    assert sweep([float(v) * 10 for v in range(1, 8)], 5, 7, 100.0) == "▅▆ ▄▄"
+    # Seven samples into a 5-column strip: 5 kept, 6 and 7 wrapped to the start over 1 and 2, no gap (the time axis
+    # marks the newest column: widgets/gpu_history.now_column).
+    assert sweep([float(v) * 10 for v in range(1, 8)], 5, 7, 100.0) == "▅▆▃▄▄"
