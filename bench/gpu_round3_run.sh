@@ -45,6 +45,8 @@ tui() {
     --peer "env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py" --peer-marker backend --peer-label floor+nvml
     --peer "python3 bench/textual_floor.py" --peer-marker backend --peer-label floor)
   [ "${SHORT:-0}" = 1 ] && more=()
+  # PREV=DIR: an earlier tree's in-process dashboard in the same runs (git archive REV amdtop tui widgets)
+  [ -n "${PREV:-}" ] && more+=(--peer "env PYTHONPATH=/tmp/site:$PWD/$PREV $(inproc prev-$1)" --peer-marker nvml --peer-label in-process-prev)
   python3 bench/tui_cpu.py --runs "${RUNS:-2}" --seconds "${TSECS:-20}" --warmup "${TWARM:-5}" --marker nvml --markdown \
     --save $OUT/screens_$1 --peer "python3 -m nvitop --interval 1" --peer-marker "${NVMARK:-NVIDIA}" --peer-label nvitop \
     "${more[@]}" --label in-process -- $(inproc t-$1) 2>>$OUT/tui_$1.jsonl | tee $OUT/tui_$1.md >>$LOG
