@@ -27,11 +27,11 @@ from amdtop.serve.wire import WIRE_VERSION, read_message, send_message, socket_p
 AMDTOP = Path(sys.executable).with_name("amdtop")
 
 
-def _serve(state: Path, *extra: str) -> subprocess.Popen[str]:
+def _serve(state: Path, *extra: str, interval: str = "0.5") -> subprocess.Popen[str]:
     """A real ``amdtop serve`` on the simulated node, once it says it serves."""
     proc = subprocess.Popen(
         [str(AMDTOP), "--backend", "sim", "--state-dir", str(state), "--config", str(state.parent / "none.toml"),
-         "--interval", "0.5", "serve", "--listen", "127.0.0.1:0", *extra],
+         "--interval", interval, "serve", "--listen", "127.0.0.1:0", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stderr is not None
@@ -238,13 +238,8 @@ def test_item18_thirty_stuck_viewers_cost_one_bound_together(serve: Serve) -> No
 # -- item 15: wakes are rate-limited per viewer (issue 53: and the ones in between held, coalesced) ------------------
 def test_item15_a_viewer_waking_in_a_loop_does_not_make_the_serve_poll_in_a_loop(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    proc = subprocess.Popen(
-        [str(AMDTOP), "--backend", "sim", "--state-dir", str(state), "--config", str(tmp_path / "none.toml"),
-         "--interval", "5", "serve", "--listen", "127.0.0.1:0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = _serve(state, interval="5")
     try:
-        _said(proc, "serving", 60)
         serve_cpu = _cpu_s(proc.pid)
         client = ServeClient(state, readonly=True, timeout=30)
         try:
@@ -278,13 +273,8 @@ def _cpu_s(pid: int) -> float:
 
 def test_item15_a_wake_inside_the_gap_is_held_and_runs_at_its_end_not_dropped(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    proc = subprocess.Popen(
-        [str(AMDTOP), "--backend", "sim", "--state-dir", str(state), "--config", str(tmp_path / "none.toml"),
-         "--interval", "30", "serve", "--listen", "127.0.0.1:0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = _serve(state, interval="30")
     try:
-        _said(proc, "serving", 60)
         client = ServeClient(state, readonly=True, timeout=30)
         try:
             client.call("wake", timeout=30)  # this gap's wake
