@@ -84,6 +84,22 @@ def now_column(pushes: int, width: int) -> int | None:
     return (pushes - 1) % width if pushes > 0 else None
 
 
+def value_text(value: float | None, metric: str) -> str:
+    """The number beside a strip."""
+    return "   N/A" if value is None else f"{value:5.0f}{'W' if metric == 'power' else '%'}"
+
+
+def _runs(rows: set[int]) -> list[tuple[int, int]]:
+    """``rows`` as (first, count) runs of consecutive rows: one region each."""
+    runs: list[tuple[int, int]] = []
+    for y in sorted(rows):
+        if runs and runs[-1][0] + runs[-1][1] == y:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((y, 1))
+    return runs
+
+
 def rows_per_gpu(gpus: int) -> int:
     """Most lines a GPU's strips may take: few GPUs get taller charts (one GPU: six lines), eight get one each."""
     return max(1, min(6, 12 // max(1, gpus)))
@@ -126,6 +142,8 @@ class GpuHistory(Widget):
         """Per GPU and metric, the characters of its strip's rows as drawn: a push writes the new column and the gap
         after it (:meth:`_advance`), instead of every row of every strip being swept again from the samples (18 strips
         of ~30 samples for one GPU, a third of a millisecond a frame on the dev VM)."""
+        self._values_moved: set[tuple[int, str]] = set()
+        """(GPU, metric) whose shown value this push changed."""
         self._grid_at: tuple[int, int, int, float] = (0, 0, 0, 0.0)
         """(pushes, strip width, rows, power top) the grids were drawn for: anything else redraws them."""
 
@@ -136,8 +154,9 @@ class GpuHistory(Widget):
         keeps only what it has drawn, for its sweep). ``power_caps``: the GPUs' power caps, the power chart's top
         where known (nvtop's scale: an idle H200 at 78 of 700 W is a low line, not six rows of full blocks that the
         highest power seen so far, 78 W, made of it, and that the terminal was sent a column of every second)."""
-        if interval is not None:
+        if interval is not None and interval != self.interval:
             self.interval = interval
+            self.refresh()  # the header's "per sweep" span
         cap = max((c for c in power_caps if c), default=None)
         if cap is not None and cap > self._power_top:
             self._power_top = cap
@@ -153,32 +172,43 @@ class GpuHistory(Widget):
                 self._power_top = power
                 self._power_top_changed = True
             for key, value in (("util", util), ("vram", vram), ("power", power)):
-                self._series.setdefault((h.index, key), deque(maxlen=KEEP)).append(value)
+                series = self._series.setdefault((h.index, key), deque(maxlen=KEEP))
+                if value_text(series[-1] if series else None, key) != value_text(value, key):
+                    self._values_moved.add((h.index, key))
+                series.append(value)
         self._pushes += 1
-        self._advance()
-        self._refresh_head()
+        self._refresh_head(self._advance())
+        self._values_moved.clear()
 
-    def _advance(self) -> None:
-        """Move the kept grids on by this push: the newest samples' column."""
+    def _advance(self) -> dict[str, set[int]] | None:
+        """Move the kept grids on by this push: the newest samples' column. Returns, per metric, the pane rows (from
+        0, below the header) whose cell in that column changed, or ``None`` where the grids were not kept and the
+        whole column must be repainted."""
         pushes, width, rows, power_top = self._grid_at
         if not self._grids:
-            return
+            return None
         if (pushes + 1, width, rows, power_top) != (self._pushes, self.strip_width(), self.rows, self._power_top):
             self._grids.clear()  # a push missed, a new size or a new power top: redrawn from the samples when drawn
-            return
+            return None
         if width > KEEP:
             # A strip wider than the samples kept (a terminal ~1830 cells wide) blanks the column of the sample that
             # fell out of the deque, which the grid would keep: swept from the samples instead.
             self._grids.clear()
-            return
+            return None
         head = (self._pushes - 1) % width
+        place = {index: pos * rows for pos, index in enumerate(self._gpus)}
+        moved: dict[str, set[int]] = {name: set() for name, _ in METRICS}
         for (index, name), grid in self._grids.items():
             values = self._series.get((index, name))
             value = values[-1] if values else None
             scale = self._power_top if name == "power" else 100.0
             for row, chars in enumerate(grid):
-                chars[head] = cell(value, scale, rows, row)
+                new = cell(value, scale, rows, row)
+                if chars[head] != new:
+                    chars[head] = new
+                    moved[name].add(place.get(index, 0) + row)
         self._grid_at = (self._pushes, width, rows, power_top)
+        return moved
 
     def _grid(self, index: int, name: str, width: int, rows: int) -> list[list[str]]:
         """The rows of one strip as characters, for the current pushes, width, rows and power top."""
@@ -194,7 +224,11 @@ class GpuHistory(Widget):
             self._grids[(index, name)] = grid
         return grid
 
-    def _refresh_head(self) -> None:
+    def _refresh_head(self, moved: dict[str, set[int]] | None) -> None:
+        """Repaint what this push changed: the new column's cells that differ from the last sweep's (``moved``; all
+        of it when ``None``), the values whose text changed, and the axis's "now" cells. A line with no changed cell
+        is not rendered again: on an idle GPU a tick re-rendered the pane's seven lines for the two axis cells that
+        moved, as much of the dashboard's frame as the rest of it (issue 53, session 25)."""
         if not self.size.width or self._pushes < 2 or self._power_top_changed:
             # A new highest power rescales every power cell: repaint all (rare: the top only grows).
             self._power_top_changed = False
@@ -203,14 +237,21 @@ class GpuHistory(Widget):
         width = self.strip_width()
         head = (self._pushes - 1) % width
         before = (head - 1) % width
-        rows = len(self._gpus) * self.rows
+        per_gpu = self.rows
+        rows = len(self._gpus) * per_gpu
         left, top = 0, 1  # content coordinates (Textual adds the border); line 0 is the header
         regions: list[Region] = []
-        for block in range(len(METRICS)):
+        for block, (name, _style) in enumerate(METRICS):
             x = left + LABEL + block * (width + VALUE + 1)
-            # The new sample's column, the value, and the axis's "now" cell: the new one and the one it leaves.
-            regions.append(Region(x + head, top, 1, rows))
-            regions.append(Region(x + width, top, VALUE, rows))
+            if moved is None:
+                regions.append(Region(x + head, top, 1, rows))
+            else:
+                regions.extend(Region(x + head, top + y, 1, n) for y, n in _runs(moved[name]))
+            # A value sits on its GPU's last row.
+            for pos, index in enumerate(self._gpus):
+                if (index, name) in self._values_moved:
+                    regions.append(Region(x + width, top + pos * per_gpu + per_gpu - 1, VALUE, 1))
+            # The axis's "now" cell: the new one and the one it leaves.
             regions.append(Region(x + head, top + rows, 1, 1))
             regions.append(Region(x + before, top + rows, 1, 1))
         self.refresh(*regions)
@@ -288,9 +329,7 @@ class GpuHistory(Widget):
             for name, style in METRICS:
                 values = self._series.get((index, name), ())
                 line.append(Segment("".join(self._grid(index, name, width, rows)[row]), _PLAIN[style]))
-                last = values[-1] if values else None
-                unit = "W" if name == "power" else "%"
-                value = ("   N/A" if last is None else f"{last:5.0f}{unit}") if row == rows - 1 else ""
+                value = value_text(values[-1] if values else None, name) if row == rows - 1 else ""
                 line.append(Segment(value.ljust(VALUE) + " "))
             return line
         if y == len(self._gpus) * rows + 1:

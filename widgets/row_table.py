@@ -32,7 +32,6 @@ def _plain(cell: object) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
-
 class RowTable(ScrollView, can_focus=True):
     """Rows are keyed (``gpu-3``); :meth:`show` takes all rows each tick and repaints the changed ones.
 
@@ -110,6 +109,8 @@ class RowTable(ScrollView, can_focus=True):
         """Shown under the header while there are no rows: what would fill the table, and how."""
         self.rebuilds = 0
         """How many times the set or order of rows changed (tests assert it stays flat tick after tick)."""
+        self._border_row_only = False
+        """Set while :meth:`set_subtitle` assigns: the descriptor's ``refresh()`` then repaints the bottom row only."""
 
     # -- data --------------------------------------------------------------------------------------------------------
     @property
@@ -136,7 +137,11 @@ class RowTable(ScrollView, can_focus=True):
             self._widths = [cell_len(label) for _, label in self.COLUMNS]
             self._lines.clear()
             self._grow(self._rows.values())
-            self.cursor_row = keys.index(selected) if selected is not None and selected in rows else min(self.cursor_row, max(0, len(keys) - 1))
+            self.cursor_row = (
+                keys.index(selected)
+                if selected is not None and selected in rows
+                else min(self.cursor_row, max(0, len(keys) - 1))
+            )
             self._resize()
             self.refresh()
             return
@@ -209,6 +214,30 @@ class RowTable(ScrollView, can_focus=True):
         if size != self.virtual_size:
             self.virtual_size = size
             self.refresh(layout=True)
+
+    def set_subtitle(self, text: str) -> None:
+        """Put ``text`` in the bottom border, repainting that row and no other.
+
+        Textual's ``border_subtitle`` descriptor refreshes the whole widget: the Processes pane's "read HH:MM:SSZ"
+        stamp, new every 3 s, re-rendered all its lines (26 at 200x50) through the styles cache for the twenty cells
+        that changed: on an idle GPU that was as much of the dashboard's frame as the history (docs/benchmarks.md,
+        issue 53 session 25)."""
+        if (self.border_subtitle or "") == text:
+            return
+        self._border_row_only = True
+        try:
+            self.border_subtitle = text  # the descriptor stores it, then calls refresh() below
+        finally:
+            self._border_row_only = False
+
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
+    ) -> RowTable:
+        if self._border_row_only and not regions and not layout and not recompose:
+            # Regions are in content coordinates: the bottom border is the outer box's last row.
+            outer, offset = self.outer_size, self.content_offset
+            regions = (Region(-offset.x, outer.height - 1 - offset.y, outer.width, 1),)
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     # -- drawing -----------------------------------------------------------------------------------------------------
     def notify_style_update(self) -> None:

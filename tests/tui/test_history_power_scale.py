@@ -122,3 +122,40 @@ async def test_a_gpu_held_at_full_load_changes_no_strip_cell_and_the_axis_marks_
         assert [s.text.count(NOW_MARK) for s in chart.render_line(rows + 1) if NOW_MARK in s.text] == [1, 1, 1]
         assert lit == [4 + block * (width + 7) + head for block in range(3)]
         assert f"util ({width}s per sweep)" in _text(chart, 0)
+
+
+async def test_a_push_repaints_only_the_cells_it_changed_and_the_screen_reads_as_a_fresh_draw() -> None:
+    """Issue 53 (session 25): a push marks dirty only the new column's cells that differ from the last sweep's, the
+    values whose text moved and the axis's "now" cells, so an idle GPU's tick renders the axis line and no strip line.
+    What the styles cache keeps for the lines left alone must still be what a fresh draw gives, push after push."""
+    import random
+
+    from textual.geometry import Region
+
+    rng = random.Random(25)
+    app = _One()
+    async with app.run_test(size=(120, 16)) as pilot:
+        chart = app.query_one(GpuHistory)
+
+        def screen_text(y: int) -> str:  # through the styles cache: a line not marked dirty is its kept strip
+            return "".join(s.text for s in chart.render_lines(Region(0, y, chart.size.width, 1))[0])
+
+        for step in range(90):
+            held = step >= 40  # the last 50 pushes hold one value: an idle GPU
+            util = 3.0 if held else rng.choice((None, 0.0, rng.random() * 100))
+            chart.push([PipelineHistory(i, (util,), (10.0,), (78.0 if held else rng.random() * 600,)) for i in (0, 1)],
+                       1.0, [700.0, 700.0])  # fmt: skip
+            await pilot.pause()
+            for y in range(chart.size.height):
+                assert screen_text(y) == _text(chart, y), (step, y)
+        width = chart.strip_width()
+        assert 50 > width + 1  # a whole sweep of the held value is on screen
+        chart.push([PipelineHistory(i, (3.0,), (10.0,), (78.0,)) for i in (0, 1)], 1.0, [700.0, 700.0])
+        axis = 1 + 2 * chart.rows
+        assert {r.y for r in chart._repaint_regions} == {axis}  # the two "now" cells per strip, nothing above
+        chart.push([PipelineHistory(i, (3.0,), (10.0,), (80.0 if i else 78.0,)) for i in (0, 1)], 1.0, [700.0, 700.0])
+        dirty = {(r.y, r.x) for r in chart._repaint_regions if r.y != axis}
+        assert dirty == {(2 * chart.rows, 4 + 2 * (width + 7) + width)}  # GPU 1's power value, on its last row
+        await pilot.pause()
+        for y in range(chart.size.height):
+            assert screen_text(y) == _text(chart, y), y

@@ -139,3 +139,31 @@ async def test_text_pane_repaints_lines_that_moved_or_restyled() -> None:
         seen.clear()
         pane.view = (Text(long), Text("b", style="red"), Text("c"))
         assert seen == []
+
+
+class BorderedApp(App[None]):
+    CSS = "Table { height: 8; border: round white; }"
+
+    def compose(self) -> ComposeResult:
+        yield Table(id="t")
+
+
+async def test_a_new_subtitle_repaints_the_bottom_border_row_only() -> None:
+    """Issue 53 (session 25): the Processes pane's "read HH:MM:SSZ" stamp changes every 3 s. Textual's
+    ``border_subtitle`` refreshes the whole widget (every line rendered again for the stamp's cells);
+    :meth:`RowTable.set_subtitle` marks the bottom border row only, and the screen shows the new subtitle."""
+    app = BorderedApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(Table)
+        table.show(rows(4))
+        table.set_subtitle("read 10:00:00Z")
+        await pilot.pause()
+        assert table.border_subtitle == "read 10:00:00Z"
+        table.set_subtitle("read 10:00:03Z")
+        outer = table.outer_size
+        assert table._repaint_regions == {Region(0, outer.height - 1, outer.width, 1)}
+        await pilot.pause()
+        bottom = table.render_lines(Region(0, outer.height - 1, outer.width, 1))[0]  # through the styles cache
+        assert "read 10:00:03Z" in "".join(s.text for s in bottom)
+        table.set_subtitle("read 10:00:03Z")  # unchanged: nothing marked
+        assert not table._repaint_regions

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar, overload
 
 from textual import on
 from textual.app import ComposeResult
@@ -94,6 +94,9 @@ class Header:
     poll_error: str | None = None
 
 
+_W = TypeVar("_W", bound=Widget)
+
+
 class DashboardScreen(Screen[None]):
     """Holds the panes; :meth:`apply` draws one frame."""
 
@@ -124,6 +127,8 @@ class DashboardScreen(Screen[None]):
         """The folded pane the tab slot shows (its key or tab picked it)."""
         self.plan = Plan()
         self._plan_inputs: tuple[object, ...] | None = None
+        self._found: dict[str, Widget] = {}
+        """Selector -> widget, for :meth:`_one`."""
         """What :attr:`plan` was made from (``tui.layout_fit.signature`` per pane): the same again keeps it."""
         self._last_key: str | None = None
         self.show_gbps = False
@@ -176,19 +181,19 @@ class DashboardScreen(Screen[None]):
         self._select("gpus")
         # Keep a widget focused: with focus on nothing, each Footer recompose prunes nodes, which resets focus,
         # which refreshes bindings, which recomposes the Footer again (a loop that cost ~1% CPU when idle).
-        self.query_one("#pane-gpus").focus()
+        self._one("#pane-gpus").focus()
         # After the first refresh every pane has composed its own children.
         self.call_after_refresh(self._all_composed)
 
     def _all_composed(self) -> None:
         # The log pane titles itself on mount; put the numbered title back.
-        self.query_one("#pane-logs").border_title = TITLES["logs"]
-        procs = self.query_one("#pane-procs", ProcessesTable)
+        self._one("#pane-logs").border_title = TITLES["logs"]
+        procs = self._one("#pane-procs", ProcessesTable)
         procs.readonly = self.controller.readonly
         procs.set_empty_text(NO_PROCESSES)
-        procs.border_subtitle = procs.sort_label
-        self.query_one("#pane-workers", WorkersTable).set_empty_text(no_workers_text(self.config_path))
-        self._tick_widgets = tuple(self.query_one(f"#{name}") for name in TICK_WIDGETS)
+        procs.set_subtitle(procs.sort_label)
+        self._one("#pane-workers", WorkersTable).set_empty_text(no_workers_text(self.config_path))
+        self._tick_widgets = tuple(self._one(f"#{name}") for name in TICK_WIDGETS)
         self._composed = True
         self.relayout()
         early, self._early = self._early, []
@@ -202,19 +207,33 @@ class DashboardScreen(Screen[None]):
         return bool(self.plan.folded)
 
     def _panes(self) -> dict[str, Widget]:
-        return {key: self.query_one(f"#pane-{key}") for key, _ in PANES}
+        return {key: self._one(f"#pane-{key}") for key, _ in PANES}
+
+    @overload
+    def _one(self, selector: str) -> Widget: ...
+    @overload
+    def _one(self, selector: str, kind: type[_W]) -> _W: ...
+    def _one(self, selector: str, kind: type[Widget] = Widget) -> Widget:
+        """``query_one``, looked up once: the panes are composed once and stay; a query walks the DOM (~5 us on the
+        dev VM) and a frame made 27 of them (issue 53, session 25). A widget no longer attached is looked up again."""
+        widget = self._found.get(selector)
+        if widget is None or not widget.is_attached:
+            widget = self._found[selector] = self.query_one(selector)
+        if not isinstance(widget, kind):
+            raise TypeError(f"{selector} is a {type(widget).__name__}, not a {kind.__name__}")
+        return widget
 
     def relayout(self) -> None:
         """Plan where the panes go for the body's size and what they hold now, and place them (a no-op when the plan
         is the one in place)."""
         if not self._composed:
             return
-        body = self.query_one("#body", PaneBody)
+        body = self._one("#body", PaneBody)
         width, height = body.size
         if not width or not height:
             return
         panes = self._panes()
-        widths = layout_fit.widths(self.query_one("#pane-gpus", GpuTable), self.query_one("#pane-topo", TopoMatrix))
+        widths = layout_fit.widths(self._one("#pane-gpus", GpuTable), self._one("#pane-topo", TopoMatrix))
         # The plan is a function of these: when none moved (most frames), it is the one in place.
         inputs = (width, height, widths, self.zoomed, self.picked, tuple(map(layout_fit.signature, panes.values())))
         if inputs == self._plan_inputs:
@@ -232,14 +251,14 @@ class DashboardScreen(Screen[None]):
         if new == self.plan:
             return
         self.plan = new
-        layout_fit.apply(body, panes, self.query_one("#tabs", Tabs), new)
+        layout_fit.apply(body, panes, self._one("#tabs", Tabs), new)
         focused = self.focused
         if focused is None or not focused.display or (focused.parent is not None and not focused.parent.display):
             self._focus_shown()
 
     def _focus_shown(self) -> None:
         for key in (self.active_pane, *self.plan.shown):
-            pane = self.query_one(f"#pane-{key}")
+            pane = self._one(f"#pane-{key}")
             if key in self.plan.rects and pane.focusable:
                 pane.focus()
                 return
@@ -247,7 +266,7 @@ class DashboardScreen(Screen[None]):
     def _select(self, key: str) -> None:
         self.active_pane = key
         for pane_key, _ in PANES:
-            self.query_one(f"#pane-{pane_key}").set_class(pane_key == key, "active")
+            self._one(f"#pane-{pane_key}").set_class(pane_key == key, "active")
         if key in self.plan.folded:
             self.picked = key
             self.relayout()
@@ -264,14 +283,14 @@ class DashboardScreen(Screen[None]):
         self._select(key)
         self._title_zoom()
         self.relayout()
-        pane = self.query_one(f"#pane-{key}")
+        pane = self._one(f"#pane-{key}")
         if pane.focusable:
             pane.focus()
         else:
             pane.scroll_visible()
 
     def _pane_has_focus(self, key: str) -> bool:
-        pane = self.query_one(f"#pane-{key}")
+        pane = self._one(f"#pane-{key}")
         focused = self.focused
         return not pane.focusable or (focused is not None and (focused is pane or pane in focused.ancestors))
 
@@ -294,7 +313,7 @@ class DashboardScreen(Screen[None]):
 
     @on(Tabs.TabActivated, "#tabs")
     def _tab(self, event: Tabs.TabActivated) -> None:
-        if event.tab.id != self.query_one("#tabs", Tabs).active:
+        if event.tab.id != self._one("#tabs", Tabs).active:
             return  # an activation the layout made, overtaken since: not the user's pick
         key = (event.tab.id or "").removeprefix("tab-")
         if key in self.plan.folded and key != self.plan.slot_pane:
@@ -317,7 +336,7 @@ class DashboardScreen(Screen[None]):
 
     def _ui(self) -> UiState:
         h = self._header
-        procs = self.query_one("#pane-procs", ProcessesTable)
+        procs = self._one("#pane-procs", ProcessesTable)
         return UiState(
             now=h.now, interval=h.interval, readonly=h.readonly, paused=h.paused, poll_error=h.poll_error,
             show_gbps=self.show_gbps, show_traffic=self.show_traffic, filter_term=self.filter_term,
@@ -331,22 +350,22 @@ class DashboardScreen(Screen[None]):
         view = self.view = DashboardView.of(frame, self._ui(), old)
         if old is None or view.status != old.status:
             # Fixed one-line bar: no layout pass (a layout pass repaints every scrollbar on screen).
-            self.query_one("#status", Static).update(view.status, layout=False)
+            self._one("#status", Static).update(view.status, layout=False)
         # The clock has its own 10 cells: a tick repaints those, not the 200-cell bar.
-        self.query_one("#clock", LineLabel).set_text(view.clock)
+        self._one("#clock", LineLabel).set_text(view.clock)
         for pane in ("#pane-gpus", "#pane-workers"):
-            widget = self.query_one(pane)
+            widget = self._one(pane)
             if (widget.border_subtitle or "") != view.filter_note:
                 widget.border_subtitle = view.filter_note
-        self.query_one("#pane-gpus", GpuTable).show(view.gpus)
+        self._one("#pane-gpus", GpuTable).show(view.gpus)
         if old is None or view.history is not old.history:
             h = view.history
-            self.query_one("#pane-history", GpuHistory).push(h.history, h.interval, h.power_caps)
-        self.query_one("#pane-topo", TopoMatrix).view = view.topo
-        self.query_one("#pane-groups", TextPane).view = view.groups
-        self.query_one("#pane-numa", TextPane).view = view.numa
+            self._one("#pane-history", GpuHistory).push(h.history, h.interval, h.power_caps)
+        self._one("#pane-topo", TopoMatrix).view = view.topo
+        self._one("#pane-groups", TextPane).view = view.groups
+        self._one("#pane-numa", TextPane).view = view.numa
         self._show_workers(view)
-        logs = self.query_one("#pane-logs", LogTailPane)
+        logs = self._one("#pane-logs", LogTailPane)
         if (old is None or view.logs is not old.logs) and (view.logs.update is not None or view.logs.kernel):
             logs.show_update(view.logs.update, view.logs.kernel)
         # With nothing in the Logs pane, the Processes pane takes its room.
@@ -356,10 +375,9 @@ class DashboardScreen(Screen[None]):
         note = view.logs.empty_note
         if note is not None and logs.summary_text != note:  # an update is a layout pass: a full repaint
             logs.set_summary(note)
-        procs = self.query_one("#pane-procs", ProcessesTable)
+        procs = self._one("#pane-procs", ProcessesTable)
         subtitle = procs.sort_label + view.procs_note
-        if procs.border_subtitle != subtitle:  # each assignment redraws the border
-            procs.border_subtitle = subtitle
+        procs.set_subtitle(subtitle)
         if old is None or view.processes is not old.processes:
             procs.show(view.processes)
 
@@ -370,7 +388,7 @@ class DashboardScreen(Screen[None]):
 
     def _show_workers(self, view: DashboardView) -> None:
         before = self.selected_worker()
-        self.query_one("#pane-workers", WorkersTable).show(view.workers)
+        self._one("#pane-workers", WorkersTable).show(view.workers)
         if self.selected_worker() != before:
             self.refresh_bindings()  # control keys are enabled only with a selected worker
 
@@ -386,7 +404,7 @@ class DashboardScreen(Screen[None]):
     # -- / filter and : command mode -------------------------------------------------------------------------------
     def open_filter(self) -> None:
         self._focus_before = self.focused
-        bar = self.query_one("#filter", FilterBar)
+        bar = self._one("#filter", FilterBar)
         bar.value = self.filter_term
         bar.open()
 
@@ -400,7 +418,7 @@ class DashboardScreen(Screen[None]):
     def open_command(self) -> None:
         self._focus_before = self.focused
         workers = [w.name for w in self.last_frame.workers] if self.last_frame else []
-        self.query_one("#command", CommandBar).open(workers)
+        self._one("#command", CommandBar).open(workers)
 
     @on(CommandBar.Run)
     def _run_command(self, event: CommandBar.Run) -> None:
@@ -414,7 +432,7 @@ class DashboardScreen(Screen[None]):
         # Keep a pane focused (see on_mount): back to where the prompt was opened from.
         target = self._focus_before
         if target is None or not target.is_attached or isinstance(target, (FilterBar, Input)):
-            target = self.query_one("#pane-gpus")
+            target = self._one("#pane-gpus")
         target.focus()
 
     def on_screen_resume(self) -> None:
@@ -433,7 +451,7 @@ class DashboardScreen(Screen[None]):
         self.controller.signal(find_row(self.last_frame, event.key))
 
     def selected_worker(self) -> str | None:
-        key = self.query_one("#pane-workers", WorkersTable).selected_key()
+        key = self._one("#pane-workers", WorkersTable).selected_key()
         return None if key is None else worker_key(key)
 
     @on(WorkersTable.ToggleEngines, "#pane-workers")
