@@ -7,11 +7,12 @@
 #          initialised, nvitop, this tree's viewer + its serve. Same windows, same card: the ratios of the idle rise.
 #   tidle / tbusy: bench/tui_cpu.py interleaved runs of this tree (in-process, viewer + serve), nvitop and the
 #          floors: the terminal bytes and the RSS that side_by_side does not read.
+#   pidle / pbusy: bench/pty_profile.py, py-spy's raw stacks of this tree's in-process dashboard (py-spy from tmp/whl).
 #   usage: STEPS="sidle sbusy" W=6 SECS=20 bash bench/gpu_round3_run.sh
 set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site tmp/whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 LOG=$OUT/log.txt C=/tmp/none.toml
 touch $C
 want() { [[ " ${STEPS:-sidle sbusy} " == *" $1 "* ]]; }
@@ -27,10 +28,14 @@ load_stop() { kill $LOADPID $SECONDPID 2>/dev/null; wait $LOADPID $SECONDPID 2>/
 inproc() { echo "python3 -P -m tui --no-attach --readonly --backend nvml --interval 1 --state-dir /tmp/ip-$1 --config $C"; }
 sbs() {
   step sbs-$1
+  # OLDS="label:DIR ...": earlier trees' in-process dashboards in the same windows (git archive REV amdtop tui widgets)
+  local olds=() o
+  for o in ${OLDS:-6ebcbc7:tmp/old14 6c9c014:tmp/old21}; do
+    olds+=(--run "in-process-${o%%:*}" nvml "env PYTHONPATH=/tmp/site:$PWD/${o#*:} $(inproc ${o%%:*}-$1)")
+  done
   python3 bench/side_by_side.py --windows "${W:-6}" --seconds "${SECS:-20}" --threads --json --pin "${PIN:-1,3,5,7,9,11,13,15}" \
     --run in-process nvml "$(inproc new-$1)" \
-    --run in-process-6ebcbc7 nvml "env PYTHONPATH=/tmp/site:$PWD/tmp/old14 $(inproc o14-$1)" \
-    --run in-process-6c9c014 nvml "env PYTHONPATH=/tmp/site:$PWD/tmp/old21 $(inproc o21-$1)" \
+    "${olds[@]}" \
     --run floor backend "python3 bench/textual_floor.py" \
     --run floor+nvml backend "env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py" \
     --run nvitop "${NVMARK:-NVIDIA}" "python3 -m nvitop --interval 1" \
@@ -53,10 +58,16 @@ tui() {
 }
 if want sidle; then sbs idle 1; fi
 if want tidle; then tui idle 1; fi
-if want sbusy || want tbusy; then
+prof() {  # PROF=1: py-spy's raw stacks of the in-process dashboard (which thread spends the extra, on what)
+  step prof-$1
+  python3 bench/pty_profile.py --out $OUT/prof_$1.raw --seconds "${PSECS:-40}" -- $(inproc prof-$1) 2>>$LOG
+}
+if want pidle; then prof idle; fi
+if want sbusy || want tbusy || want pbusy; then
   load_start 900
   if want sbusy; then sbs busy 2; fi
   if want tbusy; then tui busy 2; fi
+  if want pbusy; then prof busy; fi
   load_stop
 fi
 step done
