@@ -166,7 +166,7 @@ def numa_balancing_enabled(proc: Path = PROC) -> bool | None:
 def thread_ids(pid: int, proc: Path = PROC) -> list[int]:
     """The threads of ``pid`` (``/proc/PID/task``); empty when it is gone."""
     try:
-        return [int(tid) for tid in os.listdir(proc / str(pid) / "task")]
+        return [int(tid) for tid in os.listdir(f"{proc}/{pid}/task")]
     except OSError:
         return []
 
@@ -175,23 +175,23 @@ def children(pid: int, proc: Path = PROC) -> list[int]:
     """Direct children of ``pid`` from ``/proc/PID/task/*/children`` (each thread lists the children it forked).
 
     Why not psutil: ``Process.children()`` builds a parent map of every process on the host, a cost that grows with
-    the host's process count (bench/proc_walk.py); these files cost one read per thread of the parent.
+    the host's process count (bench/proc_walk.py); these files cost one read per thread of the parent, through
+    :func:`read_proc_bytes` on a str path (a ``Path`` built per thread was a third of the walk, issue 53 session 25).
     """
     out: list[int] = []
-    task = proc / str(pid) / "task"
     for tid in thread_ids(pid, proc):
         try:
-            text = read_text(task / str(tid) / "children")
+            raw = read_proc_bytes(pid, f"task/{tid}/children", proc)
         except OSError:
             continue
-        out.extend(int(part) for part in text.split())
+        out.extend(int(part) for part in raw.split())
     return out
 
 
 def descendants(roots: set[int], proc: Path = PROC) -> set[int]:
     """``roots`` that are alive plus every process below them."""
     out: set[int] = set()
-    stack = [p for p in roots if (proc / str(p)).exists()]
+    stack = [p for p in roots if os.path.exists(f"{proc}/{p}")]
     while stack:
         pid = stack.pop()
         if pid in out:

@@ -192,20 +192,33 @@ def vllm_family(seeds: Iterable[int], proc_root: Path = PROC) -> set[int]:
     """The process trees of the vLLM servers that ``seeds`` (GPU processes, known server pids) belong to.
 
     A ``VLLM::`` seed (EngineCore, a TP worker) is walked up through its ``VLLM::`` parents to the first other one,
-    the API server; any other seed stands for itself. The trees under those tops are taken: the cost follows the
-    watched servers, not the host's process count (a seed's launcher, a shell with thousands of children, is never
-    walked).
+    the API server; any other seed stands for itself, if its command line names vLLM or SGLang at all. The trees under
+    those tops are taken: the cost follows the watched servers, not the host's process count (a seed's launcher, a
+    shell with thousands of children, is never walked).
+
+    A GPU process that names neither (a training job, a benchmark) is not walked: a server's engines below it would
+    be GPU processes (or found servers' pids) themselves, walked up from there. Walking such a process read a file
+    per thread of it every 3 s, a fifth of a busy GPU's tick (issue 53, session 25).
     """
     tops: set[int] = set()
     for seed in seeds:
+        cmd = read_cmdline(seed, proc_root)
         top = seed
-        if _title(read_cmdline(seed, proc_root)).startswith(_ENGINE_TITLES):
+        if _title(cmd).startswith(_ENGINE_TITLES):
             for parent in ancestors(seed, proc_root):
                 top = parent
                 if not _title(read_cmdline(parent, proc_root)).startswith(_ENGINE_TITLES):
                     break
+        elif not _names_a_server(cmd):
+            continue
         tops.add(top)
     return descendants(tops, proc_root)
+
+
+def _names_a_server(cmdline: tuple[str, ...]) -> bool:
+    """Whether a command line could be a vLLM or SGLang server's (``vllm serve``, ``python -m vllm.entrypoints...``,
+    ``python -m sglang.launch_server``): a superset, a false match costs a walk."""
+    return any("vllm" in part.lower() or "sglang" in part.lower() for part in cmdline)
 
 
 class VllmDiscovery:

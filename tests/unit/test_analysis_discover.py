@@ -49,3 +49,30 @@ def test_gpus_from_process_lists_then_default_ranks(tmp_path: Path) -> None:
 def test_nothing_found_without_vllm(tmp_path: Path) -> None:
     proc(tmp_path, 1, 0, ["/sbin/init"])
     assert discover_vllm(tmp_path) == []
+
+
+def _children(root: Path, pid: int, kids: list[int]) -> None:
+    """``/proc/PID/task/PID/children``, as the kernel lists a process's children per thread."""
+    task = root / str(pid) / "task" / str(pid)
+    task.mkdir(parents=True)
+    (task / "children").write_text("".join(f"{k} " for k in kids))
+
+
+def test_a_gpu_process_that_names_no_server_is_not_walked(tmp_path: Path) -> None:
+    """Issue 53 (session 25): the family of the GPU processes is walked to find servers' non-GPU members. A GPU
+    process whose command line names neither vLLM nor SGLang (a training job, a benchmark: torch with dozens of
+    threads, a file read per thread) is not walked; an engine still walks up to its API server and takes its tree."""
+    from amdtop.analysis.discover import vllm_family
+
+    tp2_tree(tmp_path)
+    _children(tmp_path, 18967, [19018, 19019])
+    _children(tmp_path, 19019, [19061, 19062])
+    for pid in (19018, 19061, 19062):
+        _children(tmp_path, pid, [])
+    proc(tmp_path, 501, 500, ["/usr/bin/python3", "-c", "worker"])
+    _children(tmp_path, 500, [501])
+    _children(tmp_path, 501, [])
+    server = {18967, 19018, 19019, 19061, 19062}
+    assert vllm_family({19061, 500}, tmp_path) == server
+    assert vllm_family({500}, tmp_path) == set()
+    assert vllm_family({18967}, tmp_path) == server  # `vllm serve` itself (a found server's lead) is walked
