@@ -58,7 +58,11 @@ def test_snapshot_lists_amdtop_own_running_workers(tmp_path: Path) -> None:
         "--state-dir",
         str(tmp_path / "st"),
     ]
-    subprocess.run([*base, "workers", "launch", "sim-a", "--wait", "--timeout", "60"], check=True, capture_output=True)
+    # --force: the launch gate reads the whole host, and beside this test the parallel suite runs stand-in vLLM and
+    # SGLang servers that it may read as leftovers on GPUs 0-1 (it refused this launch once, session 25); the gate
+    # has its own tests, this one is about the snapshot.
+    launch = [*base, "workers", "launch", "sim-a", "--wait", "--timeout", "60", "--force"]
+    subprocess.run(launch, check=True, capture_output=True)
     try:
         out = subprocess.run([*base, "snapshot", "--json"], check=True, capture_output=True, text=True)
         workers = json.loads(out.stdout)["workers"]
