@@ -28,18 +28,17 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(cpus)))
 
 
+def runs(values: Iterable[int]) -> list[tuple[int, int]]:
+    """``values`` as sorted (first, last) runs of consecutive integers: ``(0, 1, 2, 5)`` gives ``[(0, 2), (5, 5)]``."""
+    out: list[tuple[int, int]] = []
+    for value in sorted(set(values)):
+        if out and out[-1][1] + 1 == value:
+            out[-1] = (out[-1][0], value)
+        else:
+            out.append((value, value))
+    return out
+
+
 def format_cpulist(cpus: Iterable[int]) -> str:
     """Format CPUs as a compact cpulist: ``(0, 1, 2, 5)`` gives ``0-2,5``."""
-    ordered = sorted(set(cpus))
-    if not ordered:
-        return ""
-    parts: list[str] = []
-    start = prev = ordered[0]
-    for cpu in ordered[1:]:
-        if cpu == prev + 1:
-            prev = cpu
-            continue
-        parts.append(f"{start}-{prev}" if prev != start else str(start))
-        start = prev = cpu
-    parts.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(parts)
+    return ",".join(f"{first}-{last}" if last != first else str(first) for first, last in runs(cpus))

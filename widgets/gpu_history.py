@@ -12,6 +12,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from amdtop.cpulist import runs
 from amdtop.pipeline.frame import GpuHistory as PipelineHistory
 from amdtop.pipeline.series import newest
 
@@ -89,17 +90,6 @@ def value_text(value: float | None, metric: str) -> str:
     return "   N/A" if value is None else f"{value:5.0f}{'W' if metric == 'power' else '%'}"
 
 
-def _runs(rows: set[int]) -> list[tuple[int, int]]:
-    """``rows`` as (first, count) runs of consecutive rows: one region each."""
-    runs: list[tuple[int, int]] = []
-    for y in sorted(rows):
-        if runs and runs[-1][0] + runs[-1][1] == y:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((y, 1))
-    return runs
-
-
 def rows_per_gpu(gpus: int) -> int:
     """Most lines a GPU's strips may take: few GPUs get taller charts (one GPU: six lines), eight get one each."""
     return max(1, min(6, 12 // max(1, gpus)))
@@ -139,8 +129,8 @@ class GpuHistory(Widget):
         self._base: Style | None = None
         self._styled: dict[Style | None, Style] = {}
         self._grids: dict[tuple[int, str], list[list[str]]] = {}
-        """Per GPU and metric, the characters of its strip's rows as drawn: a push writes the new column and the gap
-        after it (:meth:`_advance`), instead of every row of every strip being swept again from the samples (18 strips
+        """Per GPU and metric, the characters of its strip's rows as drawn: a push writes the new column
+        (:meth:`_advance`), instead of every row of every strip being swept again from the samples (18 strips
         of ~30 samples for one GPU, a third of a millisecond a frame on the dev VM)."""
         self._values_moved: set[tuple[int, str]] = set()
         """(GPU, metric) whose shown value this push changed."""
@@ -182,8 +172,8 @@ class GpuHistory(Widget):
 
     def _advance(self) -> dict[str, set[int]] | None:
         """Move the kept grids on by this push: the newest samples' column. Returns, per metric, the pane rows (from
-        0, below the header) whose cell in that column changed, or ``None`` where the grids were not kept and the
-        whole column must be repainted."""
+        0, below the header) whose cell in that column changed (a strip not drawn since the grids were last swept: all
+        its rows), or ``None`` where the grids were not kept and the whole column must be repainted."""
         pushes, width, rows, power_top = self._grid_at
         if not self._grids:
             return None
@@ -196,17 +186,21 @@ class GpuHistory(Widget):
             self._grids.clear()
             return None
         head = (self._pushes - 1) % width
-        place = {index: pos * rows for pos, index in enumerate(self._gpus)}
         moved: dict[str, set[int]] = {name: set() for name, _ in METRICS}
-        for (index, name), grid in self._grids.items():
-            values = self._series.get((index, name))
-            value = values[-1] if values else None
-            scale = self._power_top if name == "power" else 100.0
-            for row, chars in enumerate(grid):
-                new = cell(value, scale, rows, row)
-                if chars[head] != new:
-                    chars[head] = new
-                    moved[name].add(place.get(index, 0) + row)
+        for pos, index in enumerate(self._gpus):
+            for name, _style in METRICS:
+                grid = self._grids.get((index, name))
+                if grid is None:  # not drawn since the grids were last swept: its whole column
+                    moved[name].update(range(pos * rows, pos * rows + rows))
+                    continue
+                values = self._series.get((index, name))
+                value = values[-1] if values else None
+                scale = self._power_top if name == "power" else 100.0
+                for row, chars in enumerate(grid):
+                    new = cell(value, scale, rows, row)
+                    if chars[head] != new:
+                        chars[head] = new
+                        moved[name].add(pos * rows + row)
         self._grid_at = (self._pushes, width, rows, power_top)
         return moved
 
@@ -246,7 +240,7 @@ class GpuHistory(Widget):
             if moved is None:
                 regions.append(Region(x + head, top, 1, rows))
             else:
-                regions.extend(Region(x + head, top + y, 1, n) for y, n in _runs(moved[name]))
+                regions.extend(Region(x + head, top + y, 1, last - y + 1) for y, last in runs(moved[name]))
             # A value sits on its GPU's last row.
             for pos, index in enumerate(self._gpus):
                 if (index, name) in self._values_moved:

@@ -188,20 +188,23 @@ def _server(
     )
 
 
-def vllm_family(seeds: Iterable[int], proc_root: Path = PROC) -> set[int]:
-    """The process trees of the vLLM servers that ``seeds`` (GPU processes, known server pids) belong to.
+def vllm_family(seeds: Iterable[int], proc_root: Path = PROC, servers: Iterable[int] = ()) -> set[int]:
+    """The process trees of the vLLM servers that ``seeds`` (GPU processes) and ``servers`` (pids known to be a
+    server's: a found server's, the listener on a server's port) belong to.
 
-    A ``VLLM::`` seed (EngineCore, a TP worker) is walked up through its ``VLLM::`` parents to the first other one,
-    the API server; any other seed stands for itself, if its command line names vLLM or SGLang at all. The trees under
-    those tops are taken: the cost follows the watched servers, not the host's process count (a seed's launcher, a
-    shell with thousands of children, is never walked).
+    A ``VLLM::`` pid (EngineCore, a TP worker) is walked up through its ``VLLM::`` parents to the first other one, the
+    API server. Any other of ``servers`` stands for itself; any other seed too, if its command line names vLLM or
+    SGLang at all. The trees under those tops are taken: the cost follows the watched servers, not the host's process
+    count (a seed's launcher, a shell with thousands of children, is never walked).
 
     A GPU process that names neither (a training job, a benchmark) is not walked: a server's engines below it would
     be GPU processes (or found servers' pids) themselves, walked up from there. Walking such a process read a file
-    per thread of it every 3 s, a fifth of a busy GPU's tick (issue 53, session 25).
+    per thread of it every 3 s, a fifth of a busy GPU's tick (issue 53, session 25). A server's own pid is walked
+    whatever its command line says (a script that runs vLLM's engine in-process and serves it).
     """
+    known = set(servers)
     tops: set[int] = set()
-    for seed in seeds:
+    for seed in set(seeds) | known:
         cmd = read_cmdline(seed, proc_root)
         top = seed
         if _title(cmd).startswith(_ENGINE_TITLES):
@@ -209,7 +212,7 @@ def vllm_family(seeds: Iterable[int], proc_root: Path = PROC) -> set[int]:
                 top = parent
                 if not _title(read_cmdline(parent, proc_root)).startswith(_ENGINE_TITLES):
                     break
-        elif not _names_a_server(cmd):
+        elif seed not in known and not _names_a_server(cmd):
             continue
         tops.add(top)
     return descendants(tops, proc_root)
@@ -266,6 +269,7 @@ class VllmDiscovery:
         self._trees_at = now
         self._gpu_pids = dict(gpu_pids)
         self.tree_walks += 1
-        seeds = set(gpu_pids) | {p for w in self._found for p in w.pids}
-        self._found = discover_vllm(self.proc_root, gpu_pids, vllm_family(seeds, self.proc_root)) if seeds else []
+        servers = {p for w in self._found for p in w.pids}
+        family = vllm_family(gpu_pids, self.proc_root, servers) if gpu_pids or servers else set()
+        self._found = discover_vllm(self.proc_root, gpu_pids, family) if family else []
         return self._found

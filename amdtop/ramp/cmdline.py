@@ -26,7 +26,7 @@ def found_server_argv(pids: Iterable[int]) -> tuple[str, ...] | None:
     listeners = set(pids)
     if not listeners:
         return None
-    for server in discover_vllm(among=vllm_family(listeners)):
+    for server in discover_vllm(among=vllm_family((), servers=listeners)):
         if server.pid not in listeners and not listeners.intersection(server.pids):
             continue
         if any(MARKER_ENV in read_environ(p) for p in (server.pid or 0, *server.pids)):

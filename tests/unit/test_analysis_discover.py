@@ -76,3 +76,11 @@ def test_a_gpu_process_that_names_no_server_is_not_walked(tmp_path: Path) -> Non
     assert vllm_family({19061, 500}, tmp_path) == server
     assert vllm_family({500}, tmp_path) == set()
     assert vllm_family({18967}, tmp_path) == server  # `vllm serve` itself (a found server's lead) is walked
+    # A known server's pid (the listener on a ramp's port, a found server's) is walked whatever it is called: a
+    # script serving vLLM's engine in-process names neither.
+    proc(tmp_path, 600, 1, ["/usr/bin/python3", "serve.py"])
+    proc(tmp_path, 601, 600, ["VLLM::EngineCore"])
+    _children(tmp_path, 600, [601])
+    _children(tmp_path, 601, [])
+    assert vllm_family((), tmp_path, servers={600}) == {600, 601}
+    assert vllm_family({600}, tmp_path) == set()

@@ -127,9 +127,9 @@ class DashboardScreen(Screen[None]):
         """The folded pane the tab slot shows (its key or tab picked it)."""
         self.plan = Plan()
         self._plan_inputs: tuple[object, ...] | None = None
+        """What :attr:`plan` was made from (``tui.layout_fit.signature`` per pane): the same again keeps it."""
         self._found: dict[str, Widget] = {}
         """Selector -> widget, for :meth:`_one`."""
-        """What :attr:`plan` was made from (``tui.layout_fit.signature`` per pane): the same again keeps it."""
         self._last_key: str | None = None
         self.show_gbps = False
         self.show_traffic = False
