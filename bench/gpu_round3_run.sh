@@ -8,6 +8,7 @@
 #   tidle / tbusy: bench/tui_cpu.py interleaved runs of this tree (in-process, viewer + serve), nvitop and the
 #          floors: the terminal bytes and the RSS that side_by_side does not read.
 #   pidle / pbusy: bench/pty_profile.py, py-spy's raw stacks of this tree's in-process dashboard (py-spy from tmp/whl).
+#   cidle / cbusy: bench/nvml_tick_calls.py, the CPU of each NVML call a tick makes.
 #   usage: STEPS="sidle sbusy" W=6 SECS=20 bash bench/gpu_round3_run.sh
 set -u
 export PYTHONUNBUFFERED=1
@@ -60,14 +61,20 @@ if want sidle; then sbs idle 1; fi
 if want tidle; then tui idle 1; fi
 prof() {  # PROF=1: py-spy's raw stacks of the in-process dashboard (which thread spends the extra, on what)
   step prof-$1
-  python3 bench/pty_profile.py --out $OUT/prof_$1.raw --seconds "${PSECS:-40}" -- $(inproc prof-$1) 2>>$LOG
+  python3 bench/pty_profile.py --out $OUT/prof_$1.raw --seconds "${PSECS:-40}" --rate "${PRATE:-250}" -- $(inproc prof-$1) 2>>$LOG
+}
+calls() {  # the NVML calls of one tick, each timed (which call a busy GPU makes dear)
+  step calls-$1
+  python3 bench/nvml_tick_calls.py --n 300 --json $OUT/calls_$1.json >>$LOG 2>&1
 }
 if want pidle; then prof idle; fi
-if want sbusy || want tbusy || want pbusy; then
+if want cidle; then calls idle; fi
+if want sbusy || want tbusy || want pbusy || want cbusy; then
   load_start 900
   if want sbusy; then sbs busy 2; fi
   if want tbusy; then tui busy 2; fi
   if want pbusy; then prof busy; fi
+  if want cbusy; then calls busy; fi
   load_stop
 fi
 step done
