@@ -221,6 +221,24 @@ def _wait_tokens(env: Tp2, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+def _threads_note(pid: int) -> str:
+    """Each thread of ``pid``: its state and where the kernel holds it (``wchan``), for a failure's message: a rank
+    that got its signal and lives on is blocked somewhere, and this says where."""
+    notes = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError as exc:
+        return f"pid {pid}: {exc.strerror}"
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            wchan = Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
+        except OSError:
+            continue
+        notes.append(f"{tid}:{stat.rpartition(')')[2].split()[0]}:{wchan or '-'}")
+    return f"pid {pid} threads " + " ".join(notes)
+
+
 def test_sigstop_rank1_is_named_then_clears(tp2: Tp2) -> None:
     _wait_tokens(tp2)
     rank1 = tp2.rank_pid(1)
@@ -310,7 +328,9 @@ def test_sigsegv_rank1_crash_names_rank_signal_and_lines_before(tp2: Tp2) -> Non
     deadline = time.monotonic() + 60
     st = tp2.status()
     while not (st.health is not None and st.health.verdict == "rank_dead" and st.error_line):
-        assert time.monotonic() < deadline, f"crash not named: {st.state} {st.health} {st.error_line}"
+        assert time.monotonic() < deadline, (
+            f"crash not named: {st.state} {st.health} {st.error_line}; {_threads_note(rank1)}"
+        )
         time.sleep(1.0)
         st = tp2.status()
     assert st.health is not None and (st.health.rank, st.health.pid) == (1, rank1)

@@ -80,6 +80,18 @@ class LogSlice:
     """What the pane says when no worker's log is followed (the Processes pane then takes its room)."""
 
 
+def same_lines(new: tuple[Text, ...], old: tuple[Text, ...] | None) -> tuple[Text, ...]:
+    """``old`` when it reads as ``new`` (the same characters, spans and styles), else ``new``. Rich's ``Text`` compares
+    by identity, so a pane's lines rebuilt from an unchanged frame part read as new to the pane's ``view`` reactive:
+    the TP-group and NUMA panes re-wrapped every line on every frame for nothing (issue 53, session 26)."""
+    if old is None or len(old) != len(new):
+        return new
+    for a, b in zip(new, old, strict=True):
+        if a.plain != b.plain or a.spans != b.spans or a.style != b.style or a.end != b.end:
+            return new
+    return old
+
+
 @dataclass(frozen=True, slots=True)
 class DashboardView:
     """Every pane's slice of one frame."""
@@ -140,8 +152,8 @@ class DashboardView:
             clock=clock,
             gpus=filter_rows(gpu_rows(frame), term),
             topo=topo_view(frame, ui.show_gbps, ui.show_traffic),
-            groups=groups_view(frame),
-            numa=numa_view(frame),
+            groups=same_lines(groups_view(frame), previous.groups if previous is not None else None),
+            numa=same_lines(numa_view(frame), previous.numa if previous is not None else None),
             workers=with_errors(workers, ui.worker_errors, WORKER_CELLS),
             worker_names=tuple(w.name for w in frame.workers),
             processes=procs,
