@@ -94,6 +94,10 @@ class TextPane(ScrollView):
         return changed
 
     def watch_view(self, old: tuple[Text, ...] | None, view: tuple[Text, ...] | None) -> None:
+        if view is old:
+            # The view model hands the lines it handed last when each reads the same (``same_lines``): nothing to
+            # look at. ``always_update`` stays for a new tuple, since ``Text ==`` ignores a line's own style.
+            return
         width = self.scrollable_content_region.width
         if width <= 0 or not self.is_attached:
             # Hidden (a narrow terminal shows one pane): wrap when shown; the show itself lays the screen out.

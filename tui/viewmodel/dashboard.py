@@ -81,9 +81,10 @@ class LogSlice:
 
 
 def same_lines(new: tuple[Text, ...], old: tuple[Text, ...] | None) -> tuple[Text, ...]:
-    """``old`` when it reads as ``new`` (the same characters, spans and styles), else ``new``. Rich's ``Text`` compares
-    by identity, so a pane's lines rebuilt from an unchanged frame part read as new to the pane's ``view`` reactive:
-    the TP-group and NUMA panes re-wrapped every line on every frame for nothing (issue 53, session 26)."""
+    """``old`` when each of its lines reads as ``new``'s (characters, spans, the line's own style), else ``new``.
+    ``Text ==`` ignores a line's own style, so a :class:`~widgets.text_pane.TextPane` takes every assignment and
+    compares line by line: the TP-group and NUMA panes, rebuilt from each frame, did that for every line on every
+    frame. Handed the same tuple, the pane looks at nothing (issue 53, session 26)."""
     if old is None or len(old) != len(new):
         return new
     for a, b in zip(new, old, strict=True):
