@@ -19,16 +19,28 @@ CHILD = (
     "[threading.Thread(target=time.sleep, args=(3600,), daemon=True).start() for _ in range(40)]\n"
     "time.sleep(3600)\n"
 )
+BUSY_CHILD = (
+    "import threading, time\n"
+    "[threading.Thread(target=time.sleep, args=(3600,), daemon=True).start() for _ in range(40)]\n"
+    "while True:\n"
+    "    end = time.perf_counter() + 0.004\n"
+    "    while time.perf_counter() < end: pass\n"
+    "    time.sleep(0.096)\n"
+)
+"""``--busy``: each child spins ~4 % of a core, as a CUDA process's launch loop keeps its CPU and RSS moving (a
+little here, to leave the VM's two cores to what is measured), so its process row changes at each read."""
 
 
 def main() -> int:
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: live_pids_fixture.py CAPTURE OUT")
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD], start_new_session=True) for _ in range(2)]
-    text = Path(sys.argv[1]).read_text()
+    args = [a for a in sys.argv[1:] if a != "--busy"]
+    if len(args) != 2:
+        raise SystemExit("usage: live_pids_fixture.py [--busy] CAPTURE OUT")
+    child = BUSY_CHILD if "--busy" in sys.argv else CHILD
+    procs = [subprocess.Popen([sys.executable, "-c", child], start_new_session=True) for _ in range(2)]
+    text = Path(args[0]).read_text()
     for old, proc in zip((477, 478), procs, strict=True):
         text = re.sub(rf'"pid": {old}\b', f'"pid": {proc.pid}', text)
-    Path(sys.argv[2]).write_text(text)
+    Path(args[1]).write_text(text)
     print(*(p.pid for p in procs))
     return 0
 
