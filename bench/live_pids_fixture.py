@@ -36,7 +36,12 @@ def main() -> int:
     if len(args) != 2:
         raise SystemExit("usage: live_pids_fixture.py [--busy] CAPTURE OUT")
     child = BUSY_CHILD if "--busy" in sys.argv else CHILD
-    procs = [subprocess.Popen([sys.executable, "-c", child], start_new_session=True) for _ in range(2)]
+    # Their output goes nowhere: a child holding this script's stdout kept `PIDS=$(...)` waiting for it to close.
+    null = subprocess.DEVNULL
+    procs = [
+        subprocess.Popen([sys.executable, "-c", child], start_new_session=True, stdin=null, stdout=null, stderr=null)
+        for _ in range(2)
+    ]
     text = Path(args[0]).read_text()
     for old, proc in zip((477, 478), procs, strict=True):
         text = re.sub(rf'"pid": {old}\b', f'"pid": {proc.pid}', text)

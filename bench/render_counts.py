@@ -1,4 +1,5 @@
 """Which widgets a dashboard frame renders, and how many lines: ``Widget.render_lines`` counted by widget and crop size
+(and each ``TextPane._build``, a pane comparing its lines again: "lines" 0)
 over frames 20-60 of the in-process dashboard (``python -m tui`` or ``bench/replay_tui.py``), written to ``--out`` when
 frame 60 is drawn. Run it under a pty (``bench/tui_cpu.py`` or ``bench/pty_profile.py``) for 70 s; issue 53, session 25
 found the idle frame's history pane rendering 7 lines and the Processes pane 26 lines every 3 s this way.
@@ -20,6 +21,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 import tui.app as app
+from widgets.text_pane import TextPane
 
 
 def main() -> None:
@@ -28,11 +30,16 @@ def main() -> None:
     out, rest = sys.argv[2], sys.argv[3:]
     counts: collections.Counter[tuple[str, str | None, int, int]] = collections.Counter()
     frames = [0]
-    render_lines, show = Widget.render_lines, app.AmdtopApp._show
+    render_lines, show, build = Widget.render_lines, app.AmdtopApp._show, TextPane._build
 
     def counted(self: Widget, crop: Region) -> list[Strip]:
         counts[(type(self).__name__, self.id, crop.height, crop.width)] += 1
         return render_lines(self, crop)
+
+    def built(self: TextPane, width: int) -> list[int]:
+        # A TextPane comparing its lines again (line by line, each wrapped or matched): no line rendered, but work.
+        counts[("TextPane._build", self.id, 0, width)] += 1
+        return build(self, width)
 
     def shown(self: app.AmdtopApp, frame: Any) -> None:
         frames[0] += 1
@@ -45,6 +52,7 @@ def main() -> None:
         show(self, frame)
 
     Widget.render_lines = counted  # type: ignore[method-assign]
+    TextPane._build = built  # type: ignore[method-assign]
     app.AmdtopApp._show = shown  # type: ignore[method-assign]
     sys.argv = rest
     runpy.run_path(rest[0], run_name="__main__")
