@@ -16,24 +16,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pynvml  # type: ignore[import-not-found,unused-ignore]
+from nvml_call_cost import cost  # the same timing: median CPU and wall us over n calls
 
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml import _VIOLATION_FIELDS, NvmlBackend
-
-
-def cost(fn: Any, n: int) -> dict[str, float]:
-    cpu, wall = [], []
-    for _ in range(n):
-        c0, w0 = time.process_time(), time.perf_counter()
-        try:
-            fn()
-        except pynvml.NVMLError:
-            pass
-        cpu.append((time.process_time() - c0) * 1e6)
-        wall.append((time.perf_counter() - w0) * 1e6)
-    return {"cpu_us": round(statistics.median(cpu), 1), "wall_us": round(statistics.median(wall), 1)}
 
 
 def main() -> int:
