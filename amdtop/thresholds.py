@@ -38,6 +38,11 @@ STALL_RAISE_AFTER_S = 3.0
 STALL_CLEAR_AFTER_S = 5.0
 """The worker must be judged ok this long before a raised ``worker_stalled`` clears (no flapping)."""
 
+BLOCKED_RECHECK_S = 0.2
+"""A rank read in state D is read once more this much later, and is blocked only if it is still in D: a process
+paging in a file or inside one driver call sleeps in D for milliseconds (the parallel suite's stand-in SGLang ranks,
+starting while a package installed beside them, were read in D once and called blocked)."""
+
 STALL_NO_TOKENS_S = 15.0
 """No generated token for this long while requests are in flight counts as a stall (a long prefill takes seconds)."""
 

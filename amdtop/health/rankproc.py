@@ -9,6 +9,7 @@ from pathlib import Path
 
 from amdtop.model import RankSample
 from amdtop.procinfo import PROC, read_proc_bytes
+from amdtop.thresholds import BLOCKED_RECHECK_S
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GONE = "gone"
@@ -56,3 +57,20 @@ def read_ranks(
 ) -> tuple[RankSample, ...]:
     """:func:`read_rank` for each ``(rank, pid)``, in rank order."""
     return tuple(read_rank(r, p, proc=proc, clock=clock) for r, p in sorted(ranks))
+
+
+def settle_blocked(
+    samples: tuple[RankSample, ...],
+    *,
+    proc: Path = PROC,
+    wait_s: float = BLOCKED_RECHECK_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[RankSample, ...]:
+    """``samples`` with each rank read in state ``D`` read once more ``wait_s`` later (one wait for all of them): a
+    rank is ``rank_blocked`` on two looks, not one. A healthy process sleeps in D for milliseconds at a time (paging
+    in, one driver call); a blocked one stays. No rank in D: no wait, no read."""
+    if not any(s.state == "D" for s in samples):
+        return samples
+    sleep(wait_s)
+    return tuple(read_rank(s.rank, s.pid, proc=proc, clock=clock) if s.state == "D" else s for s in samples)

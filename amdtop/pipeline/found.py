@@ -20,7 +20,7 @@ from pathlib import Path
 from amdtop.analysis.found_log import FoundLog, find_log
 from amdtop.analysis.found_port import reachable_url
 from amdtop.errors import AmdtopError
-from amdtop.health.rankproc import read_rank
+from amdtop.health.rankproc import read_rank, settle_blocked
 from amdtop.health.stall import DEAD_STATES, instant_health
 from amdtop.logread.crashlog import crash_summary, rank_death
 from amdtop.logread.rccl.container_log import ContainerLogDecoder, log_format
@@ -203,7 +203,8 @@ class FoundReader:
         ``gone`` under its last pid."""
         seen = self._seen.setdefault(w.name, {})
         seen.update(dict(w.rank_pids))
-        return tuple(read_rank(rank, pid, proc=self.proc_root, clock=self.clock) for rank, pid in sorted(seen.items()))
+        ranks = tuple(read_rank(rank, pid, proc=self.proc_root, clock=self.clock) for rank, pid in sorted(seen.items()))
+        return settle_blocked(ranks, proc=self.proc_root, clock=self.clock)
 
     def close(self) -> None:
         """Nothing is held between looks (the prober opens a connection per call)."""

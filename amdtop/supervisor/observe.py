@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from amdtop.errors import InputError
-from amdtop.health.rankproc import read_rank, sample_of
+from amdtop.health.rankproc import read_rank, sample_of, settle_blocked
 from amdtop.health.stall import describe_exit, instant_health
 from amdtop.layout import WorkerLayout, layout_from_args
 from amdtop.logread.crashlog import RankDeath, crash_summary, rank_death
@@ -235,7 +235,7 @@ def _look_at_ranks(
             out.append(sample_of(rank, pid, st.state, st.cpu_ticks, st.threads, now))
         else:
             out.append(read_rank(rank, pid, start))
-    return tuple(out), tuple((rank, pid, start) for rank, (pid, start) in sorted(book.items()))
+    return settle_blocked(tuple(out)), tuple((rank, pid, start) for rank, (pid, start) in sorted(book.items()))
 
 
 def _rank_died(ranks: tuple[RankSample, ...], exits: dict[int, int]) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from amdtop.flag_json import flag_json
-from amdtop.health.rankproc import read_rank, read_ranks
+from amdtop.health.rankproc import read_rank, read_ranks, settle_blocked
 from amdtop.health.stall import (
     StallTracker,
     health_json,
@@ -126,7 +126,10 @@ def test_a_rank_in_uninterruptible_sleep_is_blocked() -> None:
                 break
             time.sleep(0.05)
         assert child is not None, f"parent never blocked: {read_rank(1, parent.pid)}"
-        health = instant_health([RankSample(0, os.getpid(), "S"), read_rank(1, parent.pid)])
+        # Still in D when looked at again (settle_blocked's second look): blocked.
+        looked = settle_blocked((RankSample(0, os.getpid(), "S"), read_rank(1, parent.pid)))
+        assert looked[1].state == "D"
+        health = instant_health(looked)
         assert (health.verdict, health.rank, health.pid) == ("rank_blocked", 1, parent.pid)
         assert "uninterruptible sleep (state D" in health.message
     finally:
@@ -134,6 +137,25 @@ def test_a_rank_in_uninterruptible_sleep_is_blocked() -> None:
             os.kill(child, signal.SIGKILL)
         parent.kill()
         parent.wait()
+
+
+def test_a_rank_in_d_for_one_look_is_not_blocked(tmp_path: Path) -> None:
+    # A process paging in a file or inside one driver call is in D for milliseconds: the parallel suite's stand-in
+    # SGLang ranks, starting beside a package install, were read in D once and judged rank_blocked. The second look
+    # (here a /proc whose stat says S by then) settles it; a rank not in D is not read again, and no D means no wait.
+    fields = ["S", "1", "1", "1", "0", "-1", "0", "0", "0", "0", "0", "250", "50"] + ["0"] * 4 + ["3", "0", "4242"]
+    (tmp_path / "77").mkdir()
+    (tmp_path / "77" / "stat").write_text("77 (python3 -m sglang) " + " ".join(fields) + " 0" * 30 + "\n")
+    waits: list[float] = []
+    first = (RankSample(0, 77, "D", 3.0, 3), RankSample(1, 78, "S", 1.0, 1))
+    again = settle_blocked(first, proc=tmp_path, sleep=waits.append)
+    assert waits == [pytest.approx(0.2)]
+    assert again[0].state == "S" and again[0].cpu_s == pytest.approx(3.0) and again[0].threads == 3
+    assert again[1] is first[1]
+    assert instant_health(first).verdict == "rank_blocked" and instant_health(again).verdict == "ok"
+    waits.clear()
+    calm = (RankSample(0, 77, "S"), RankSample(1, 78, "R"))
+    assert settle_blocked(calm, proc=tmp_path, sleep=waits.append) is calm and waits == []
 
 
 def test_dead_outranks_stopped_and_blocked() -> None:
