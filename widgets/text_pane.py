@@ -94,9 +94,10 @@ class TextPane(ScrollView):
         return changed
 
     def watch_view(self, old: tuple[Text, ...] | None, view: tuple[Text, ...] | None) -> None:
-        if view is old:
-            # The view model hands the lines it handed last when each reads the same (``same_lines``): nothing to
-            # look at. ``always_update`` stays for a new tuple, since ``Text ==`` ignores a line's own style.
+        if self._width > 0 and [cell_key(text) for text in view or ()] == [look for look, _ in self._items]:
+            # Every line reads as the one drawn (the TP-group and NUMA panes are rebuilt from each frame): nothing to
+            # measure, wrap or repaint (issue 53, session 26). ``always_update`` stays: a style-only change, which
+            # ``Text ==`` ignores, must get here.
             return
         width = self.scrollable_content_region.width
         if width <= 0 or not self.is_attached:

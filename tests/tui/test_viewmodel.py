@@ -15,14 +15,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rich.text import Text
 
 from amdtop.pipeline import NodeFrame
 from amdtop.telemetry.base import BackendOptions
 from amdtop.telemetry.nvml_replay import ReplayNvml, load_fixture, materialize
 from tests.tui.conftest import FROZEN, imbalanced_specs, make_app, open_app
 from tests.tui.nodes import SteppedNvml
-from tui.viewmodel.dashboard import WORKER_CELLS, DashboardView, UiState, same_lines
+from tui.viewmodel.dashboard import WORKER_CELLS, DashboardView, UiState
 from tui.viewmodel.processes import NO_PROCESSES, no_logs_text
 from widgets.workers_table import WorkersTable
 
@@ -118,28 +117,6 @@ def test_redraw_of_a_frame_lends_its_slices_and_a_new_frame_does_not(demo: list[
     assert nxt.topo == view.topo
     traffic = DashboardView.of(second, replace(UI, show_traffic=True))
     assert traffic.topo.show_traffic and traffic.topo.snapshot is second.snapshot
-
-
-def test_a_text_pane_whose_lines_read_the_same_gets_the_lines_it_has(demo: list[NodeFrame]) -> None:
-    # The TP-group and NUMA panes' lines are rebuilt from each frame, and the pane (which must see a style-only change
-    # that Text == ignores) compared every line on every frame; lines that read the same now come as the same tuple.
-    first, second = demo
-    view = DashboardView.of(first, UI)
-    nxt = DashboardView.of(second, UI, view)
-    assert [t.plain for t in nxt.numa] == [t.plain for t in view.numa] and nxt.numa is view.numa
-    assert DashboardView.of(second, UI).numa is not view.numa  # no previous view: built
-    line = Text.assemble(("node 0", "bold"), "  CPUs 0-3")
-    old = (line, Text("x"))
-    assert same_lines((line.copy(), Text("x")), old) is old
-    for changed in (
-        (Text.assemble(("node 0", "italic"), "  CPUs 0-3"), Text("x")),  # a style
-        (Text.assemble(("node 0", "bold"), "  CPUs 0-4"), Text("x")),  # a character
-        (Text.assemble("node 0", ("  CPUs 0-3", "bold")), Text("x")),  # where a span starts
-        (line.copy(),),  # a line less
-        (line.copy(), Text("x", style="red")),  # the line's own style
-    ):
-        assert same_lines(changed, old) is changed
-    assert same_lines(old, None) is old
 
 
 def test_h200_capture(h200: NodeFrame) -> None:

@@ -80,19 +80,6 @@ class LogSlice:
     """What the pane says when no worker's log is followed (the Processes pane then takes its room)."""
 
 
-def same_lines(new: tuple[Text, ...], old: tuple[Text, ...] | None) -> tuple[Text, ...]:
-    """``old`` when each of its lines reads as ``new``'s (characters, spans, the line's own style), else ``new``.
-    ``Text ==`` ignores a line's own style, so a :class:`~widgets.text_pane.TextPane` takes every assignment and
-    compares line by line: the TP-group and NUMA panes, rebuilt from each frame, did that for every line on every
-    frame. Handed the same tuple, the pane looks at nothing (issue 53, session 26)."""
-    if old is None or len(old) != len(new):
-        return new
-    for a, b in zip(new, old, strict=True):
-        if a.plain != b.plain or a.spans != b.spans or a.style != b.style or a.end != b.end:
-            return new
-    return old
-
-
 @dataclass(frozen=True, slots=True)
 class DashboardView:
     """Every pane's slice of one frame."""
@@ -153,8 +140,8 @@ class DashboardView:
             clock=clock,
             gpus=filter_rows(gpu_rows(frame), term),
             topo=topo_view(frame, ui.show_gbps, ui.show_traffic),
-            groups=same_lines(groups_view(frame), previous.groups if previous is not None else None),
-            numa=same_lines(numa_view(frame), previous.numa if previous is not None else None),
+            groups=groups_view(frame),
+            numa=numa_view(frame),
             workers=with_errors(workers, ui.worker_errors, WORKER_CELLS),
             worker_names=tuple(w.name for w in frame.workers),
             processes=procs,
