@@ -26,6 +26,7 @@ import pytest
 
 from amdtop.model import FlagKind, WorkerState, WorkerStatus
 from amdtop.pipeline import NodeFrame, NodePipeline
+from amdtop.procinfo import thread_ids
 from amdtop.supervisor import Supervisor
 from amdtop.supervisor.procs import read_stat
 from amdtop.supervisor.procs import title as procs_title
@@ -225,10 +226,9 @@ def _threads_note(pid: int) -> str:
     """Each thread of ``pid``: its state and where the kernel holds it (``wchan``), for a failure's message: a rank
     that got its signal and lives on is blocked somewhere, and this says where."""
     notes = []
-    try:
-        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
-    except OSError as exc:
-        return f"pid {pid}: {exc.strerror}"
+    tids = sorted(thread_ids(pid))
+    if not tids:
+        return f"pid {pid}: gone"
     for tid in tids:
         try:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
