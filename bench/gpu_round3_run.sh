@@ -46,10 +46,12 @@ sbs() {
 tui() {
   step tui-$1
   # SHORT=1: nvitop beside the in-process dashboard only (the terminal bytes, on a short device budget)
+  # FLOORS="floor floor+nvml" (the default) picks the floors run beside it: a short device budget drops what a
+  # measure does not need (busy is against nvitop; floor+nvml is no target's peer)
   local more=(--peer "env PYTHONPATH=/tmp/site:$PWD SERVE='python3 -P -m amdtop serve' VIEWER='python3 -P -m tui' bash bench/serve_pair.sh /tmp/tpair-$1 127.0.0.1:1943${2} --backend nvml --config $C --interval 1"
-    --peer-marker attached --peer-label viewer+serve
-    --peer "env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py" --peer-marker backend --peer-label floor+nvml
-    --peer "python3 bench/textual_floor.py" --peer-marker backend --peer-label floor)
+    --peer-marker attached --peer-label viewer+serve)
+  [[ " ${FLOORS-floor floor+nvml} " == *" floor+nvml "* ]] && more+=(--peer "env AMDTOP_FLOOR_NVML=1 python3 bench/textual_floor.py" --peer-marker backend --peer-label floor+nvml)
+  [[ " ${FLOORS-floor floor+nvml} " == *" floor "* ]] && more+=(--peer "python3 bench/textual_floor.py" --peer-marker backend --peer-label floor)
   [ "${SHORT:-0}" = 1 ] && more=()
   # PREV=DIR: an earlier tree's in-process dashboard in the same runs (git archive REV amdtop tui widgets)
   [ -n "${PREV:-}" ] && more+=(--peer "env PYTHONPATH=/tmp/site:$PWD/$PREV $(inproc prev-$1)" --peer-marker nvml --peer-label in-process-prev)
