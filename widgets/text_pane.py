@@ -68,9 +68,12 @@ class TextPane(ScrollView):
 
     _measured: tuple[tuple[int, int], int] | None = None
 
-    def _build(self, width: int) -> list[int]:
-        """Wrap the view at ``width``, reusing the strips of unchanged Texts; returns the changed line numbers."""
+    def _build(self, width: int, looks: list[object] | None = None) -> list[int]:
+        """Wrap the view at ``width``, reusing the strips of unchanged Texts; returns the changed line numbers.
+        ``looks``: the view's :func:`cell_key` per Text, where the caller has them already."""
         view = self.view or ()
+        if looks is None:
+            looks = [cell_key(text) for text in view]
         if width != self._width:
             self._items = []
             self._width = width
@@ -78,9 +81,8 @@ class TextPane(ScrollView):
         items: list[tuple[object, list[Strip]]] = []
         strips: list[Strip] = []
         old_top = 0  # where item i started in the last view
-        for i, text in enumerate(view):
+        for i, (text, look) in enumerate(zip(view, looks, strict=True)):
             old = self._items[i] if i < len(self._items) else None
-            look = cell_key(text)
             same = old is not None and old[0] == look
             lines = old[1] if old is not None and same else self._wrap(text, width)
             # Rebuilt, or moved by a Text above it that wrapped onto more or fewer lines: repaint its lines.
@@ -94,7 +96,8 @@ class TextPane(ScrollView):
         return changed
 
     def watch_view(self, old: tuple[Text, ...] | None, view: tuple[Text, ...] | None) -> None:
-        if self._width > 0 and [cell_key(text) for text in view or ()] == [look for look, _ in self._items]:
+        looks = [cell_key(text) for text in view or ()]
+        if self._width > 0 and looks == [look for look, _ in self._items]:
             # Every line reads as the one drawn (the TP-group and NUMA panes are rebuilt from each frame): nothing to
             # measure, wrap or repaint (issue 53, session 26). ``always_update`` stays: a style-only change, which
             # ``Text ==`` ignores, must get here.
@@ -105,7 +108,7 @@ class TextPane(ScrollView):
             self._width = -1
             return
         count = len(self._strips)
-        changed = self._build(width)
+        changed = self._build(width, looks)  # the keys just compared: not made again
         if len(self._strips) != count:
             self.virtual_size = Size(width, len(self._strips))
             self.refresh(layout=True)

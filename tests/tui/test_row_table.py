@@ -142,7 +142,7 @@ async def test_text_pane_repaints_lines_that_moved_or_restyled() -> None:
         # Lines that read as the ones drawn (a pane rebuilt from each frame): not wrapped or matched again.
         builds: list[int] = []
         build = pane._build
-        pane._build = lambda width: builds.append(width) or build(width)  # type: ignore[method-assign]
+        pane._build = lambda width, looks=None: builds.append(width) or build(width, looks)  # type: ignore[method-assign]
         pane.view = pane.view
         pane.view = (Text(long), Text("b", style="red"), Text("c"))
         pane.view = (Text(long), Text.assemble(("b", "red")), Text("c"))  # the same characters: a span, not a style
