@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from amdtop.model import RankSample
@@ -62,6 +62,7 @@ def read_ranks(
 def settle_blocked(
     samples: tuple[RankSample, ...],
     *,
+    starts: Mapping[int, int] | None = None,
     proc: Path = PROC,
     wait_s: float = BLOCKED_RECHECK_S,
     sleep: Callable[[float], None] = time.sleep,
@@ -69,8 +70,12 @@ def settle_blocked(
 ) -> tuple[RankSample, ...]:
     """``samples`` with each rank read in state ``D`` read once more ``wait_s`` later (one wait for all of them): a
     rank is ``rank_blocked`` on two looks, not one. A healthy process sleeps in D for milliseconds at a time (paging
-    in, one driver call); a blocked one stays. No rank in D: no wait, no read."""
+    in, one driver call); a blocked one stays. No rank in D: no wait, no read. ``starts`` (rank -> start ticks, where
+    the first look checked them) keeps that check at the second look: a pid reused in between reads ``gone``."""
     if not any(s.state == "D" for s in samples):
         return samples
     sleep(wait_s)
-    return tuple(read_rank(s.rank, s.pid, proc=proc, clock=clock) if s.state == "D" else s for s in samples)
+    start = (starts or {}).get
+    return tuple(
+        read_rank(s.rank, s.pid, start(s.rank), proc=proc, clock=clock) if s.state == "D" else s for s in samples
+    )

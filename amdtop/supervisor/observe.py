@@ -235,7 +235,9 @@ def _look_at_ranks(
             out.append(sample_of(rank, pid, st.state, st.cpu_ticks, st.threads, now))
         else:
             out.append(read_rank(rank, pid, start))
-    return settle_blocked(tuple(out)), tuple((rank, pid, start) for rank, (pid, start) in sorted(book.items()))
+    starts = {rank: start for rank, (_pid, start) in book.items()}  # a rank in D is read again under the same check
+    seen_now = tuple((rank, pid, start) for rank, (pid, start) in sorted(book.items()))
+    return settle_blocked(tuple(out), starts=starts), seen_now
 
 
 def _rank_died(ranks: tuple[RankSample, ...], exits: dict[int, int]) -> bool:

@@ -153,6 +153,9 @@ def test_a_rank_in_d_for_one_look_is_not_blocked(tmp_path: Path) -> None:
     assert again[0].state == "S" and again[0].cpu_s == pytest.approx(3.0) and again[0].threads == 3
     assert again[1] is first[1]
     assert instant_health(first).verdict == "rank_blocked" and instant_health(again).verdict == "ok"
+    # The first look's pid check holds at the second: pid 77 started at tick 4242, so a rank that started at 4241 is gone.
+    assert settle_blocked(first, starts={0: 4241}, proc=tmp_path, sleep=waits.append)[0].state == "gone"
+    assert settle_blocked(first, starts={0: 4242}, proc=tmp_path, sleep=waits.append)[0].state == "S"
     waits.clear()
     calm = (RankSample(0, 77, "S"), RankSample(1, 78, "R"))
     assert settle_blocked(calm, proc=tmp_path, sleep=waits.append) is calm and waits == []
