@@ -304,7 +304,8 @@ def test_item12_an_argv_echoed_as_a_list_shows_no_api_key(
     from tests.unit.test_supervisor_procs import write_profile
 
     secrets = ("sk-list-secret", "sk-eq-secret", "sk-dq-secret", "sk-dq2-secret")
-    cfg, state = write_profile(tmp_path, ECHO_LIST, port=18037), tmp_path / "state"
+    # Not 18037: test_supervisor_hostile3 serves a worker there, and another xdist worker may run it meanwhile.
+    cfg, state = write_profile(tmp_path, ECHO_LIST, port=18097), tmp_path / "state"
     cleanup.append(state)
     assert run(cfg, state, capsys, "launch", "w")[0] == 0
     deadline = time.monotonic() + 20
