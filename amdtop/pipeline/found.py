@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -83,8 +84,9 @@ class FoundReader:
         self._urls: dict[int, tuple[float, str | None, str | None]] = {}
         self._journals: dict[str, tuple[float, str | None]] = {}
         """Per journal address: when journalctl was last checked, and why it cannot be followed (``None``: it can)."""
-        self.looks = 0
-        """Looks taken so far (the benchmark and the tests count them)."""
+        self.looks: Counter[str] = Counter()
+        """Looks taken so far, per server name (the tests count one server's: other servers on the host, found
+        meanwhile, take looks of their own)."""
 
     def read(self, found: Sequence[WorkerStatus]) -> list[WorkerStatus]:
         """``found`` with each server's look laid on (a fresh one where the last is ``every_s`` old or its processes
@@ -130,7 +132,7 @@ class FoundReader:
         )  # fmt: skip
 
     def _look(self, w: WorkerStatus) -> WorkerStatus:
-        self.looks += 1
+        self.looks[w.name] += 1
         log = find_log(w.pid, self.proc_root) if w.pid else FoundLog(note="no API server process found")
         log = self._checked(log)
         url, where = self._url(w)
