@@ -33,8 +33,11 @@ PAGE = Path(__file__).resolve().parents[1] / "fixtures" / "sglang_metrics" / "sg
 def profile(tmp_path: Path, port: int) -> Path:
     cfg = tmp_path / "c.toml"
     command = json.dumps([sys.executable, "-m", "amdtop.simserver", "--flavour", "sglang", "--metrics-page", str(PAGE)])
+    # GPUs 6 and 7: the launched schedulers carry HIP_VISIBLE_DEVICES, so the launch gate of every other test that
+    # runs meanwhile (on another xdist worker, reading the whole host) reads them as a server started outside amdtop
+    # on those GPUs; on 0 and 1, where most launching tests put their workers, it refused test_hostile4's launch once.
     cfg.write_text(
-        f'[[worker]]\nname = "sg"\nengine = "sglang"\nmodel = "meta-llama/Llama-3.1-8B-Instruct"\ngpus = [0, 1]\n'
+        f'[[worker]]\nname = "sg"\nengine = "sglang"\nmodel = "meta-llama/Llama-3.1-8B-Instruct"\ngpus = [6, 7]\n'
         f'port = {port}\nnuma_node = "none"\ncommand = {command}\n'
         "[worker.args]\nmem-fraction-static = 0.85\nmax-running-requests = 256\n"
     )
